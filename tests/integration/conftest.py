@@ -1,0 +1,185 @@
+"""pytest fixtures for outboxd's integration tests.
+
+One PostgreSQL 15 cluster (with the outbox table) and one mock Kafka broker
+serve the whole session; every test gets its own replication slot, its own
+aggregate types (so its own topics) and its own daemon instances, which are
+stopped, and their slots dropped, when the test ends.
+
+Binaries come from $OUTBOXD_BUILD (default: <repo>/build; a relative path
+is taken from the repo root): $OUTBOXD_BUILD/outboxd and
+$OUTBOXD_BUILD/tests/ob-mockbroker. Anything missing makes the tests fail.
+"""
+
+import itertools
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_build = Path(os.environ.get("OUTBOXD_BUILD", "build"))
+BUILD_DIR = _build if _build.is_absolute() else REPO_ROOT / _build
+OUTBOXD_BIN = str(BUILD_DIR / "outboxd")
+BROKER_BIN = str(BUILD_DIR / "tests" / "ob-mockbroker")
+OUTBOX_SQL = REPO_ROOT / "sql" / "outbox.sql"
+
+OUTBOX_DDL = """
+CREATE TABLE IF NOT EXISTS public.outbox (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    aggregate_type text NOT NULL,
+    aggregate_id text NOT NULL,
+    event_type text NOT NULL,
+    payload jsonb,
+    headers jsonb,
+    created_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+_counter = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def pg(tmp_path_factory):
+    """The session's PostgreSQL cluster, started, with public.outbox."""
+    cluster = harness.PgCluster(str(tmp_path_factory.mktemp("pg")))
+    cluster.start()
+    try:
+        if OUTBOX_SQL.exists():
+            cluster.run_file(str(OUTBOX_SQL))
+        if not cluster.sql("SELECT to_regclass('public.outbox')")[0][0]:
+            cluster.sql(OUTBOX_DDL)
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """The session's mock Kafka cluster (3 brokers)."""
+    logdir = tmp_path_factory.mktemp("broker")
+    b = harness.MockBroker(BROKER_BIN, brokers=3,
+                           logfile=str(logdir / "ob-mockbroker.log"))
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(autouse=True)
+def _broker_reset(request):
+    """Undoes a test's fault injection on the shared broker."""
+    yield
+    if "broker" in request.fixturenames:
+        b = request.getfixturevalue("broker")
+        if b.proc.poll() is None:
+            for c in ("up all", "rtt all 0", "clear 0", "clear 3",
+                      "clear 22"):
+                b.cmd(c)
+
+
+@pytest.fixture
+def test_id(request):
+    """A short identifier unique in this session: t<N>."""
+    return "t%d" % next(_counter)
+
+
+@pytest.fixture
+def slot_name(request, test_id):
+    """A replication slot name unique to this test."""
+    base = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())
+    return ("it_%s_%s" % (test_id, base))[:63]
+
+
+@pytest.fixture
+def consumer(broker):
+    c = harness.Consumer(broker.bootstraps)
+    yield c
+    c.close()
+
+
+def default_config(pg, broker, slot_name, test_id):
+    """The daemon settings every test starts from."""
+    return {
+        "postgres": {
+            "conninfo": pg.conninfo(),
+            "slot": slot_name,
+            "create_slot": True,
+            "status_interval_ms": 500,
+            "reconnect_max_backoff_ms": 2000,
+        },
+        "outbox": {
+            "table": "public.outbox",
+            "topic": "outbox.event.{aggregate_type}",
+            "dlq_topic": "%s.outbox.dlq" % test_id,
+        },
+        "kafka": {
+            "bootstrap.servers": broker.bootstraps,
+        },
+        "http": {
+            "listen": "",
+        },
+        "log": {
+            "level": "debug",
+        },
+    }
+
+
+@pytest.fixture
+def outboxd_factory(request, pg, broker, slot_name, test_id, tmp_path):
+    """outboxd_factory(overrides=None, start=True, extra_args=()) -> a new
+    harness.Outboxd with the default config merged with overrides
+    ({section: {key: value}}; a value of harness.UNSET removes the key).
+    Every instance is stopped at the end of the test and its slot
+    dropped."""
+    instances = []
+
+    def make(overrides=None, start=True, extra_args=(), env=None):
+        cfg = default_config(pg, broker, slot_name, test_id)
+        for section, items in (overrides or {}).items():
+            sec = cfg.setdefault(section, {})
+            for k, v in items.items():
+                if v is UNSET:
+                    sec.pop(k, None)
+                else:
+                    sec[k] = v
+        d = harness.Outboxd(OUTBOXD_BIN, cfg, str(tmp_path / "outboxd"),
+                            extra_args=extra_args, start=start, env=env)
+        instances.append(d)
+        return d
+
+    request.node._outboxd_instances = instances
+    yield make
+    slots = set()
+    for d in instances:
+        d.stop(40)
+        slots.add(d.config["postgres"]["slot"])
+    for s in slots:
+        try:
+            pg.drop_slot(s)
+        except Exception as e:  # do not hide the test's own failure
+            print("could not drop slot %s: %s" % (s, e))
+
+
+class _Unset:
+    def __repr__(self):
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Attaches the tail of every daemon log of a failed test."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and call.when in ("call", "setup"):
+        for i, d in enumerate(getattr(item, "_outboxd_instances", [])):
+            rep.sections.append(("outboxd log %d (%s)" % (i + 1, d.logfile),
+                                 d.log_tail(12000)))

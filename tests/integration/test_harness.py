@@ -1,0 +1,121 @@
+"""Checks of the test harness itself: the real parts behave as the daemon's
+tests assume (mock broker over TCP, murmur2 partitioning, Postgres with
+wal2json). These need no outboxd binary."""
+
+import json
+import time
+
+import pytest
+
+import harness
+from harness import murmur2, murmur2_partition
+
+# Kafka's Java client, UtilsTest.testMurmur2, and librdkafka's rdmurmur2.c
+# unit test ("kafka").
+JAVA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+    b"kafka": -798503068,
+}
+
+
+def test_murmur2_matches_java_client():
+    for key, want in JAVA_MURMUR2.items():
+        assert murmur2(key) == want, key
+    # (h & 0x7fffffff) % n, the Java default partitioner's formula
+    assert murmur2_partition(b"21", 3) == (-973932308 & 0x7FFFFFFF) % 3
+    assert murmur2_partition("abc", 4) == 479470107 % 4
+
+
+def test_murmur2_matches_librdkafka_partitioner(broker, consumer):
+    """A librdkafka producer with partitioner=murmur2_random puts every key
+    on the partition murmur2_partition computes, for 4 and 3 partitions."""
+    from confluent_kafka import Producer
+    topics = {"harness.murmur.p4.%d" % time.time_ns(): 4,
+              "harness.murmur.p3.%d" % time.time_ns(): 3}
+    for t, n in topics.items():
+        broker.create_topic(t, n)
+    p = Producer({"bootstrap.servers": broker.bootstraps,
+                  "partitioner": "murmur2_random", "linger.ms": 5})
+    keys = ["k%d" % i for i in range(100)] + ["", "ÿüß-utf8", "x" * 37]
+    for t in topics:
+        for k in keys:
+            p.produce(t, key=k.encode(), value=b"v")
+    assert p.flush(30) == 0
+    for t, n in topics.items():
+        recs = consumer.collect([t], len(keys), timeout=30, settle=0.5)
+        assert len(recs) == len(keys)
+        for r in recs:
+            assert r["partition"] == murmur2_partition(r["key"].encode(), n), r
+
+
+def test_mockbroker_commands_and_faults(broker, consumer):
+    """down/up/rtt/error/topic answer ok; bad commands answer err; a
+    producer cannot deliver while all brokers are down and delivers after
+    `up all`."""
+    from confluent_kafka import Producer
+    topic = "harness.faults.%d" % time.time_ns()
+    assert broker.create_topic(topic, 4) == "ok"
+    for c in ("rtt all 5", "rtt all 0", "error 0 NOT_LEADER_FOR_PARTITION 1",
+              "clear 0", "error 3 6", "clear 3", "topicerr nosuch 3",
+              "topicerr nosuch 0", "down 2", "up 2"):
+        assert broker.cmd(c) == "ok", c
+    for bad in ("down 99", "rtt all x", "frobnicate", "error 0 NO_SUCH_ERR"):
+        with pytest.raises(harness.HarnessError):
+            broker.cmd(bad)
+
+    delivered = []
+    p = Producer({"bootstrap.servers": broker.bootstraps,
+                  "enable.idempotence": True, "message.timeout.ms": 0,
+                  "linger.ms": 5})
+    p.produce(topic, key=b"warm", value=b"0",
+              on_delivery=lambda e, m: delivered.append(e))
+    assert p.flush(20) == 0 and delivered == [None]
+
+    broker.cmd("down all")
+    for i in range(10):
+        p.produce(topic, key=b"k%d" % i, value=b"%d" % i,
+                  on_delivery=lambda e, m: delivered.append(e))
+    assert p.flush(3) > 0, "delivered while every broker was down"
+    assert len(delivered) == 1
+    broker.cmd("up all")
+    assert p.flush(60) == 0
+    assert delivered == [None] * 11
+    recs = consumer.collect([topic], 11, timeout=30, settle=0.5)
+    assert sorted(r["value"] for r in recs) == sorted(
+        [b"0"] + [b"%d" % i for i in range(10)])
+
+
+def test_pgcluster_wal2json_and_restart(pg):
+    """The cluster runs with wal_level=logical, decodes with wal2json v2,
+    reports slots and survives an immediate (crash) restart."""
+    assert pg.sql("SHOW wal_level")[0][0] == "logical"
+    slot = "harness_probe_%d" % time.time_ns()
+    pg.sql("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
+           (slot,))
+    try:
+        s = pg.slot(slot)
+        assert s["plugin"] == "wal2json" and not s["active"]
+        assert s["confirmed_flush_lsn_int"] == harness.lsn_to_int(
+            s["confirmed_flush_lsn"])
+        pg.sql("INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+               "event_type, payload) VALUES ('harness', 'a1', 'e', "
+               "'{\"x\": 1}')")
+        rows = pg.sql(
+            "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "
+            "'format-version', '2', 'include-lsn', '1', "
+            "'add-tables', 'public.outbox')", (slot,))
+        recs = [json.loads(r[0]) for r in rows]
+        assert [r["action"] for r in recs] == ["B", "I", "C"]
+        assert pg.wal_lsn() >= harness.lsn_to_int(recs[-1]["nextlsn"])
+        pg.restart("immediate")
+        assert pg.slot(slot) is not None
+        assert pg.sql("SELECT 1")[0][0] == 1
+    finally:
+        pg.drop_slot(slot)
+    assert pg.slot(slot) is None
+    assert harness.int_to_lsn(harness.lsn_to_int("1A/2B3C")) == "1A/2B3C"
