@@ -46,8 +46,11 @@ _counter = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def pg(tmp_path_factory):
-    """The session's PostgreSQL cluster, started, with public.outbox."""
-    cluster = harness.PgCluster(str(tmp_path_factory.mktemp("pg")))
+    """The session's PostgreSQL cluster, started, with public.outbox. Its
+    TimeZone is not UTC (+05:30), so timestamps are rendered with an offset
+    that outboxd must honour."""
+    cluster = harness.PgCluster(str(tmp_path_factory.mktemp("pg")),
+                                extra_conf={"timezone": "'Asia/Kolkata'"})
     cluster.start()
     try:
         if OUTBOX_SQL.exists():

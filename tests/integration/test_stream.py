@@ -1,0 +1,606 @@
+"""Integration tests of outboxd's core behaviour against real parts: a
+PostgreSQL 15 cluster with wal2json and librdkafka's mock Kafka cluster in
+a process of its own (SPEC.md §3 the record, §4 the guarantees).
+
+Every test uses aggregate types of its own (so topics of its own,
+outbox.event.<type>) and a slot of its own, on the shared session cluster
+and broker."""
+
+import collections
+import json
+import random
+import time
+import uuid
+
+import psycopg2.extras
+
+import harness
+from harness import header, lsn_to_int, murmur2_partition, wait_until
+
+MB = 1024 * 1024
+PARTITIONS = 4
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def new_id():
+    return str(uuid.uuid4())
+
+
+def wait_slot_active(pg, slot, timeout=30):
+    """Waits until outboxd has created slot and streams from it."""
+    def active():
+        s = pg.slot(slot)
+        return s is not None and s["active"]
+    wait_until(active, timeout, 0.1, "slot %s created and active" % slot)
+
+
+def insert_events(cur, rows):
+    """Inserts rows (dicts: id, aggregate_type, aggregate_id, event_type,
+    payload (JSON-able), headers (dict or None)) with one INSERT, in list
+    order, in the cursor's current transaction."""
+    psycopg2.extras.execute_values(
+        cur,
+        "INSERT INTO public.outbox (id, aggregate_type, aggregate_id, "
+        "event_type, payload, headers) VALUES %s",
+        [(r["id"], r["aggregate_type"], r["aggregate_id"], r["event_type"],
+          json.dumps(r["payload"]),
+          None if r.get("headers") is None else json.dumps(r["headers"]))
+         for r in rows],
+        template="(%s::uuid, %s, %s, %s, %s::jsonb, %s::jsonb)",
+        page_size=len(rows) + 1)
+
+
+def stored_rows(pg, ids):
+    """id -> dict(aggregate_type, aggregate_id, event_type, payload_text,
+    headers_text, created_ms) as Postgres stores and renders them."""
+    out = {}
+    rows = pg.sql(
+        "SELECT id::text, aggregate_type, aggregate_id, event_type, "
+        "payload::text, headers::text, "
+        "floor(extract(epoch FROM created_at) * 1000)::bigint "
+        "FROM public.outbox WHERE id = ANY(%s::uuid[])", (list(ids),))
+    for r in rows:
+        out[r[0]] = {"aggregate_type": r[1], "aggregate_id": r[2],
+                     "event_type": r[3], "payload_text": r[4],
+                     "headers_text": r[5], "created_ms": int(r[6])}
+    return out
+
+
+def header_text(value):
+    """What SPEC §3 says a headers-column member becomes: strings as is,
+    other JSON values as JSON text."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def expected_headers(event_id, event_type, headers_text):
+    """[(name, bytes)]: id, type, then the headers object's members in the
+    object order Postgres renders (jsonb reorders keys)."""
+    hs = [("id", event_id.encode()), ("type", event_type.encode())]
+    if headers_text is not None:
+        for k, v in json.loads(headers_text, object_pairs_hook=list):
+            hs.append((k, header_text(v)))
+    return hs
+
+
+def id_counts(records):
+    """Counter of the `id` header over records."""
+    return collections.Counter(
+        (header(r, "id") or b"<no id>").decode() for r in records)
+
+
+def assert_exactly_once(records, expected_ids):
+    """Every expected id exactly once, nothing else."""
+    counts = id_counts(records)
+    expected_ids = set(expected_ids)
+    missing = [i for i in expected_ids if counts[i] == 0]
+    dups = {i: n for i, n in counts.items() if n > 1}
+    extra = [i for i in counts if i not in expected_ids]
+    assert not missing and not dups and not extra, (
+        "%d records for %d expected ids: %d missing (e.g. %s), %d duplicated "
+        "(e.g. %s), %d unexpected (e.g. %s)"
+        % (len(records), len(expected_ids), len(missing), missing[:3],
+           len(dups), list(dups.items())[:3], len(extra), extra[:3]))
+
+
+def assert_at_least_once(records, expected_ids):
+    counts = id_counts(records)
+    missing = [i for i in expected_ids if counts[i] == 0]
+    assert not missing, "%d of %d ids never published (e.g. %s)" % (
+        len(missing), len(set(expected_ids)), missing[:3])
+
+
+class WalProbe:
+    """A second wal2json slot that tells where transactions committed: the
+    commit record's LSN ("lsn" of C) and its end ("nextlsn" of C)."""
+
+    def __init__(self, pg, name):
+        self.pg = pg
+        self.name = name[:63]
+        pg.sql("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
+               (self.name,))
+
+    def commits(self):
+        """xid -> (commit lsn, end lsn) as ints, for every transaction that
+        touched public.outbox or emitted an outbox message since creation."""
+        rows = self.pg.sql(
+            "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "
+            "'format-version', '2', 'include-xids', '1', 'include-lsn', '1', "
+            "'add-tables', 'public.outbox', 'add-msg-prefixes', 'outbox')",
+            (self.name,))
+        out = {}
+        for (data,) in rows:
+            rec = json.loads(data)
+            if rec["action"] == "C":
+                out[int(rec["xid"])] = (lsn_to_int(rec["lsn"]),
+                                        lsn_to_int(rec["nextlsn"]))
+        return out
+
+    def drop(self):
+        self.pg.drop_slot(self.name)
+
+
+def slot_lags(pg, slot):
+    """(WAL end - confirmed_flush_lsn, WAL end - restart_lsn) in bytes."""
+    s = pg.slot(slot)
+    end = pg.wal_lsn()
+    return end - s["confirmed_flush_lsn_int"], end - s["restart_lsn_int"]
+
+
+def wait_confirmed_close(pg, slot, limit=1 * MB, timeout=15):
+    """Waits until the slot's confirmed_flush_lsn is within limit of
+    pg_current_wal_lsn()."""
+    wait_until(lambda: slot_lags(pg, slot)[0] < limit, timeout, 0.2,
+               "confirmed_flush_lsn of %s within %d bytes of the WAL end"
+               % (slot, limit))
+
+
+def make_event(agg_type, key, seq, headers=None):
+    return {"id": new_id(), "aggregate_type": agg_type, "aggregate_id": key,
+            "event_type": "%s.updated" % agg_type,
+            "payload": {"key": key, "seq": seq, "note": "é \"q\" \\ ✓"},
+            "headers": headers}
+
+
+def check_records_match_rows(records, rows):
+    """Each record's topic, key, partition, value, headers and timestamp are
+    what SPEC §3 derives from its stored row."""
+    for r in records:
+        eid = header(r, "id").decode()
+        row = rows[eid]
+        assert r["topic"] == "outbox.event.%s" % row["aggregate_type"], r
+        assert r["key"] == row["aggregate_id"], r
+        assert r["partition"] == murmur2_partition(
+            row["aggregate_id"].encode(), PARTITIONS), r
+        assert r["value"] == row["payload_text"].encode("utf-8"), r
+        assert r["headers"] == expected_headers(
+            eid, row["event_type"], row["headers_text"]), r
+        assert abs(r["timestamp"] - row["created_ms"]) <= 1, (
+            r["timestamp"], row["created_ms"])
+
+
+# ---------------------------------------------------------------------------
+# tests
+
+
+def test_events_exactly_once_keyed_and_ordered(pg, broker, consumer,
+                                               outboxd_factory, slot_name,
+                                               test_id):
+    """3,000 events in 300 transactions over 100 keys and two aggregate
+    types: each published once, to outbox.event.<type>, keyed by aggregate
+    id on murmur2's partition, value = payload JSON text, headers id, type
+    and the headers column's members; per-key commit order; a rolled-back
+    transaction publishes nothing."""
+    types = ["order_%s" % test_id, "customer_%s" % test_id]
+    topics = ["outbox.event.%s" % t for t in types]
+    for t in topics:
+        broker.create_topic(t, PARTITIONS)
+    keys = ["%s-agg-%03d" % (test_id, i) for i in range(100)]
+    type_of = {k: types[i % 2] for i, k in enumerate(keys)}
+
+    d = outboxd_factory()
+    wait_slot_active(pg, slot_name)
+
+    rng = random.Random(20240601)
+    seq = collections.Counter()
+    committed_ids = []
+    rolled_back_ids = []
+    conn = pg.connect()
+    conn.autocommit = False
+    try:
+        with conn.cursor() as cur:
+            for txn in range(300):
+                rows = []
+                for _ in range(10):
+                    k = rng.choice(keys)
+                    seq[k] += 1
+                    hdrs = None
+                    if rng.random() < 0.5:
+                        hdrs = {"traceparent": "00-%032x-%016x-01" % (
+                            rng.getrandbits(128), rng.getrandbits(64)),
+                            "attempt": seq[k], "tenant": "acme"}
+                    rows.append(make_event(type_of[k], k, seq[k], hdrs))
+                if txn % 2:
+                    insert_events(cur, rows)
+                else:  # one statement per event
+                    for r in rows:
+                        insert_events(cur, [r])
+                conn.commit()
+                committed_ids += [r["id"] for r in rows]
+                if txn == 150:
+                    bad = [make_event(type_of[k], k, -1)
+                           for k in rng.sample(keys, 5)]
+                    insert_events(cur, bad)
+                    conn.rollback()
+                    rolled_back_ids += [r["id"] for r in bad]
+    finally:
+        conn.close()
+    assert len(committed_ids) == 3000
+
+    records = consumer.collect(topics, 3000, timeout=120, settle=3)
+    assert_exactly_once(records, committed_ids)
+    assert not set(rolled_back_ids) & set(id_counts(records))
+
+    rows = stored_rows(pg, committed_ids)
+    check_records_match_rows(records, rows)
+
+    by_key = collections.defaultdict(list)
+    for r in records:
+        by_key[r["key"]].append(r)
+    for k, recs in by_key.items():
+        assert len({r["partition"] for r in recs}) == 1, k
+        recs.sort(key=lambda r: r["offset"])
+        seqs = [json.loads(r["value"])["seq"] for r in recs]
+        assert seqs == list(range(1, seq[k] + 1)), (
+            "key %s out of commit order: %s" % (k, seqs))
+
+    wait_confirmed_close(pg, slot_name, 1 * MB, timeout=15)
+    assert d.running(), d.log_tail()
+
+
+def test_idle_slot_advances_with_foreign_wal(pg, broker, consumer,
+                                             outboxd_factory, slot_name,
+                                             test_id):
+    """After delivery the slot is confirmed to within 1 MB of the WAL end;
+    after 50 MB of WAL from another table and another database (no outbox
+    events) the WAL retained by the slot stays under 8 MB."""
+    agg = "idle_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    otherdb = "other_%s" % test_id
+    pg.create_db(otherdb)
+    filler = "filler_%s" % test_id
+    for db in ("postgres", otherdb):
+        pg.sql("CREATE TABLE %s (id bigserial PRIMARY KEY, t text)" % filler,
+               dbname=db)
+
+    outboxd_factory()
+    wait_slot_active(pg, slot_name)
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        events = [make_event(agg, "k%d" % (i % 7), i) for i in range(20)]
+        insert_events(cur, events)
+    conn.close()
+    recs = consumer.collect([topic], 20, timeout=30, settle=0.5)
+    assert_exactly_once(recs, [e["id"] for e in events])
+    wait_confirmed_close(pg, slot_name, 1 * MB, timeout=15)
+
+    start = pg.wal_lsn()
+    # 2,000 x 1,000-byte rows of incompressible-enough text per round.
+    fill = ("INSERT INTO %s (t) SELECT repeat(md5(g::text), 31) "
+            "FROM generate_series(1, 1000) g" % filler)
+    rounds = 0
+    while pg.wal_lsn() - start < 50 * MB:
+        pg.sql(fill)
+        pg.sql(fill, dbname=otherdb)
+        rounds += 1
+        assert rounds < 200
+    written = pg.wal_lsn() - start
+    assert written >= 50 * MB
+
+    # A checkpoint logs a running-xacts record, from which the slot's
+    # restart_lsn may advance once the client confirms past it.
+    pg.sql("CHECKPOINT")
+    t0 = time.monotonic()
+    checkpointed_again = False
+
+    def small():
+        nonlocal checkpointed_again
+        if not checkpointed_again and time.monotonic() - t0 > 8:
+            pg.sql("CHECKPOINT")
+            checkpointed_again = True
+        conf_lag, restart_lag = slot_lags(pg, slot_name)
+        return (conf_lag < 8 * MB and restart_lag < 8 * MB,
+                conf_lag, restart_lag)
+
+    try:
+        wait_until(lambda: small()[0], 20, 0.5)
+    except TimeoutError:
+        _, conf_lag, restart_lag = small()
+        raise AssertionError(
+            "slot %s retains too much WAL %.1fs after %d MB of foreign "
+            "writes: WAL end - confirmed_flush_lsn = %d bytes, WAL end - "
+            "restart_lsn = %d bytes (limit 8 MB)"
+            % (slot_name, time.monotonic() - t0, written // MB, conf_lag,
+               restart_lag))
+    for db in ("postgres", otherdb):
+        pg.sql("DROP TABLE %s" % filler, dbname=db)
+
+
+def test_no_confirm_past_unacked_events_while_kafka_down(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """With every broker down, the slot's confirmed_flush_lsn never passes
+    the commit of the first unacknowledged transaction; after `up all`
+    every event arrives and the slot moves past it."""
+    agg = "down_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    d = outboxd_factory()
+    wait_slot_active(pg, slot_name)
+
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        warm = [make_event(agg, "warm", 0)]
+        insert_events(cur, warm)
+    assert_exactly_once(consumer.collect([topic], 1, timeout=30, settle=0.2),
+                        [warm[0]["id"]])
+    wait_confirmed_close(pg, slot_name, 1 * MB, timeout=15)
+
+    probe = WalProbe(pg, "probe_%s" % slot_name)
+    try:
+        broker.cmd("down all")
+        time.sleep(0.5)
+        before = pg.slot(slot_name)["confirmed_flush_lsn_int"]
+        xids, ids = [], []
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            for t in range(5):
+                rows = [make_event(agg, "k%d" % (i % 9), t * 20 + i)
+                        for i in range(20)]
+                insert_events(cur, rows)
+                cur.execute("SELECT txid_current()")
+                xids.append(cur.fetchone()[0])
+                conn.commit()
+                ids += [r["id"] for r in rows]
+        conn.autocommit = True
+        commits = wait_until(
+            lambda: (lambda c: c if all(x in c for x in xids) else None)(
+                probe.commits()), 10, 0.2, "probe saw the commits")
+        first_commit, first_end = commits[xids[0]]
+        last_end = commits[xids[-1]][1]
+        assert first_commit >= before
+
+        # The slot must not be confirmed at or past the end of the first
+        # unacknowledged transaction (confirming its commit record's start
+        # replays it, so that is allowed).
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            s = pg.slot(slot_name)
+            assert s["confirmed_flush_lsn_int"] <= first_commit, (
+                "slot confirmed %s while every broker is down; first "
+                "unacknowledged transaction committed at %s (ends %s)"
+                % (s["confirmed_flush_lsn"], harness.int_to_lsn(first_commit),
+                   harness.int_to_lsn(first_end)))
+            assert d.running(), d.log_tail()
+            time.sleep(0.25)
+
+        broker.cmd("up all")
+        recs = consumer.collect([topic], 101, timeout=90, settle=1)
+        # The mock broker does not deduplicate idempotent retries, and a
+        # producer recreated after a fatal error republishes: at least once.
+        assert_at_least_once(recs, ids + [warm[0]["id"]])
+        wait_until(lambda: pg.slot(slot_name)["confirmed_flush_lsn_int"]
+                   >= last_end, 30, 0.2,
+                   "slot confirmed past the last transaction after up all")
+    finally:
+        broker.cmd("up all")
+        probe.drop()
+        conn.close()
+    assert d.running(), d.log_tail()
+
+
+def test_sigterm_exits_0_and_restart_republishes_nothing(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """SIGTERM: exit 0 with everything confirmed; a restart on the same slot
+    publishes only what is new."""
+    agg = "term_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    d = outboxd_factory()
+    wait_slot_active(pg, slot_name)
+    probe = WalProbe(pg, "probe_%s" % slot_name)
+    try:
+        ids, xids = [], []
+        conn = pg.connect()
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            for t in range(10):
+                rows = [make_event(agg, "k%d" % (i % 13), t * 20 + i)
+                        for i in range(20)]
+                insert_events(cur, rows)
+                cur.execute("SELECT txid_current()")
+                xids.append(cur.fetchone()[0])
+                conn.commit()
+                ids += [r["id"] for r in rows]
+        conn.close()
+        recs = consumer.collect([topic], len(ids), timeout=60, settle=1)
+        assert_exactly_once(recs, ids)
+        last_end = probe.commits()[xids[-1]][1]
+    finally:
+        probe.drop()
+
+    d.terminate()
+    rc = d.wait(40)
+    assert rc == 0, "outboxd exited %s on SIGTERM:\n%s" % (rc, d.log_tail())
+    s = pg.slot(slot_name)
+    assert not s["active"]
+    assert s["confirmed_flush_lsn_int"] >= last_end, (
+        "after SIGTERM the slot is confirmed at %s, before the end of the "
+        "last delivered transaction %s" % (s["confirmed_flush_lsn"],
+                                           harness.int_to_lsn(last_end)))
+
+    d.start()
+    wait_slot_active(pg, slot_name)
+    time.sleep(2)
+    marker = make_event(agg, "marker", 0)
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        insert_events(cur, [marker])
+    conn.close()
+    recs = consumer.collect([topic], len(ids) + 1, timeout=60, settle=3)
+    assert_exactly_once(recs, ids + [marker["id"]])
+
+
+def test_kill9_then_restart_delivers_everything(pg, broker, consumer,
+                                                outboxd_factory, slot_name,
+                                                test_id):
+    """kill -9 while events stream, then restart on the same slot: every
+    event arrives at least once (SPEC §4 at-least-once across crashes)."""
+    agg = "kill_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    broker.cmd("rtt all 20")  # keep some events in flight at the kill
+    d = outboxd_factory()
+    wait_slot_active(pg, slot_name)
+    ids = []
+    conn = pg.connect()
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        for t in range(40):
+            rows = [make_event(agg, "k%d" % (i % 17), t * 25 + i)
+                    for i in range(25)]
+            insert_events(cur, rows)
+            conn.commit()
+            ids += [r["id"] for r in rows]
+            if t == 20:
+                d.kill9()
+    conn.close()
+    broker.cmd("rtt all 0")
+    d.start()
+    recs = consumer.collect([topic], len(ids), timeout=90, settle=1)
+    assert_at_least_once(recs, ids)
+    wait_confirmed_close(pg, slot_name, 1 * MB, timeout=20)
+
+
+def test_logical_messages_published_like_rows(pg, broker, consumer,
+                                              outboxd_factory, slot_name,
+                                              test_id):
+    """pg_logical_emit_message(true, 'outbox', json) becomes a record like a
+    table row; in one transaction, messages and rows keep statement order;
+    other prefixes are not published."""
+    agg = "msg_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    outboxd_factory()
+    wait_slot_active(pg, slot_name)
+
+    def message(key, seq, headers):
+        return {"id": new_id(), "aggregate_type": agg, "aggregate_id": key,
+                "event_type": "%s.created" % agg,
+                "payload": {"key": key, "seq": seq, "items": [1, 2.5, None],
+                            "s": "ü \"x\""},
+                "headers": headers}
+
+    m1 = message("acct-1", 1, {"traceparent": "00-abc-def-01", "n": 7})
+    row2 = make_event(agg, "acct-1", 2, {"via": "table"})
+    m3 = message("acct-1", 3, None)
+    m4 = message("acct-2", 1, {"flag": True})
+    other_prefix = message("acct-1", 99, None)
+
+    t_before = int(time.time() * 1000)
+    conn = pg.connect()
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_logical_emit_message(true, 'outbox', %s)",
+                    (json.dumps(m1),))
+        insert_events(cur, [row2])
+        cur.execute("SELECT pg_logical_emit_message(true, 'outbox', %s)",
+                    (json.dumps(m3),))
+        cur.execute("SELECT pg_logical_emit_message(true, 'notoutbox', %s)",
+                    (json.dumps(other_prefix),))
+        conn.commit()
+        cur.execute("SELECT pg_logical_emit_message(true, 'outbox', %s)",
+                    (json.dumps(m4),))
+        conn.commit()
+    conn.close()
+    t_after = int(time.time() * 1000)
+
+    recs = consumer.collect([topic], 4, timeout=30, settle=2)
+    assert_exactly_once(recs, [m1["id"], row2["id"], m3["id"], m4["id"]])
+    by_id = {header(r, "id").decode(): r for r in recs}
+
+    check_records_match_rows([by_id[row2["id"]]], stored_rows(pg,
+                                                              [row2["id"]]))
+    for m in (m1, m3, m4):
+        r = by_id[m["id"]]
+        assert r["topic"] == topic
+        assert r["key"] == m["aggregate_id"]
+        assert r["partition"] == murmur2_partition(
+            m["aggregate_id"].encode(), PARTITIONS)
+        assert json.loads(r["value"]) == m["payload"], r
+        want = [("id", m["id"].encode()), ("type", m["event_type"].encode())]
+        want += [(k, header_text(v)) for k, v in (m["headers"] or {}).items()]
+        got = [(k, v) for k, v in r["headers"]]
+        assert [k for k, _ in got] == [k for k, _ in want], got
+        for (k, gv), (_, wv) in zip(got, want):
+            if k == "n" or k == "flag":
+                assert json.loads(gv) == json.loads(wv), (k, gv)
+            else:
+                assert gv == wv, (k, gv, wv)
+        # no created_at in the message: the commit time
+        assert t_before - 1000 <= r["timestamp"] <= t_after + 1000, r
+
+    same_key = sorted((r for r in recs if r["key"] == "acct-1"),
+                      key=lambda r: r["offset"])
+    assert [json.loads(r["value"])["seq"] for r in same_key] == [1, 2, 3]
+
+
+def test_headers_column_json_types(pg, broker, consumer, outboxd_factory,
+                                   slot_name, test_id):
+    """Members of the headers object become headers in object order:
+    strings as is (unescaped UTF-8), numbers, booleans, null, objects and
+    arrays as their JSON text."""
+    agg = "hdr_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    outboxd_factory()
+    wait_slot_active(pg, slot_name)
+
+    hdrs = {"str": "plain", "quoted": "say \"hi\" ü ✓ \\ /", "int": 42,
+            "neg": -7, "float": 1.5, "yes": True, "no": False, "nil": None,
+            "obj": {"a": 1, "b": [1, "x"]}, "arr": [1, "two", {"c": None}],
+            "empty": ""}
+    ev = make_event(agg, "h1", 1, hdrs)
+    plain = make_event(agg, "h2", 1, None)
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        insert_events(cur, [ev, plain])
+    conn.close()
+
+    recs = consumer.collect([topic], 2, timeout=30, settle=1)
+    assert_exactly_once(recs, [ev["id"], plain["id"]])
+    by_id = {header(r, "id").decode(): r for r in recs}
+
+    headers_text = pg.sql("SELECT headers::text FROM public.outbox "
+                          "WHERE id = %s", (ev["id"],))[0][0]
+    order = [k for k, _ in json.loads(headers_text, object_pairs_hook=list)]
+    got = by_id[ev["id"]]["headers"]
+    assert [k for k, _ in got] == ["id", "type"] + order
+    got = dict(got[2:])
+    assert got["str"] == b"plain"
+    assert got["quoted"] == "say \"hi\" ü ✓ \\ /".encode()
+    assert got["empty"] == b""
+    assert got["int"] == b"42"
+    assert got["neg"] == b"-7"
+    assert got["float"] == b"1.5"
+    assert got["yes"] == b"true"
+    assert got["no"] == b"false"
+    assert got["nil"] == b"null"
+    assert json.loads(got["obj"]) == hdrs["obj"]
+    assert json.loads(got["arr"]) == hdrs["arr"]
+    assert by_id[plain["id"]]["headers"] == [
+        ("id", plain["id"].encode()), ("type", plain["event_type"].encode())]
