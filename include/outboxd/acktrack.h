@@ -1,0 +1,72 @@
+/*
+ * acktrack.h: which WAL position may be confirmed (DESIGN.md §2).
+ *
+ * A FIFO of the transactions handed to the producer, in commit order, each
+ * with its commit end LSN and the number of its events the broker has not
+ * acknowledged yet. The confirmable LSN is the end LSN of the longest prefix
+ * of committed transactions whose counts are all zero; delivery reports may
+ * arrive in any order across partitions and only ever shrink counts.
+ *
+ * With nothing in flight and no transaction open, the confirmable LSN is
+ * the WAL end of the server's latest keepalive: every change before it was
+ * already received, so confirming it lets an idle slot release WAL.
+ *
+ * Transactions are named by a sequence number that stays valid while the
+ * FIFO grows; it is what delivery reports carry back.
+ */
+#ifndef OUTBOXD_ACKTRACK_H
+#define OUTBOXD_ACKTRACK_H
+
+#include "outboxd/common.h"
+#include "outboxd/lsn.h"
+
+typedef struct ob_acktrack_txn {
+	ob_lsn end_lsn;    /* commit end LSN; 0 for an abandoned transaction */
+	int64_t commit_ms; /* commit time, for publish latency */
+	uint64_t pending;  /* events handed over and not yet acknowledged */
+	bool committed;    /* all its events were handed over */
+} ob_acktrack_txn;
+
+typedef struct ob_acktrack {
+	ob_acktrack_txn *ring; /* owned; capacity is a power of two */
+	size_t cap;
+	uint64_t head_seq; /* sequence number of ring's oldest entry */
+	uint64_t tail_seq; /* one past the newest */
+	bool open;         /* the newest entry is an open transaction */
+	ob_lsn confirmable;
+	ob_lsn idle_lsn; /* the latest keepalive WAL end */
+	uint64_t inflight; /* events handed over and not acknowledged, all txns */
+} ob_acktrack;
+
+/* Start tracking from start_lsn (the position already confirmed). */
+void ob_acktrack_init(ob_acktrack *t, ob_lsn start_lsn);
+void ob_acktrack_free(ob_acktrack *t);
+/* Forget everything in flight (the producer that held it is gone) and
+ * start again from the confirmable position. */
+void ob_acktrack_reset(ob_acktrack *t);
+
+/* Open a transaction ending at end_lsn (wal2json's B record knows it) and
+ * committed at commit_ms; returns its sequence number. Only one is open. */
+uint64_t ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_ms);
+/* Count one more event of the open transaction seq. */
+void ob_acktrack_add(ob_acktrack *t, uint64_t seq);
+/* Close transaction seq: all its events were handed over. */
+void ob_acktrack_commit(ob_acktrack *t, uint64_t seq);
+/* Abandon the open transaction seq; its events stay counted, so nothing
+ * after it is confirmed until they are acknowledged. Used when the stream
+ * breaks mid-transaction. */
+void ob_acktrack_abort(ob_acktrack *t, uint64_t seq);
+/* One event of transaction seq was acknowledged (or dead-lettered). */
+void ob_acktrack_ack(ob_acktrack *t, uint64_t seq);
+/* The end LSN and commit time of transaction seq; false if it is no longer
+ * tracked. */
+bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_ms);
+/* A keepalive said the server's WAL ends at wal_end. */
+void ob_acktrack_keepalive(ob_acktrack *t, ob_lsn wal_end);
+
+/* The highest LSN that may be confirmed now. Never decreases. */
+ob_lsn ob_acktrack_confirmable(ob_acktrack *t);
+/* Events handed over and not yet acknowledged. */
+uint64_t ob_acktrack_inflight(const ob_acktrack *t);
+
+#endif

@@ -1,0 +1,26 @@
+/*
+ * check.h: preflight checks (`outboxd check`) and the database checks the
+ * relay runs before it starts streaming.
+ *
+ * Each check produces one line: its name, ok or FAIL, and a detail that
+ * names the fix when it failed. ob_check_run() runs them all, even after a
+ * failure, so one run shows every problem.
+ */
+#ifndef OUTBOXD_CHECK_H
+#define OUTBOXD_CHECK_H
+
+#include <stdio.h>
+
+#include "outboxd/config.h"
+#include "outboxd/pgrepl.h"
+
+/* Check wal_level, the outbox table and its mapped columns on an open
+ * connection. Without out, failures are logged as errors; with out, every
+ * result is printed as a line. True when all passed. */
+bool ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out) OB_MUST_CHECK;
+
+/* The `check` command: every check, printed to out. Returns the exit code:
+ * 0 when all passed, 2 otherwise (SPEC §1). */
+int ob_check_run(const ob_config *cfg, FILE *out);
+
+#endif

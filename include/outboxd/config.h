@@ -1,0 +1,96 @@
+/*
+ * config.h: outboxd's settings (SPEC.md §2).
+ *
+ * A configuration is built in three steps: ob_config_init() sets the
+ * defaults, ob_config_load_file() and ob_config_set() apply the INI file and
+ * the -s overrides in command-line order, and ob_config_finish() checks the
+ * result and derives the values other modules read. Every failure is logged
+ * once, naming the key, and makes the command exit 2.
+ *
+ * "${NAME}" in any value is replaced by the environment variable NAME; an
+ * unset variable is an error. Keys of [kafka] pass through to librdkafka
+ * (checked when the producer is created), except enable.idempotence and
+ * acks, which outboxd pins.
+ */
+#ifndef OUTBOXD_CONFIG_H
+#define OUTBOXD_CONFIG_H
+
+#include "outboxd/common.h"
+#include "outboxd/log.h"
+
+typedef enum ob_bad_event_policy {
+	OB_BAD_EVENT_DLQ = 0,
+	OB_BAD_EVENT_HALT,
+} ob_bad_event_policy;
+
+/* One librdkafka property, in the order it was set. */
+typedef struct ob_kafka_prop {
+	char *key;
+	char *value;
+} ob_kafka_prop;
+
+typedef struct ob_config {
+	struct {
+		char *conninfo;
+		char *slot;
+		bool create_slot;
+		int status_interval_ms;
+		int reconnect_max_backoff_ms;
+		int standby_retry_ms;
+	} pg;
+	struct {
+		char *table;      /* as configured: "schema.name" or "name" */
+		char *schema;     /* derived by ob_config_finish() */
+		char *table_name; /* derived by ob_config_finish() */
+		char *id_column;
+		char *key_column;
+		char *type_column;      /* "" when not mapped */
+		char *payload_column;
+		char *headers_column;   /* "" when not mapped */
+		char *timestamp_column; /* "" means commit time */
+		char *topic;
+		char *message_prefix; /* "" means messages are not published */
+		ob_bad_event_policy on_bad_event;
+		char *dlq_topic;
+	} outbox;
+	ob_kafka_prop *kafka;
+	size_t kafka_len;
+	struct {
+		char *listen; /* "" disables the HTTP server */
+	} http;
+	struct {
+		ob_log_format format;
+		ob_log_level level;
+	} log;
+} ob_config;
+
+/* Fill cfg with the defaults of SPEC §2. Release with ob_config_free(). */
+void ob_config_init(ob_config *cfg);
+void ob_config_free(ob_config *cfg);
+
+/* Apply an INI file. False (logged, with file and line) on a read error,
+ * a syntax error, an unknown section or key, or a bad value. */
+bool ob_config_load_file(ob_config *cfg, const char *path) OB_MUST_CHECK;
+
+/* Apply one "section.key=value" override (-s). */
+bool ob_config_set_override(ob_config *cfg, const char *assignment) OB_MUST_CHECK;
+
+/* Apply one key of a section; value is expanded for ${NAME} first.
+ * origin names where the setting came from, for error messages. */
+bool ob_config_set(ob_config *cfg, const char *section, const char *key, const char *value,
+		   const char *origin) OB_MUST_CHECK;
+
+/* Check cross-key rules and derive the schema and table names. */
+bool ob_config_finish(ob_config *cfg) OB_MUST_CHECK;
+
+/* The value of a [kafka] property as set by the user, or NULL. */
+const char *ob_config_kafka_get(const ob_config *cfg, const char *key);
+
+/* Expand ${NAME} references in value; NULL (logged) if one is unset or
+ * unterminated. The result is the caller's to free. */
+char *ob_config_expand_env(const char *value, const char *origin);
+
+/* True for librdkafka property names whose values are secrets. */
+bool ob_config_is_secret_key(const char *key);
+
+#endif

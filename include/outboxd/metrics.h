@@ -1,0 +1,49 @@
+/*
+ * metrics.h: the counters and gauges of SPEC §6.
+ *
+ * The relay updates them on its thread; the HTTP server's thread renders
+ * them. Scalars are C11 atomics; the per-topic and per-reason counters sit
+ * behind one mutex, taken once per update. Rendering never blocks the
+ * relay for longer than copying those small tables.
+ */
+#ifndef OUTBOXD_METRICS_H
+#define OUTBOXD_METRICS_H
+
+#include "outboxd/common.h"
+#include "outboxd/lsn.h"
+
+typedef enum ob_ready_state {
+	OB_READY_CONNECTING = 0,
+	OB_READY_STREAMING,
+	OB_READY_STANDBY,
+	OB_READY_KAFKA_DOWN,
+} ob_ready_state;
+
+typedef enum ob_reconnect_target {
+	OB_TARGET_POSTGRES = 0,
+	OB_TARGET_KAFKA,
+} ob_reconnect_target;
+
+void ob_metrics_init(void);
+
+void ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds);
+void ob_metrics_dead_lettered(const char *reason);
+void ob_metrics_transaction(void);
+void ob_metrics_set_inflight(uint64_t n);
+void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end);
+void ob_metrics_set_connected(bool postgres, bool kafka);
+void ob_metrics_reconnect(ob_reconnect_target target);
+void ob_metrics_set_ready(ob_ready_state state);
+/* The main loop calls this every turn; /healthz fails when it stops. */
+void ob_metrics_heartbeat(void);
+
+/* For /readyz: the state and its one-word name. */
+ob_ready_state ob_metrics_ready(void);
+const char *ob_metrics_ready_word(ob_ready_state state);
+/* Milliseconds since the last heartbeat (monotonic). */
+int64_t ob_metrics_heartbeat_age_ms(void);
+
+/* Render the Prometheus text format; the caller frees. */
+char *ob_metrics_render(void);
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * pgrepl.h: the logical replication connection to Postgres.
+ *
+ * One connection with replication=database serves both the few SQL queries
+ * outboxd needs (slot state, wal_level, the outbox table) and the
+ * replication stream (START_REPLICATION with wal2json). Errors are logged
+ * here, once, and classified so the caller knows whether to retry, wait as
+ * a standby, or stop (SPEC §5). No librdkafka type appears here.
+ */
+#ifndef OUTBOXD_PGREPL_H
+#define OUTBOXD_PGREPL_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/lsn.h"
+
+typedef struct ob_pgrepl ob_pgrepl;
+
+typedef enum ob_pg_status {
+	OB_PG_OK,
+	OB_PG_RETRY,   /* transient: reconnect with backoff */
+	OB_PG_STANDBY, /* the slot is held by another process */
+	OB_PG_FATAL,   /* needs an operator: exit 1 */
+} ob_pg_status;
+
+/* pg_replication_slots' view of one slot. */
+typedef struct ob_slot_info {
+	bool exists;
+	char plugin[64];
+	char database[64];
+	int active_pid; /* 0 when inactive */
+	ob_lsn confirmed_flush;
+	ob_lsn restart_lsn;
+	char wal_status[16];
+	int64_t retained_bytes; /* current WAL LSN minus restart_lsn */
+} ob_slot_info;
+
+/* One message of the replication stream. data borrows libpq's buffer and
+ * is valid until the next ob_pgrepl_read(). */
+typedef struct ob_pgrepl_msg {
+	bool keepalive; /* else XLogData */
+	ob_lsn data_start;
+	ob_lsn wal_end;
+	bool reply_requested;
+	const char *data;
+	size_t len;
+} ob_pgrepl_msg;
+
+typedef enum ob_read_result {
+	OB_READ_MSG,
+	OB_READ_NONE, /* nothing buffered: wait on the socket */
+	OB_READ_ERROR,
+} ob_read_result;
+
+/* Connect with replication=database. OB_PG_RETRY (logged) on failure. */
+ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out);
+/* Close the connection. With graceful, end the stream first (CopyDone) and
+ * wait briefly for the server, so the last status update is processed. */
+void ob_pgrepl_close(ob_pgrepl *p, bool graceful);
+
+/* Run a query and copy the first column of the first row into *out (the
+ * caller frees; NULL for no row or SQL NULL). False (logged) on error. */
+bool ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out) OB_MUST_CHECK;
+/* Quote s as an SQL literal; the caller frees. */
+char *ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s);
+/* The server's version number (150005 for 15.5). */
+int ob_pgrepl_server_version(const ob_pgrepl *p);
+
+bool ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info) OB_MUST_CHECK;
+/* CREATE_REPLICATION_SLOT for wal2json; OB_PG_FATAL names the fix. */
+ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot);
+bool ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot) OB_MUST_CHECK;
+
+/* Check the slot and create it if missing and create_slot is set: STANDBY
+ * if another process holds it, FATAL if it is unusable (another plugin,
+ * another database, invalidated, missing without create_slot). */
+ob_pg_status ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg);
+
+/* START_REPLICATION from start (0: the slot's confirmed position) with the
+ * wal2json options outboxd needs. */
+ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start);
+
+int ob_pgrepl_socket(const ob_pgrepl *p);
+ob_read_result ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg);
+/* Send a standby status update; only flush moves the slot. */
+bool ob_pgrepl_send_status(ob_pgrepl *p, ob_lsn write, ob_lsn flush,
+			   bool reply_requested) OB_MUST_CHECK;
+
+#endif

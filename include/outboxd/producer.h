@@ -1,0 +1,78 @@
+/*
+ * producer.h: the idempotent Kafka producer (librdkafka).
+ *
+ * outboxd's defaults (SPEC §2) are applied first, then the user's [kafka]
+ * properties, then the pinned ones (enable.idempotence=true, acks=all).
+ * Delivery reports are served on the caller's thread by ob_producer_poll();
+ * each calls the delivery callback with the tag given to ob_producer_send().
+ * A report that is not OK is final: librdkafka retries everything
+ * retriable itself (message.timeout.ms=0 never expires).
+ *
+ * No libpq type appears here; the producer knows nothing of Postgres.
+ */
+#ifndef OUTBOXD_PRODUCER_H
+#define OUTBOXD_PRODUCER_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/outbox.h"
+
+typedef struct ob_producer ob_producer;
+
+/* What a delivery report says about one record. The record's pointers
+ * borrow from librdkafka and are valid only during the callback. */
+typedef struct ob_delivery {
+	uint64_t tag;
+	bool ok;
+	bool value_too_large; /* refused because the record is too large */
+	const char *error;    /* NULL when ok */
+	int32_t partition;
+	ob_record_view record;
+} ob_delivery;
+
+typedef void (*ob_delivery_fn)(void *ctx, const ob_delivery *d);
+
+typedef enum ob_send_result {
+	OB_SEND_OK,
+	OB_SEND_QUEUE_FULL, /* nothing queued: serve reports and retry */
+	OB_SEND_REFUSED,    /* this record can never be sent; d says why */
+	OB_SEND_FATAL,      /* the producer is unusable: recreate it */
+} ob_send_result;
+
+/* Create a producer. False (logged, naming the property) if a [kafka]
+ * property is unknown or invalid: a configuration error. */
+bool ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery, void *ctx,
+		     ob_producer **out) OB_MUST_CHECK;
+/* Destroy without waiting for outstanding records (they are dropped). */
+void ob_producer_free(ob_producer *p);
+
+/* Queue one record, tagged for its delivery report. On OB_SEND_REFUSED
+ * *why describes the refusal (static text or librdkafka's). */
+ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag,
+				const char **why, bool *too_large);
+
+/* Serve delivery reports and errors, waiting up to timeout_ms for the
+ * first. */
+void ob_producer_poll(ob_producer *p, int timeout_ms);
+/* A file descriptor that becomes readable when reports are waiting; the
+ * caller polls it and then calls ob_producer_poll(p, 0). */
+int ob_producer_wake_fd(const ob_producer *p);
+
+/* Records queued or in flight. */
+int ob_producer_outq_len(ob_producer *p);
+/* True once a fatal error was raised; *why (may be NULL) describes it. */
+bool ob_producer_failed(const ob_producer *p, const char **why);
+/* True while at least one broker connection is up. */
+bool ob_producer_connected(const ob_producer *p);
+
+/* Check the configuration by building (not starting) a producer config:
+ * false, logged, if a property is rejected. */
+bool ob_producer_check_config(const ob_config *cfg) OB_MUST_CHECK;
+
+/* Connect to the cluster and fetch its metadata (for `check`). Writes a
+ * one-line description to detail: the broker count, or the error. When
+ * topic is not NULL, *topic_exists says whether the cluster has it. */
+bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic,
+		       bool *topic_exists, char *detail, size_t detail_len) OB_MUST_CHECK;
+
+#endif

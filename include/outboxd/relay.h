@@ -1,0 +1,20 @@
+/*
+ * relay.h: the main loop that moves events from the slot to Kafka.
+ *
+ * One thread waits on the Postgres socket and the producer's wake-up pipe,
+ * reads wal2json records, maps and produces them, serves delivery reports,
+ * and confirms the slot up to what the ack tracker allows. It reconnects to
+ * Postgres with exponential backoff, waits as a standby while another
+ * process holds the slot, recreates the producer after a fatal error, and
+ * on SIGTERM/SIGINT flushes (up to 30 s), confirms and returns.
+ */
+#ifndef OUTBOXD_RELAY_H
+#define OUTBOXD_RELAY_H
+
+#include "outboxd/config.h"
+
+/* Run until stopped; returns the exit code (0 stopped cleanly, 1 needs an
+ * operator, 2 configuration error). Installs SIGTERM/SIGINT handlers. */
+int ob_relay_run(const ob_config *cfg);
+
+#endif

@@ -1,0 +1,298 @@
+/*
+ * check.c: preflight checks of the database, the slot and the broker.
+ *
+ * A check fills a result line (ok or not, and a detail naming the fix) and
+ * report() prints or logs it. The database checks are shared with the
+ * relay, which runs them on every connection before streaming.
+ */
+#include "outboxd/check.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "outboxd/log.h"
+#include "outboxd/producer.h"
+
+#define BROKER_PROBE_TIMEOUT_MS 5000
+
+typedef struct checker {
+	ob_pgrepl *pg;
+	const ob_config *cfg;
+	FILE *out;    /* print every result here, or log failures when NULL */
+	bool all_ok;
+	char *table_oid; /* set by check_table when the table exists */
+} checker;
+
+static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
+{
+	char detail[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	if (!ok)
+		c->all_ok = false;
+	if (c->out != NULL)
+		fprintf(c->out, "%-20s %-4s %s\n", name, ok ? "ok" : "FAIL", detail);
+	else if (!ok)
+		ob_error("%s: %s", name, detail);
+}
+
+/* Run a query for one value; a failed query is a failed check. */
+static bool
+query(checker *c, const char *name, const char *sql, char **value)
+{
+	if (ob_pgrepl_query_value(c->pg, sql, value))
+		return true;
+	report(c, name, false, "query failed (see the log)");
+	return false;
+}
+
+static void
+check_wal_level(checker *c)
+{
+	char *level = NULL;
+
+	if (!query(c, "wal_level", "SHOW wal_level", &level))
+		return;
+	if (level != NULL && strcmp(level, "logical") == 0)
+		report(c, "wal_level", true, "logical");
+	else
+		report(c, "wal_level", false,
+		       "wal_level is %s; set wal_level = logical in postgresql.conf and restart "
+		       "Postgres",
+		       level ? level : "unknown");
+	free(level);
+}
+
+static void
+check_table(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	char *schema = ob_pgrepl_quote_literal(c->pg, cfg->outbox.schema);
+	char *table = ob_pgrepl_quote_literal(c->pg, cfg->outbox.table_name);
+	char *sql = ob_xasprintf("SELECT c.oid FROM pg_class c JOIN pg_namespace n "
+				 "ON n.oid = c.relnamespace WHERE n.nspname = %s "
+				 "AND c.relname = %s AND c.relkind IN ('r', 'p')",
+				 schema, table);
+
+	if (query(c, "outbox table", sql, &c->table_oid)) {
+		if (c->table_oid != NULL)
+			report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
+			       cfg->outbox.table_name);
+		else
+			report(c, "outbox table", false,
+			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
+			       "outbox.table",
+			       cfg->outbox.schema, cfg->outbox.table_name);
+	}
+	free(sql);
+	free(schema);
+	free(table);
+}
+
+/* True if name is one of the comma-separated columns. */
+static bool
+has_column(const char *columns, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (const char *p = columns; p != NULL && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+		if (strncmp(p, name, len) == 0 && (p[len] == ',' || p[len] == '\0'))
+			return true;
+	}
+	return false;
+}
+
+static void
+check_columns(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	const char *mapped[] = {
+		cfg->outbox.id_column,      cfg->outbox.key_column,
+		cfg->outbox.type_column,    cfg->outbox.payload_column,
+		cfg->outbox.headers_column, cfg->outbox.timestamp_column,
+	};
+	char missing[512] = "";
+	char *columns = NULL;
+	char *sql;
+
+	if (c->table_oid == NULL)
+		return;
+	sql = ob_xasprintf("SELECT string_agg(attname, ',') FROM pg_attribute WHERE "
+			   "attrelid = %s AND attnum > 0 AND NOT attisdropped",
+			   c->table_oid);
+	if (!query(c, "outbox columns", sql, &columns)) {
+		free(sql);
+		return;
+	}
+	for (size_t i = 0; i < OB_ARRAY_LEN(mapped); i++) {
+		if (mapped[i][0] != '\0' && !has_column(columns, mapped[i]) &&
+		    strlen(missing) + strlen(mapped[i]) + 2 < sizeof(missing)) {
+			strcat(missing, missing[0] ? ", " : "");
+			strcat(missing, mapped[i]);
+		}
+	}
+	/* The topic template's {column} placeholders must exist too. */
+	for (const char *p = strchr(cfg->outbox.topic, '{'); p != NULL; p = strchr(p + 1, '{')) {
+		const char *end = strchr(p, '}');
+		char name[128];
+
+		snprintf(name, sizeof(name), "%.*s", (int)(end - p - 1), p + 1);
+		if (!has_column(columns, name) &&
+		    strlen(missing) + strlen(name) + 2 < sizeof(missing)) {
+			strcat(missing, missing[0] ? ", " : "");
+			strcat(missing, name);
+		}
+	}
+	if (missing[0] == '\0')
+		report(c, "outbox columns", true, "%s", columns ? columns : "");
+	else
+		report(c, "outbox columns", false,
+		       "%s.%s has no column %s; add the column or change the [outbox] mapping",
+		       cfg->outbox.schema, cfg->outbox.table_name, missing);
+	free(columns);
+	free(sql);
+}
+
+bool
+ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
+{
+	checker c = {pg, cfg, out, true, NULL};
+
+	check_wal_level(&c);
+	check_table(&c);
+	check_columns(&c);
+	free(c.table_oid);
+	return c.all_ok;
+}
+
+static void
+check_server(checker *c)
+{
+	int v = ob_pgrepl_server_version(c->pg);
+
+	report(c, "server version", v >= 100000, "%d.%d%s", v / 10000, v % 10000,
+	       v >= 100000 ? "" : "; outboxd needs PostgreSQL 10 or later");
+}
+
+static void
+check_privileges(checker *c)
+{
+	char *repl = NULL, *select = NULL;
+	char *table = NULL, *sql;
+
+	if (query(c, "replication role",
+		  "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+		  &repl))
+		report(c, "replication role", repl != NULL && strcmp(repl, "t") == 0, "%s",
+		       repl != NULL && strcmp(repl, "t") == 0
+			       ? "current user may replicate"
+			       : "current user lacks REPLICATION; ALTER ROLE ... REPLICATION "
+				 "(sql/role.sql)");
+	table = ob_xasprintf("%s.%s", c->cfg->outbox.schema, c->cfg->outbox.table_name);
+	char *lit = ob_pgrepl_quote_literal(c->pg, table);
+	sql = ob_xasprintf("SELECT has_table_privilege(to_regclass(%s), 'SELECT')", lit);
+	if (query(c, "table privilege", sql, &select))
+		report(c, "table privilege", select != NULL && strcmp(select, "t") == 0, "%s",
+		       select != NULL && strcmp(select, "t") == 0
+			       ? "SELECT granted"
+			       : "current user cannot SELECT the outbox; GRANT SELECT (sql/role.sql)");
+	free(lit);
+	free(sql);
+	free(table);
+	free(repl);
+	free(select);
+}
+
+/* The slot, or whether one could be created: a temporary slot proves
+ * that wal2json loads and that a slot is free. */
+static void
+check_slot(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	ob_slot_info info;
+
+	if (!ob_pgrepl_slot_info(c->pg, cfg->pg.slot, &info)) {
+		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
+		return;
+	}
+	if (!info.exists) {
+		char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"outboxd_check_%d\" TEMPORARY "
+					 "LOGICAL wal2json (SNAPSHOT 'nothing')",
+					 (int)getpid());
+		char *ignored = NULL;
+		bool ok = ob_pgrepl_query_value(c->pg, sql, &ignored);
+
+		report(c, "wal2json", ok, "%s",
+		       ok ? "output plugin loads"
+			  : "could not create a wal2json slot (see the log); install "
+			    "postgresql-15-wal2json and check max_replication_slots");
+		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
+		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
+					   : "does not exist and postgres.create_slot is false; "
+					     "run \"outboxd slot create\"");
+		free(ignored);
+		free(sql);
+		return;
+	}
+	report(c, "wal2json", strcmp(info.plugin, "wal2json") == 0, "slot plugin is %s%s",
+	       info.plugin,
+	       strcmp(info.plugin, "wal2json") == 0 ? "" : "; drop the slot or use another name");
+	if (strcmp(info.wal_status, "lost") == 0)
+		report(c, "slot", false,
+		       "%s has been invalidated (wal_status lost); drop and recreate it and raise "
+		       "max_slot_wal_keep_size",
+		       cfg->pg.slot);
+	else
+		report(c, "slot", true, "%s: %s, confirmed " OB_LSN_FMT ", %lld bytes retained%s",
+		       cfg->pg.slot, info.wal_status, OB_LSN_ARGS(info.confirmed_flush),
+		       (long long)info.retained_bytes,
+		       info.active_pid ? " (active in another process: this one would be a standby)"
+				       : "");
+}
+
+static void
+check_broker(checker *c)
+{
+	char detail[512];
+	bool dlq_exists = false;
+	bool ok = ob_producer_probe(c->cfg, BROKER_PROBE_TIMEOUT_MS, c->cfg->outbox.dlq_topic,
+				    &dlq_exists, detail, sizeof(detail));
+
+	report(c, "kafka", ok, "%s", detail);
+	if (ok)
+		report(c, "dead-letter topic", true, "%s %s", c->cfg->outbox.dlq_topic,
+		       dlq_exists ? "exists"
+				  : "does not exist yet (created on first use if the cluster "
+				    "auto-creates topics)");
+}
+
+int
+ob_check_run(const ob_config *cfg, FILE *out)
+{
+	checker c = {NULL, cfg, out, true, NULL};
+	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
+
+	if (!ob_producer_check_config(cfg))
+		report(&c, "kafka settings", false, "a [kafka] property is invalid (see the log)");
+	if (ob_pgrepl_connect(cfg, &c.pg) != OB_PG_OK) {
+		report(&c, "postgres", false, "could not connect with \"%s\" (see the log)",
+		       masked);
+	} else {
+		report(&c, "postgres", true, "connected with \"%s\"", masked);
+		check_server(&c);
+		if (!ob_check_database(c.pg, cfg, out))
+			c.all_ok = false;
+		check_privileges(&c);
+		check_slot(&c);
+		ob_pgrepl_close(c.pg, false);
+	}
+	check_broker(&c);
+	free(masked);
+	fprintf(out, "%s\n", c.all_ok ? "all checks passed" : "some checks failed");
+	return c.all_ok ? 0 : 2;
+}

@@ -1,0 +1,444 @@
+/*
+ * config.c: the settings table, INI loading (inih), -s overrides, ${ENV}
+ * expansion and validation.
+ *
+ * Every key outboxd knows is one row of config_keys[]; parsing, defaults and
+ * the "unknown key" error all come from that table, so a key cannot exist in
+ * one place and not another.
+ */
+#include "outboxd/config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum key_type {
+	KEY_STRING,    /* may be empty */
+	KEY_NONEMPTY,  /* must not be empty */
+	KEY_BOOL,
+	KEY_MS,        /* positive milliseconds */
+	KEY_BAD_EVENT, /* dlq | halt */
+	KEY_LOG_FORMAT,
+	KEY_LOG_LEVEL,
+} key_type;
+
+typedef struct config_key {
+	const char *section;
+	const char *key;
+	key_type type;
+	size_t offset;
+	const char *default_value;
+} config_key;
+
+#define OFF(field) offsetof(ob_config, field)
+
+static const config_key config_keys[] = {
+	{"postgres", "conninfo", KEY_STRING, OFF(pg.conninfo), ""},
+	{"postgres", "slot", KEY_NONEMPTY, OFF(pg.slot), "outboxd"},
+	{"postgres", "create_slot", KEY_BOOL, OFF(pg.create_slot), "true"},
+	{"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},
+	{"postgres", "reconnect_max_backoff_ms", KEY_MS, OFF(pg.reconnect_max_backoff_ms), "30000"},
+	{"postgres", "standby_retry_ms", KEY_MS, OFF(pg.standby_retry_ms), "5000"},
+	{"outbox", "table", KEY_NONEMPTY, OFF(outbox.table), "public.outbox"},
+	{"outbox", "id_column", KEY_NONEMPTY, OFF(outbox.id_column), "id"},
+	{"outbox", "key_column", KEY_NONEMPTY, OFF(outbox.key_column), "aggregate_id"},
+	{"outbox", "type_column", KEY_STRING, OFF(outbox.type_column), "event_type"},
+	{"outbox", "payload_column", KEY_NONEMPTY, OFF(outbox.payload_column), "payload"},
+	{"outbox", "headers_column", KEY_STRING, OFF(outbox.headers_column), "headers"},
+	{"outbox", "timestamp_column", KEY_STRING, OFF(outbox.timestamp_column), "created_at"},
+	{"outbox", "topic", KEY_NONEMPTY, OFF(outbox.topic), "outbox.event.{aggregate_type}"},
+	{"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
+	{"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
+	{"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
+	{"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
+	{"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
+	{"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
+};
+
+/* librdkafka properties outboxd pins, with the only value it accepts. */
+static const struct {
+	const char *key;
+	const char *value;
+} pinned_kafka[] = {
+	{"enable.idempotence", "true"},
+	{"acks", "all"},
+};
+
+static const config_key *
+find_key(const char *section, const char *key)
+{
+	for (size_t i = 0; i < OB_ARRAY_LEN(config_keys); i++) {
+		if (strcmp(config_keys[i].section, section) == 0 &&
+		    strcmp(config_keys[i].key, key) == 0)
+			return &config_keys[i];
+	}
+	return NULL;
+}
+
+static bool
+parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"true", "on", "yes", "1"};
+	static const char *const no[] = {"false", "off", "no", "0"};
+
+	for (size_t i = 0; i < OB_ARRAY_LEN(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return true;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool
+parse_ms(const char *s, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v <= 0 || v > INT_MAX)
+		return false;
+	*out = (int)v;
+	return true;
+}
+
+/* Store an already expanded value into the field k describes. */
+static bool
+apply_key(ob_config *cfg, const config_key *k, const char *value, const char *origin)
+{
+	void *field = (char *)cfg + k->offset;
+	const char *expected = NULL;
+	bool ok = true;
+
+	switch (k->type) {
+	case KEY_NONEMPTY:
+		if (value[0] == '\0') {
+			expected = "a non-empty value";
+			ok = false;
+			break;
+		}
+		/* fall through */
+	case KEY_STRING:
+		free(*(char **)field);
+		*(char **)field = ob_xstrdup(value);
+		break;
+	case KEY_BOOL:
+		ok = parse_bool(value, (bool *)field);
+		expected = "true or false";
+		break;
+	case KEY_MS:
+		ok = parse_ms(value, (int *)field);
+		expected = "a positive number of milliseconds";
+		break;
+	case KEY_BAD_EVENT:
+		if (strcmp(value, "dlq") == 0)
+			*(ob_bad_event_policy *)field = OB_BAD_EVENT_DLQ;
+		else if (strcmp(value, "halt") == 0)
+			*(ob_bad_event_policy *)field = OB_BAD_EVENT_HALT;
+		else
+			ok = false;
+		expected = "dlq or halt";
+		break;
+	case KEY_LOG_FORMAT:
+		ok = ob_log_format_parse(value, (ob_log_format *)field);
+		expected = "text or json";
+		break;
+	case KEY_LOG_LEVEL:
+		ok = ob_log_level_parse(value, (ob_log_level *)field);
+		expected = "debug, info, warning or error";
+		break;
+	}
+	if (!ok)
+		ob_error("invalid value \"%s\" for %s.%s (%s): expected %s", value, k->section,
+			 k->key, origin, expected);
+	return ok;
+}
+
+static void
+kafka_put(ob_config *cfg, const char *key, const char *value)
+{
+	for (size_t i = 0; i < cfg->kafka_len; i++) {
+		if (strcmp(cfg->kafka[i].key, key) == 0) {
+			free(cfg->kafka[i].value);
+			cfg->kafka[i].value = ob_xstrdup(value);
+			return;
+		}
+	}
+	cfg->kafka = ob_xrealloc(cfg->kafka, (cfg->kafka_len + 1) * sizeof(*cfg->kafka));
+	cfg->kafka[cfg->kafka_len].key = ob_xstrdup(key);
+	cfg->kafka[cfg->kafka_len].value = ob_xstrdup(value);
+	cfg->kafka_len++;
+}
+
+static bool
+set_kafka(ob_config *cfg, const char *key, const char *value, const char *origin)
+{
+	for (size_t i = 0; i < OB_ARRAY_LEN(pinned_kafka); i++) {
+		if (strcmp(key, pinned_kafka[i].key) == 0 &&
+		    strcasecmp(value, pinned_kafka[i].value) != 0) {
+			ob_error("kafka.%s (%s) cannot be changed: outboxd requires %s=%s", key,
+				 origin, key, pinned_kafka[i].value);
+			return false;
+		}
+	}
+	if (key[0] == '\0') {
+		ob_error("empty kafka property name (%s)", origin);
+		return false;
+	}
+	kafka_put(cfg, key, value);
+	return true;
+}
+
+char *
+ob_config_expand_env(const char *value, const char *origin)
+{
+	size_t cap = strlen(value) + 1, len = 0;
+	char *out = ob_xmalloc(cap);
+	const char *p = value;
+
+	while (*p) {
+		const char *piece;
+		size_t piece_len;
+
+		if (p[0] == '$' && p[1] == '{') {
+			const char *end = strchr(p + 2, '}');
+			char *name;
+
+			if (end == NULL) {
+				ob_error("unterminated ${ in %s", origin);
+				free(out);
+				return NULL;
+			}
+			name = ob_xstrndup(p + 2, (size_t)(end - p - 2));
+			piece = getenv(name);
+			if (piece == NULL) {
+				ob_error("environment variable %s used in %s is not set", name,
+					 origin);
+				free(name);
+				free(out);
+				return NULL;
+			}
+			free(name);
+			piece_len = strlen(piece);
+			p = end + 1;
+		} else {
+			piece = p;
+			piece_len = 1;
+			p++;
+		}
+		if (len + piece_len + 1 > cap) {
+			cap = (len + piece_len + 1) * 2;
+			out = ob_xrealloc(out, cap);
+		}
+		memcpy(out + len, piece, piece_len);
+		len += piece_len;
+	}
+	out[len] = '\0';
+	return out;
+}
+
+bool
+ob_config_set(ob_config *cfg, const char *section, const char *key, const char *value,
+	      const char *origin)
+{
+	char *expanded = ob_config_expand_env(value, origin);
+	bool ok = false;
+
+	if (expanded == NULL)
+		return false;
+	if (strcmp(section, "kafka") == 0) {
+		ok = set_kafka(cfg, key, expanded, origin);
+	} else {
+		const config_key *k = find_key(section, key);
+
+		if (k == NULL)
+			ob_error("unknown configuration key %s.%s (%s)", section, key, origin);
+		else
+			ok = apply_key(cfg, k, expanded, origin);
+	}
+	free(expanded);
+	return ok;
+}
+
+void
+ob_config_init(ob_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t i = 0; i < OB_ARRAY_LEN(config_keys); i++) {
+		/* The defaults are known-good: a failure here is a bug. */
+		if (!apply_key(cfg, &config_keys[i], config_keys[i].default_value, "default"))
+			abort();
+	}
+	kafka_put(cfg, "bootstrap.servers", "127.0.0.1:9092");
+}
+
+void
+ob_config_free(ob_config *cfg)
+{
+	for (size_t i = 0; i < OB_ARRAY_LEN(config_keys); i++) {
+		const config_key *k = &config_keys[i];
+
+		if (k->type == KEY_STRING || k->type == KEY_NONEMPTY)
+			free(*(char **)((char *)cfg + k->offset));
+	}
+	for (size_t i = 0; i < cfg->kafka_len; i++) {
+		free(cfg->kafka[i].key);
+		free(cfg->kafka[i].value);
+	}
+	free(cfg->kafka);
+	free(cfg->outbox.schema);
+	free(cfg->outbox.table_name);
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+typedef struct ini_state {
+	ob_config *cfg;
+	const char *path;
+	bool ok;
+} ini_state;
+
+static int
+on_ini_entry(void *user, const char *section, const char *name, const char *value)
+{
+	ini_state *st = user;
+	char origin[512];
+
+	snprintf(origin, sizeof(origin), "in %s", st->path);
+	if (name == NULL) /* a section header alone */
+		return 1;
+	if (!ob_config_set(st->cfg, section, name, value, origin))
+		st->ok = false;
+	/* Keep going so one run reports every bad key of the file. */
+	return 1;
+}
+
+bool
+ob_config_load_file(ob_config *cfg, const char *path)
+{
+	ini_state st = {cfg, path, true};
+	int rc = ini_parse(path, on_ini_entry, &st);
+
+	if (rc < 0) {
+		ob_error("could not read configuration file %s: %s", path, strerror(errno));
+		return false;
+	}
+	if (rc > 0) {
+		ob_error("could not parse configuration file %s: syntax error on line %d", path,
+			 rc);
+		return false;
+	}
+	return st.ok;
+}
+
+bool
+ob_config_set_override(ob_config *cfg, const char *assignment)
+{
+	const char *dot = strchr(assignment, '.');
+	const char *eq = strchr(assignment, '=');
+	char *section, *key;
+	bool ok;
+
+	if (dot == NULL || eq == NULL || dot > eq || dot == assignment || eq == dot + 1) {
+		ob_error("invalid -s argument \"%s\": expected section.key=value", assignment);
+		return false;
+	}
+	section = ob_xstrndup(assignment, (size_t)(dot - assignment));
+	key = ob_xstrndup(dot + 1, (size_t)(eq - dot - 1));
+	ok = ob_config_set(cfg, section, key, eq + 1, "-s");
+	free(section);
+	free(key);
+	return ok;
+}
+
+/* Split outbox.table into schema (default public) and table name. */
+static bool
+split_table(ob_config *cfg)
+{
+	const char *t = cfg->outbox.table;
+	const char *dot = strchr(t, '.');
+
+	free(cfg->outbox.schema);
+	free(cfg->outbox.table_name);
+	if (dot == NULL) {
+		cfg->outbox.schema = ob_xstrdup("public");
+		cfg->outbox.table_name = ob_xstrdup(t);
+	} else {
+		cfg->outbox.schema = ob_xstrndup(t, (size_t)(dot - t));
+		cfg->outbox.table_name = ob_xstrdup(dot + 1);
+	}
+	if (cfg->outbox.schema[0] == '\0' || cfg->outbox.table_name[0] == '\0' ||
+	    strchr(cfg->outbox.table_name, '.') != NULL) {
+		ob_error("invalid value \"%s\" for outbox.table: expected schema.table", t);
+		return false;
+	}
+	return true;
+}
+
+/* Check that every {column} of the topic template is closed and non-empty. */
+static bool
+check_topic_template(const char *tpl)
+{
+	for (const char *p = tpl; *p; p++) {
+		if (*p == '{') {
+			const char *end = strchr(p, '}');
+
+			if (end == NULL || end == p + 1) {
+				ob_error("invalid value \"%s\" for outbox.topic: "
+					 "expected {column} placeholders",
+					 tpl);
+				return false;
+			}
+			p = end;
+		} else if (*p == '}') {
+			ob_error("invalid value \"%s\" for outbox.topic: unmatched }", tpl);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool
+ob_config_finish(ob_config *cfg)
+{
+	bool ok = split_table(cfg);
+
+	if (!check_topic_template(cfg->outbox.topic))
+		ok = false;
+	/* Postgres itself allows only these in slot names. */
+	if (strlen(cfg->pg.slot) > 63 ||
+	    strspn(cfg->pg.slot, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(cfg->pg.slot)) {
+		ob_error("invalid value \"%s\" for postgres.slot: use at most 63 lower-case "
+			 "letters, digits and underscores",
+			 cfg->pg.slot);
+		ok = false;
+	}
+	return ok;
+}
+
+const char *
+ob_config_kafka_get(const ob_config *cfg, const char *key)
+{
+	for (size_t i = 0; i < cfg->kafka_len; i++) {
+		if (strcmp(cfg->kafka[i].key, key) == 0)
+			return cfg->kafka[i].value;
+	}
+	return NULL;
+}
+
+bool
+ob_config_is_secret_key(const char *key)
+{
+	return strstr(key, "password") != NULL || strstr(key, "secret") != NULL ||
+	       strstr(key, "sasl.oauthbearer.config") != NULL ||
+	       strstr(key, "ssl.key.pem") != NULL || strstr(key, "ssl_key") != NULL;
+}

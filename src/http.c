@@ -1,0 +1,146 @@
+/*
+ * http.c: /metrics, /healthz and /readyz over libmicrohttpd.
+ */
+#include "outboxd/http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+
+/* /healthz fails when the main loop has not turned for this long. */
+#define HEALTH_STALL_MS 10000
+
+struct ob_http {
+	struct MHD_Daemon *daemon;
+};
+
+static enum MHD_Result
+respond(struct MHD_Connection *conn, unsigned status, const char *type, char *body,
+	enum MHD_ResponseMemoryMode mode)
+{
+	struct MHD_Response *resp =
+		MHD_create_response_from_buffer(strlen(body), body, mode);
+	enum MHD_Result ret;
+
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+	   const char *version, const char *upload_data, size_t *upload_data_size,
+	   void **req_cls)
+{
+	const char *text = "text/plain; charset=utf-8";
+
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, text, "method not allowed\n",
+			       MHD_RESPMEM_PERSISTENT);
+	if (strcmp(url, "/metrics") == 0)
+		return respond(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+			       ob_metrics_render(), MHD_RESPMEM_MUST_FREE);
+	if (strcmp(url, "/healthz") == 0) {
+		bool ok = ob_metrics_heartbeat_age_ms() < HEALTH_STALL_MS;
+
+		return respond(conn, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, text,
+			       ok ? "ok\n" : "stalled\n", MHD_RESPMEM_PERSISTENT);
+	}
+	if (strcmp(url, "/readyz") == 0) {
+		ob_ready_state st = ob_metrics_ready();
+		char *body = ob_xasprintf("%s\n", ob_metrics_ready_word(st));
+
+		return respond(conn,
+			       st == OB_READY_STREAMING ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+			       text, body, MHD_RESPMEM_MUST_FREE);
+	}
+	return respond(conn, MHD_HTTP_NOT_FOUND, text, "not found\n", MHD_RESPMEM_PERSISTENT);
+}
+
+/* Parse "host:port", "[v6]:port" or ":port" into addr. */
+static bool
+parse_listen(const char *listen, struct sockaddr_storage *addr)
+{
+	char host[256];
+	const char *colon = strrchr(listen, ':');
+	char *end;
+	long port;
+
+	memset(addr, 0, sizeof(*addr));
+	if (colon == NULL || (size_t)(colon - listen) >= sizeof(host))
+		return false;
+	port = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || port <= 0 || port > 65535)
+		return false;
+	memcpy(host, listen, (size_t)(colon - listen));
+	host[colon - listen] = '\0';
+	if (host[0] == '[') {
+		struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)addr;
+		size_t len = strlen(host);
+
+		if (len < 2 || host[len - 1] != ']')
+			return false;
+		host[len - 1] = '\0';
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons((uint16_t)port);
+		return inet_pton(AF_INET6, host + 1, &a6->sin6_addr) == 1;
+	}
+	struct sockaddr_in *a4 = (struct sockaddr_in *)addr;
+
+	a4->sin_family = AF_INET;
+	a4->sin_port = htons((uint16_t)port);
+	if (host[0] == '\0')
+		return true; /* INADDR_ANY */
+	if (strcmp(host, "localhost") == 0)
+		strcpy(host, "127.0.0.1");
+	return inet_pton(AF_INET, host, &a4->sin_addr) == 1;
+}
+
+bool
+ob_http_start(const char *listen, ob_http **out)
+{
+	struct sockaddr_storage addr;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	ob_http *h;
+
+	*out = NULL;
+	if (listen[0] == '\0')
+		return true;
+	if (!parse_listen(listen, &addr)) {
+		ob_error("invalid value \"%s\" for http.listen: expected host:port", listen);
+		return false;
+	}
+	if (addr.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	h = ob_xcalloc(1, sizeof(*h));
+	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
+				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+				     MHD_OPTION_CONNECTION_LIMIT, 16U,
+				     MHD_OPTION_CONNECTION_TIMEOUT, 10U, MHD_OPTION_END);
+	if (h->daemon == NULL) {
+		ob_error("could not listen on %s for http: address in use or not available",
+			 listen);
+		free(h);
+		return false;
+	}
+	ob_info("serving /metrics, /healthz and /readyz on %s", listen);
+	*out = h;
+	return true;
+}
+
+void
+ob_http_stop(ob_http *h)
+{
+	if (h == NULL)
+		return;
+	MHD_stop_daemon(h->daemon);
+	free(h);
+}

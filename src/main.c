@@ -1,0 +1,213 @@
+/*
+ * main.c: the command line (SPEC §1). Parses arguments, builds the
+ * configuration and hands over to the relay, the checks or the slot
+ * commands. Exit codes: 0 clean stop, 1 needs an operator, 2 usage or
+ * configuration error (or `check` found problems).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ob_build.h"
+#include "outboxd/check.h"
+#include "outboxd/config.h"
+#include "outboxd/http.h"
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+#include "outboxd/pgrepl.h"
+#include "outboxd/relay.h"
+
+#define EXIT_OPERATOR 1
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+	"outboxd publishes transactional-outbox events from PostgreSQL to Kafka.\n"
+	"\n"
+	"Usage:\n"
+	"  outboxd [run]  [-c FILE] [-s KEY=VALUE]...   stream until stopped (default)\n"
+	"  outboxd check  [-c FILE] [-s KEY=VALUE]...   preflight; prints every problem found\n"
+	"  outboxd slot create|drop|status [-c FILE] [-s KEY=VALUE]...\n"
+	"  outboxd --version | --help\n"
+	"\n"
+	"Options:\n"
+	"  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG)\n"
+	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"
+	"  -h, --help               show this help\n"
+	"  -V, --version            show the version\n"
+	"\n"
+	"Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
+
+typedef struct cli {
+	const char *config_path;
+	const char **overrides;
+	size_t overrides_len;
+	const char *command;
+	const char *subcommand;
+} cli;
+
+static int
+usage_error(const char *what, const char *arg)
+{
+	fprintf(stderr, "outboxd: %s%s%s%s\nTry \"outboxd --help\".\n", what,
+		arg ? " \"" : "", arg ? arg : "", arg ? "\"" : "");
+	return EXIT_USAGE;
+}
+
+/* Parse argv into c. Returns -1 to go on, or an exit code. */
+static int
+parse_args(int argc, char **argv, cli *c)
+{
+	static const struct option longopts[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"set", required_argument, NULL, 's'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	int opt;
+
+	c->overrides = ob_xcalloc((size_t)argc, sizeof(*c->overrides));
+	while ((opt = getopt_long(argc, argv, "c:s:hV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			c->config_path = optarg;
+			break;
+		case 's':
+			c->overrides[c->overrides_len++] = optarg;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 0;
+		case 'V':
+			printf("outboxd %s\n", OB_VERSION);
+			return 0;
+		default:
+			return usage_error("invalid option", NULL);
+		}
+	}
+	c->command = optind < argc ? argv[optind++] : "run";
+	if (strcmp(c->command, "slot") == 0) {
+		if (optind >= argc)
+			return usage_error("slot needs create, drop or status", NULL);
+		c->subcommand = argv[optind++];
+		if (strcmp(c->subcommand, "create") != 0 && strcmp(c->subcommand, "drop") != 0 &&
+		    strcmp(c->subcommand, "status") != 0)
+			return usage_error("unknown slot command", c->subcommand);
+	} else if (strcmp(c->command, "run") != 0 && strcmp(c->command, "check") != 0) {
+		return usage_error("unknown command", c->command);
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument", argv[optind]);
+	return -1;
+}
+
+static bool
+load_config(const cli *c, ob_config *cfg)
+{
+	const char *path = c->config_path ? c->config_path : getenv("OUTBOXD_CONFIG");
+	bool ok = true;
+
+	ob_config_init(cfg);
+	if (path != NULL && path[0] != '\0')
+		ok = ob_config_load_file(cfg, path);
+	for (size_t i = 0; i < c->overrides_len; i++)
+		ok = ob_config_set_override(cfg, c->overrides[i]) && ok;
+	return ok && ob_config_finish(cfg);
+}
+
+static void
+log_startup(const ob_config *cfg)
+{
+	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
+	const char *servers = ob_config_kafka_get(cfg, "bootstrap.servers");
+
+	ob_info("outboxd %s starting: postgres \"%s\", slot %s, table %s.%s, kafka %s",
+		OB_VERSION, masked, cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
+		servers ? servers : "(unset)");
+	free(masked);
+}
+
+static int
+run(const ob_config *cfg)
+{
+	ob_http *http = NULL;
+	int rc;
+
+	log_startup(cfg);
+	ob_metrics_init();
+	if (!ob_http_start(cfg->http.listen, &http))
+		return EXIT_USAGE;
+	rc = ob_relay_run(cfg);
+	ob_http_stop(http);
+	return rc;
+}
+
+static int
+slot_command(const ob_config *cfg, const char *sub)
+{
+	ob_pgrepl *pg = NULL;
+	ob_slot_info info;
+	int rc = EXIT_OPERATOR;
+
+	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
+		return EXIT_OPERATOR;
+	if (strcmp(sub, "create") == 0) {
+		if (ob_pgrepl_create_slot(pg, cfg->pg.slot) == OB_PG_OK)
+			rc = 0;
+	} else if (strcmp(sub, "drop") == 0) {
+		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot)) {
+			ob_info("dropped replication slot %s", cfg->pg.slot);
+			rc = 0;
+		}
+	} else if (ob_pgrepl_slot_info(pg, cfg->pg.slot, &info)) {
+		if (!info.exists) {
+			ob_error("replication slot %s does not exist", cfg->pg.slot);
+		} else {
+			printf("slot                 %s\n", cfg->pg.slot);
+			printf("plugin               %s\n", info.plugin);
+			printf("database             %s\n", info.database);
+			if (info.active_pid)
+				printf("active_pid           %d\n", info.active_pid);
+			else
+				printf("active_pid           -\n");
+			printf("confirmed_flush_lsn  " OB_LSN_FMT "\n",
+			       OB_LSN_ARGS(info.confirmed_flush));
+			printf("restart_lsn          " OB_LSN_FMT "\n", OB_LSN_ARGS(info.restart_lsn));
+			printf("wal_status           %s\n", info.wal_status);
+			printf("retained_wal_bytes   %lld\n", (long long)info.retained_bytes);
+			rc = 0;
+		}
+	}
+	ob_pgrepl_close(pg, false);
+	return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	cli c = {0};
+	ob_config cfg;
+	int rc = parse_args(argc, argv, &c);
+
+	if (rc >= 0) {
+		free(c.overrides);
+		return rc;
+	}
+	if (!load_config(&c, &cfg)) {
+		rc = EXIT_USAGE;
+		goto out;
+	}
+	ob_log_configure(cfg.log.format, cfg.log.level);
+	ob_log_set_context("slot", cfg.pg.slot);
+	if (strcmp(c.command, "run") == 0)
+		rc = run(&cfg);
+	else if (strcmp(c.command, "check") == 0)
+		rc = ob_check_run(&cfg, stdout);
+	else
+		rc = slot_command(&cfg, c.subcommand);
+out:
+	ob_config_free(&cfg);
+	free(c.overrides);
+	return rc;
+}

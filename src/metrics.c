@@ -1,0 +1,298 @@
+/*
+ * metrics.c: process-wide metrics and their Prometheus text rendering.
+ */
+#include "outboxd/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ob_build.h"
+
+#define MAX_LABELS 256
+
+/* Upper bounds of the publish latency histogram, in seconds. */
+static const double latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+					0.25,  0.5,    1,     2.5,  5,     10,   30};
+#define N_BUCKETS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+
+typedef struct label_counter {
+	char *label;
+	uint64_t count;
+} label_counter;
+
+static struct {
+	pthread_mutex_t lock; /* guards the label tables and the histogram */
+	label_counter published[MAX_LABELS];
+	size_t published_len;
+	label_counter dead[MAX_LABELS];
+	size_t dead_len;
+	uint64_t latency_buckets[N_BUCKETS];
+	uint64_t latency_count;
+	double latency_sum;
+
+	atomic_uint_fast64_t transactions;
+	atomic_uint_fast64_t inflight;
+	atomic_uint_fast64_t confirmed_lsn;
+	atomic_uint_fast64_t received_lsn;
+	atomic_uint_fast64_t server_wal_end;
+	atomic_bool pg_connected;
+	atomic_bool kafka_connected;
+	atomic_uint_fast64_t reconnects[2];
+	atomic_int ready;
+	atomic_int_fast64_t heartbeat_ms;
+} m = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void
+ob_metrics_init(void)
+{
+	atomic_store(&m.heartbeat_ms, ob_mono_ms());
+}
+
+/* Add one to the counter of label in table; a new label is copied. Past
+ * MAX_LABELS labels, counts go to the label "other". */
+static void
+bump(label_counter *table, size_t *len, const char *label, size_t label_len)
+{
+	size_t i;
+
+	for (i = 0; i < *len; i++) {
+		if (strlen(table[i].label) == label_len &&
+		    memcmp(table[i].label, label, label_len) == 0)
+			break;
+	}
+	if (i == *len) {
+		if (*len == MAX_LABELS - 1) {
+			label = "other";
+			label_len = 5;
+			for (i = 0; i < *len && strcmp(table[i].label, "other") != 0; i++)
+				;
+		}
+		if (i == *len) {
+			table[i].label = ob_xstrndup(label, label_len);
+			table[i].count = 0;
+			(*len)++;
+		}
+	}
+	table[i].count++;
+}
+
+void
+ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds)
+{
+	size_t b;
+
+	pthread_mutex_lock(&m.lock);
+	bump(m.published, &m.published_len, topic, topic_len);
+	for (b = 0; b < N_BUCKETS && latency_seconds > latency_bounds[b]; b++)
+		;
+	if (b < N_BUCKETS)
+		m.latency_buckets[b]++;
+	m.latency_count++;
+	m.latency_sum += latency_seconds;
+	pthread_mutex_unlock(&m.lock);
+}
+
+void
+ob_metrics_dead_lettered(const char *reason)
+{
+	pthread_mutex_lock(&m.lock);
+	bump(m.dead, &m.dead_len, reason, strlen(reason));
+	pthread_mutex_unlock(&m.lock);
+}
+
+void
+ob_metrics_transaction(void)
+{
+	atomic_fetch_add(&m.transactions, 1);
+}
+
+void
+ob_metrics_set_inflight(uint64_t n)
+{
+	atomic_store(&m.inflight, n);
+}
+
+void
+ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end)
+{
+	atomic_store(&m.confirmed_lsn, confirmed);
+	atomic_store(&m.received_lsn, received);
+	atomic_store(&m.server_wal_end, server_wal_end);
+}
+
+void
+ob_metrics_set_connected(bool postgres, bool kafka)
+{
+	atomic_store(&m.pg_connected, postgres);
+	atomic_store(&m.kafka_connected, kafka);
+}
+
+void
+ob_metrics_reconnect(ob_reconnect_target target)
+{
+	atomic_fetch_add(&m.reconnects[target], 1);
+}
+
+void
+ob_metrics_set_ready(ob_ready_state state)
+{
+	atomic_store(&m.ready, (int)state);
+}
+
+void
+ob_metrics_heartbeat(void)
+{
+	atomic_store(&m.heartbeat_ms, ob_mono_ms());
+}
+
+ob_ready_state
+ob_metrics_ready(void)
+{
+	return (ob_ready_state)atomic_load(&m.ready);
+}
+
+const char *
+ob_metrics_ready_word(ob_ready_state state)
+{
+	switch (state) {
+	case OB_READY_STREAMING:
+		return "ready";
+	case OB_READY_STANDBY:
+		return "standby";
+	case OB_READY_KAFKA_DOWN:
+		return "kafka-down";
+	case OB_READY_CONNECTING:
+		break;
+	}
+	return "connecting";
+}
+
+int64_t
+ob_metrics_heartbeat_age_ms(void)
+{
+	return ob_mono_ms() - atomic_load(&m.heartbeat_ms);
+}
+
+/* A growing string for rendering. */
+typedef struct text {
+	char *s;
+	size_t len, cap;
+} text;
+
+static void OB_PRINTF(2, 3) put(text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < t->cap - t->len)
+			break;
+		t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
+		t->s = ob_xrealloc(t->s, t->cap);
+	}
+	t->len += (size_t)n;
+}
+
+static void
+put_header(text *t, const char *name, const char *type, const char *help)
+{
+	put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Print a label value with Prometheus escaping (backslash, quote, newline). */
+static void
+put_label_value(text *t, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			put(t, "\\%c", *v);
+		else if (*v == '\n')
+			put(t, "\\n");
+		else
+			put(t, "%c", *v);
+	}
+}
+
+static void
+put_labelled(text *t, const char *name, const char *label, const label_counter *table,
+	     size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		put(t, "%s{%s=\"", name, label);
+		put_label_value(t, table[i].label);
+		put(t, "\"} %llu\n", (unsigned long long)table[i].count);
+	}
+}
+
+static void
+put_gauge(text *t, const char *name, const char *help, unsigned long long v)
+{
+	put_header(t, name, "gauge", help);
+	put(t, "%s %llu\n", name, v);
+}
+
+char *
+ob_metrics_render(void)
+{
+	text t = {ob_xmalloc(4096), 0, 4096};
+	uint64_t cumulative = 0;
+	ob_lsn confirmed = atomic_load(&m.confirmed_lsn);
+	ob_lsn wal_end = atomic_load(&m.server_wal_end);
+
+	t.s[0] = '\0';
+	pthread_mutex_lock(&m.lock);
+	put_header(&t, "outboxd_events_published_total", "counter",
+		   "Events acknowledged by the broker, by topic.");
+	put_labelled(&t, "outboxd_events_published_total", "topic", m.published,
+		     m.published_len);
+	put_header(&t, "outboxd_events_dead_lettered_total", "counter",
+		   "Events written to the dead-letter topic, by reason.");
+	put_labelled(&t, "outboxd_events_dead_lettered_total", "reason", m.dead, m.dead_len);
+	put_header(&t, "outboxd_publish_latency_seconds", "histogram",
+		   "Time from the transaction's commit to the broker's acknowledgement.");
+	for (size_t b = 0; b < N_BUCKETS; b++) {
+		cumulative += m.latency_buckets[b];
+		put(&t, "outboxd_publish_latency_seconds_bucket{le=\"%g\"} %llu\n",
+		    latency_bounds[b], (unsigned long long)cumulative);
+	}
+	put(&t, "outboxd_publish_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+	    (unsigned long long)m.latency_count);
+	put(&t, "outboxd_publish_latency_seconds_sum %.6f\n", m.latency_sum);
+	put(&t, "outboxd_publish_latency_seconds_count %llu\n",
+	    (unsigned long long)m.latency_count);
+	pthread_mutex_unlock(&m.lock);
+
+	put_header(&t, "outboxd_transactions_total", "counter",
+		   "Transactions received from the slot.");
+	put(&t, "outboxd_transactions_total %llu\n",
+	    (unsigned long long)atomic_load(&m.transactions));
+	put_gauge(&t, "outboxd_inflight_events", "Events handed to the producer, not yet acknowledged.",
+		  atomic_load(&m.inflight));
+	put_gauge(&t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",
+		  confirmed);
+	put_gauge(&t, "outboxd_received_lsn", "WAL position of the latest record received (bytes).",
+		  atomic_load(&m.received_lsn));
+	put_gauge(&t, "outboxd_server_wal_end_lsn", "Server WAL end from the latest keepalive (bytes).",
+		  wal_end);
+	put_gauge(&t, "outboxd_replication_lag_bytes", "Server WAL end minus confirmed position.",
+		  wal_end > confirmed ? wal_end - confirmed : 0);
+	put_gauge(&t, "outboxd_postgres_connected", "1 while the replication stream is up.",
+		  atomic_load(&m.pg_connected));
+	put_gauge(&t, "outboxd_kafka_connected", "1 while a broker connection is up.",
+		  atomic_load(&m.kafka_connected));
+	put_header(&t, "outboxd_reconnects_total", "counter", "Reconnections, by target.");
+	put(&t, "outboxd_reconnects_total{target=\"postgres\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_POSTGRES]));
+	put(&t, "outboxd_reconnects_total{target=\"kafka\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_KAFKA]));
+	put_header(&t, "outboxd_build_info", "gauge", "Build information.");
+	put(&t, "outboxd_build_info{version=\"%s\"} 1\n", OB_VERSION);
+	return t.s;
+}

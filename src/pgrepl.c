@@ -1,0 +1,452 @@
+/*
+ * pgrepl.c: libpq replication connection, slot handling, the CopyBoth
+ * stream and standby status updates (modelled on pg_recvlogical).
+ */
+#include "outboxd/pgrepl.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outboxd/log.h"
+
+/* Microseconds between the Unix epoch and Postgres' epoch (2000-01-01). */
+#define PG_EPOCH_OFFSET_US INT64_C(946684800000000)
+/* How long a graceful close waits for the server to end the stream. */
+#define CLOSE_WAIT_MS 5000
+
+struct ob_pgrepl {
+	PGconn *conn;
+	char *copybuf;  /* the last message from PQgetCopyData, owned */
+	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
+};
+
+/* The message of a failed result or connection, without the trailing
+ * newline libpq adds. The buffer is static: log it right away. */
+static const char *
+clean_error(const char *msg)
+{
+	static char buf[1024];
+	size_t len;
+
+	snprintf(buf, sizeof(buf), "%s", msg ? msg : "unknown error");
+	len = strlen(buf);
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	return buf;
+}
+
+ob_pg_status
+ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
+{
+	const char *keys[] = {"dbname", "replication", "fallback_application_name", NULL};
+	const char *values[] = {cfg->pg.conninfo, "database", "outboxd", NULL};
+	ob_pgrepl *p;
+
+	*out = NULL;
+	p = ob_xcalloc(1, sizeof(*p));
+	/* expand_dbname=1: conninfo may be a full connection string or URI;
+	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
+	p->conn = PQconnectdbParams(keys, values, 1);
+	if (PQstatus(p->conn) != CONNECTION_OK) {
+		ob_error("could not connect to postgres: %s", clean_error(PQerrorMessage(p->conn)));
+		PQfinish(p->conn);
+		free(p);
+		return OB_PG_RETRY;
+	}
+	*out = p;
+	return OB_PG_OK;
+}
+
+/* Wait up to CLOSE_WAIT_MS for the server to finish the COPY. */
+static void
+end_copy(ob_pgrepl *p)
+{
+	int64_t deadline = ob_mono_ms() + CLOSE_WAIT_MS;
+	PGresult *res;
+
+	if (PQputCopyEnd(p->conn, NULL) <= 0 || PQflush(p->conn) != 0)
+		return;
+	for (;;) {
+		char *buf = NULL;
+		int n = PQgetCopyData(p->conn, &buf, 1);
+
+		if (buf != NULL)
+			PQfreemem(buf);
+		if (n == -1 || n == -2)
+			break;
+		if (n == 0) {
+			struct pollfd pfd = {PQsocket(p->conn), POLLIN, 0};
+			int64_t left = deadline - ob_mono_ms();
+
+			if (left <= 0 || poll(&pfd, 1, (int)left) <= 0 || !PQconsumeInput(p->conn))
+				return;
+		}
+	}
+	while ((res = PQgetResult(p->conn)) != NULL)
+		PQclear(res);
+}
+
+void
+ob_pgrepl_close(ob_pgrepl *p, bool graceful)
+{
+	if (p == NULL)
+		return;
+	if (p->copybuf != NULL)
+		PQfreemem(p->copybuf);
+	if (graceful && p->streaming && PQstatus(p->conn) == CONNECTION_OK)
+		end_copy(p);
+	PQfinish(p->conn);
+	free(p);
+}
+
+bool
+ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
+{
+	PGresult *res = PQexec(p->conn, sql);
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	*out = NULL;
+	if (!ok)
+		ob_error("could not run query \"%s\": %s", sql,
+			 clean_error(PQresultErrorMessage(res)));
+	else if (PQntuples(res) > 0 && PQnfields(res) > 0 && !PQgetisnull(res, 0, 0))
+		*out = ob_xstrdup(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return ok;
+}
+
+char *
+ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
+{
+	char *q = PQescapeLiteral(p->conn, s, strlen(s));
+	char *out;
+
+	if (q == NULL) {
+		/* Only fails on out-of-memory or invalid encoding. */
+		ob_error("could not quote \"%s\": %s", s, clean_error(PQerrorMessage(p->conn)));
+		abort();
+	}
+	out = ob_xstrdup(q);
+	PQfreemem(q);
+	return out;
+}
+
+int
+ob_pgrepl_server_version(const ob_pgrepl *p)
+{
+	return PQserverVersion(p->conn);
+}
+
+static void
+copy_field(char *dst, size_t dstlen, const PGresult *res, int col)
+{
+	snprintf(dst, dstlen, "%s", PQgetisnull(res, 0, col) ? "" : PQgetvalue(res, 0, col));
+}
+
+bool
+ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
+{
+	char *lit = ob_pgrepl_quote_literal(p, slot);
+	char *sql = ob_xasprintf(
+		"SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
+		"restart_lsn, wal_status, "
+		"coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint "
+		"FROM pg_replication_slots WHERE slot_name = %s",
+		lit);
+	PGresult *res = PQexec(p->conn, sql);
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	memset(info, 0, sizeof(*info));
+	if (!ok) {
+		ob_error("could not read replication slot %s: %s", slot,
+			 clean_error(PQresultErrorMessage(res)));
+	} else if (PQntuples(res) == 1) {
+		info->exists = true;
+		copy_field(info->plugin, sizeof(info->plugin), res, 0);
+		copy_field(info->database, sizeof(info->database), res, 1);
+		info->active_pid = atoi(PQgetvalue(res, 0, 2));
+		if (!PQgetisnull(res, 0, 3))
+			ok = ob_lsn_parse(PQgetvalue(res, 0, 3), &info->confirmed_flush);
+		if (ok && !PQgetisnull(res, 0, 4))
+			ok = ob_lsn_parse(PQgetvalue(res, 0, 4), &info->restart_lsn);
+		copy_field(info->wal_status, sizeof(info->wal_status), res, 5);
+		info->retained_bytes = atoll(PQgetvalue(res, 0, 6));
+		if (!ok)
+			ob_error("could not parse the LSNs of replication slot %s", slot);
+	}
+	PQclear(res);
+	free(sql);
+	free(lit);
+	return ok;
+}
+
+ob_pg_status
+ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
+{
+	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
+	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json "
+				 "(SNAPSHOT 'nothing')",
+				 slot);
+	PGresult *res = PQexec(p->conn, sql);
+	ob_pg_status st = OB_PG_OK;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *msg = clean_error(PQresultErrorMessage(res));
+
+		if (strstr(msg, "wal2json") != NULL && strstr(msg, "could not access") != NULL) {
+			ob_error("could not create replication slot %s: %s; install the wal2json "
+				 "output plugin on the server (Debian: postgresql-15-wal2json)",
+				 slot, msg);
+			st = OB_PG_FATAL;
+		} else if (strstr(msg, "wal_level") != NULL) {
+			ob_error("could not create replication slot %s: %s; set wal_level = "
+				 "logical in postgresql.conf and restart Postgres",
+				 slot, msg);
+			st = OB_PG_FATAL;
+		} else if (strstr(msg, "permission denied") != NULL ||
+			   strstr(msg, "must be superuser or replication") != NULL) {
+			ob_error("could not create replication slot %s: %s; grant the role "
+				 "REPLICATION (see sql/role.sql)",
+				 slot, msg);
+			st = OB_PG_FATAL;
+		} else {
+			ob_error("could not create replication slot %s: %s", slot, msg);
+			st = OB_PG_RETRY;
+		}
+	} else {
+		ob_info("created replication slot %s with plugin wal2json", slot);
+	}
+	PQclear(res);
+	free(sql);
+	return st;
+}
+
+bool
+ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot)
+{
+	char *sql = ob_xasprintf("DROP_REPLICATION_SLOT \"%s\"", slot);
+	PGresult *res = PQexec(p->conn, sql);
+	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	if (!ok)
+		ob_error("could not drop replication slot %s: %s", slot,
+			 clean_error(PQresultErrorMessage(res)));
+	PQclear(res);
+	free(sql);
+	return ok;
+}
+
+ob_pg_status
+ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg)
+{
+	const char *slot = cfg->pg.slot;
+	const char *db = PQdb(p->conn);
+	ob_slot_info info;
+
+	if (!ob_pgrepl_slot_info(p, slot, &info))
+		return OB_PG_RETRY;
+	if (!info.exists) {
+		if (!cfg->pg.create_slot) {
+			ob_error("replication slot %s does not exist; create it with "
+				 "\"outboxd slot create\" or set postgres.create_slot = true",
+				 slot);
+			return OB_PG_FATAL;
+		}
+		return ob_pgrepl_create_slot(p, slot);
+	}
+	if (strcmp(info.plugin, "wal2json") != 0) {
+		ob_error("replication slot %s uses plugin %s, not wal2json; drop it or set "
+			 "postgres.slot to another name",
+			 slot, info.plugin);
+		return OB_PG_FATAL;
+	}
+	if (db != NULL && strcmp(info.database, db) != 0) {
+		ob_error("replication slot %s belongs to database %s, not %s; set "
+			 "postgres.slot to another name or connect to %s",
+			 slot, info.database, db, info.database);
+		return OB_PG_FATAL;
+	}
+	if (strcmp(info.wal_status, "lost") == 0) {
+		ob_error("replication slot %s has been invalidated (wal_status lost): events "
+			 "written since " OB_LSN_FMT " may be lost; drop and recreate the slot "
+			 "(\"outboxd slot drop\" then start outboxd), then reconcile the outbox, "
+			 "and raise max_slot_wal_keep_size",
+			 slot, OB_LSN_ARGS(info.confirmed_flush));
+		return OB_PG_FATAL;
+	}
+	if (info.active_pid != 0)
+		return OB_PG_STANDBY;
+	return OB_PG_OK;
+}
+
+/* Escape a name for wal2json's add-tables list: backslash before the
+ * characters it treats specially. */
+static void
+append_table_name(char *dst, size_t dstlen, const char *name)
+{
+	size_t len = strlen(dst);
+
+	for (const char *s = name; *s && len + 3 < dstlen; s++) {
+		if (strchr(" ',.*\\", *s) != NULL)
+			dst[len++] = '\\';
+		/* A single quote is also doubled for the SQL-style literal. */
+		if (*s == '\'')
+			dst[len++] = '\'';
+		dst[len++] = *s;
+	}
+	dst[len] = '\0';
+}
+
+ob_pg_status
+ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
+{
+	char tables[1024] = "";
+	char prefix_opt[512] = "";
+	char *sql;
+	PGresult *res;
+	ob_pg_status st = OB_PG_OK;
+
+	append_table_name(tables, sizeof(tables), cfg->outbox.schema);
+	strncat(tables, ".", sizeof(tables) - strlen(tables) - 1);
+	append_table_name(tables, sizeof(tables), cfg->outbox.table_name);
+	if (cfg->outbox.message_prefix[0] != '\0') {
+		char *lit = ob_pgrepl_quote_literal(p, cfg->outbox.message_prefix);
+
+		snprintf(prefix_opt, sizeof(prefix_opt), ", \"add-msg-prefixes\" %s", lit);
+		free(lit);
+	}
+	sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT
+			   " (\"format-version\" '2', \"include-xids\" '1', "
+			   "\"include-timestamp\" '1', \"include-lsn\" '1', "
+			   "\"include-types\" '1', \"include-typmod\" '0', "
+			   "\"include-transaction\" '1', \"add-tables\" '%s', "
+			   "\"actions\" 'insert'%s)",
+			   cfg->pg.slot, OB_LSN_ARGS(start), tables, prefix_opt);
+	res = PQexec(p->conn, sql);
+	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
+		const char *msg = clean_error(PQresultErrorMessage(res));
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (state != NULL && strcmp(state, "55006") == 0) {
+			st = OB_PG_STANDBY; /* "replication slot ... is active for PID n" */
+			ob_debug("slot busy: %s", msg);
+		} else if (strstr(msg, "invalidated") != NULL) {
+			ob_error("could not start replication: %s; drop and recreate the slot "
+				 "and raise max_slot_wal_keep_size",
+				 msg);
+			st = OB_PG_FATAL;
+		} else if (strstr(msg, "wal2json") != NULL &&
+			   strstr(msg, "could not access") != NULL) {
+			ob_error("could not start replication: %s; install the wal2json output "
+				 "plugin (Debian: postgresql-15-wal2json)",
+				 msg);
+			st = OB_PG_FATAL;
+		} else {
+			ob_error("could not start replication: %s", msg);
+			st = OB_PG_RETRY;
+		}
+	} else {
+		p->streaming = true;
+		ob_info("streaming from slot %s at " OB_LSN_FMT, cfg->pg.slot,
+			OB_LSN_ARGS(start));
+	}
+	PQclear(res);
+	free(sql);
+	return st;
+}
+
+int
+ob_pgrepl_socket(const ob_pgrepl *p)
+{
+	return PQsocket(p->conn);
+}
+
+static uint64_t
+read_be64(const char *s)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | (unsigned char)s[i];
+	return v;
+}
+
+static void
+write_be64(char *d, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		d[i] = (char)(v & 0xff);
+		v >>= 8;
+	}
+}
+
+ob_read_result
+ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
+{
+	int n;
+
+	if (p->copybuf != NULL) {
+		PQfreemem(p->copybuf);
+		p->copybuf = NULL;
+	}
+	n = PQgetCopyData(p->conn, &p->copybuf, 1);
+	if (n == 0) {
+		if (!PQconsumeInput(p->conn)) {
+			ob_error("could not read from postgres: %s",
+				 clean_error(PQerrorMessage(p->conn)));
+			return OB_READ_ERROR;
+		}
+		n = PQgetCopyData(p->conn, &p->copybuf, 1);
+		if (n == 0)
+			return OB_READ_NONE;
+	}
+	if (n == -1) {
+		PGresult *res = PQgetResult(p->conn);
+
+		ob_error("replication stream ended: %s",
+			 clean_error(res ? PQresultErrorMessage(res) : "server closed the stream"));
+		PQclear(res);
+		return OB_READ_ERROR;
+	}
+	if (n < 0) {
+		ob_error("could not read from postgres: %s", clean_error(PQerrorMessage(p->conn)));
+		return OB_READ_ERROR;
+	}
+	memset(msg, 0, sizeof(*msg));
+	if (p->copybuf[0] == 'w' && n >= 25) {
+		msg->data_start = read_be64(p->copybuf + 1);
+		msg->wal_end = read_be64(p->copybuf + 9);
+		msg->data = p->copybuf + 25;
+		msg->len = (size_t)n - 25;
+		return OB_READ_MSG;
+	}
+	if (p->copybuf[0] == 'k' && n >= 18) {
+		msg->keepalive = true;
+		msg->wal_end = read_be64(p->copybuf + 1);
+		msg->reply_requested = p->copybuf[17] != 0;
+		return OB_READ_MSG;
+	}
+	ob_error("could not parse replication message: type '%c', %d bytes", p->copybuf[0], n);
+	return OB_READ_ERROR;
+}
+
+bool
+ob_pgrepl_send_status(ob_pgrepl *p, ob_lsn write, ob_lsn flush, bool reply_requested)
+{
+	char buf[34];
+
+	buf[0] = 'r';
+	write_be64(buf + 1, write);
+	write_be64(buf + 9, flush);
+	write_be64(buf + 17, flush); /* apply */
+	write_be64(buf + 25, (uint64_t)(ob_now_us() - PG_EPOCH_OFFSET_US));
+	buf[33] = reply_requested ? 1 : 0;
+	if (PQputCopyData(p->conn, buf, sizeof(buf)) <= 0 || PQflush(p->conn) != 0) {
+		ob_error("could not send status update: %s", clean_error(PQerrorMessage(p->conn)));
+		return false;
+	}
+	return true;
+}

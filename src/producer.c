@@ -1,0 +1,425 @@
+/*
+ * producer.c: librdkafka's idempotent producer behind a small interface.
+ *
+ * All callbacks (delivery reports, errors, statistics) are served on the
+ * thread calling ob_producer_poll(); only log lines come from librdkafka's
+ * own threads, and the logger is safe for that. The wake-up pipe lets the
+ * relay sleep in poll(2) on the Postgres socket and the producer at once.
+ */
+#include "outboxd/producer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "outboxd/log.h"
+
+struct ob_producer {
+	rd_kafka_t *rk;
+	rd_kafka_queue_t *main_queue;
+	int wake_pipe[2];
+	ob_delivery_fn on_delivery;
+	void *ctx;
+	bool failed;
+	char fatal_reason[512];
+	/* Brokers whose connection is up, from the statistics callback. */
+	int brokers_up;
+};
+
+/* outboxd's defaults, applied before the user's properties (SPEC §2). */
+static const struct {
+	const char *key;
+	const char *value;
+} default_props[] = {
+	{"partitioner", "murmur2_random"},
+	{"message.timeout.ms", "0"},
+	{"linger.ms", "5"},
+	{"compression.type", "lz4"},
+	{"statistics.interval.ms", "1000"},
+	/* Bound what the producer buffers: the WAL is the real buffer. */
+	{"queue.buffering.max.kbytes", "8192"},
+	{"queue.buffering.max.messages", "50000"},
+	{"client.id", "outboxd"},
+};
+
+/* Applied after the user's properties; config.c refuses other values. */
+static const struct {
+	const char *key;
+	const char *value;
+} pinned_props[] = {
+	{"enable.idempotence", "true"},
+	{"acks", "all"},
+};
+
+static bool
+conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
+{
+	char err[512];
+
+	if (rd_kafka_conf_set(conf, key, value, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+		ob_error("invalid kafka.%s: %s", key, err);
+		return false;
+	}
+	return true;
+}
+
+/* Build the full librdkafka configuration; NULL (logged) on a bad key. */
+static rd_kafka_conf_t *
+build_conf(const ob_config *cfg)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	bool ok = true;
+
+	for (size_t i = 0; i < OB_ARRAY_LEN(default_props); i++)
+		ok = conf_set(conf, default_props[i].key, default_props[i].value) && ok;
+	for (size_t i = 0; i < cfg->kafka_len; i++)
+		ok = conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
+	for (size_t i = 0; i < OB_ARRAY_LEN(pinned_props); i++)
+		ok = conf_set(conf, pinned_props[i].key, pinned_props[i].value) && ok;
+	if (!ok) {
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+	return conf;
+}
+
+bool
+ob_producer_check_config(const ob_config *cfg)
+{
+	rd_kafka_conf_t *conf = build_conf(cfg);
+
+	if (conf == NULL)
+		return false;
+	rd_kafka_conf_destroy(conf);
+	return true;
+}
+
+static void
+on_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
+{
+	/* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
+	ob_log_level l = level <= 3 ? OB_LOG_ERROR
+			 : level == 4 ? OB_LOG_WARNING
+			 : level <= 6 ? OB_LOG_INFO
+				      : OB_LOG_DEBUG;
+	ob_log_field fields[] = {{"component", "librdkafka"}, {"facility", facility}, {NULL, NULL}};
+
+	if (ob_log_enabled(l))
+		ob_log_kv(l, fields, "%s", buf);
+}
+
+static void
+on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	ob_producer *p = opaque;
+	char fatal[256];
+
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		rd_kafka_resp_err_t cause = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
+
+		p->failed = true;
+		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "%s: %s",
+			 rd_kafka_err2name(cause), fatal);
+		ob_error("kafka producer failed: %s", p->fatal_reason);
+		return;
+	}
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		p->brokers_up = 0;
+	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+/* Count brokers in state UP from the statistics JSON. */
+static int
+on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+{
+	ob_producer *p = opaque;
+	json_t *root = json_loadb(json, json_len, 0, NULL);
+	json_t *brokers = json_object_get(root, "brokers");
+	const char *name;
+	json_t *b;
+	int up = 0;
+
+	json_object_foreach(brokers, name, b)
+	{
+		json_t *nodeid = json_object_get(b, "nodeid");
+		const char *state = json_string_value(json_object_get(b, "state"));
+
+		if (json_integer_value(nodeid) >= 0 && state != NULL && strcmp(state, "UP") == 0)
+			up++;
+	}
+	p->brokers_up = up;
+	json_decref(root);
+	return 0; /* librdkafka frees json */
+}
+
+static bool
+is_too_large(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+	       err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}
+
+static void
+on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	ob_producer *p = opaque;
+	ob_delivery d;
+	rd_kafka_headers_t *hdrs = NULL;
+	rd_kafka_timestamp_type_t tstype;
+
+	memset(&d, 0, sizeof(d));
+	d.tag = (uint64_t)(uintptr_t)m->_private;
+	d.ok = m->err == RD_KAFKA_RESP_ERR_NO_ERROR;
+	d.error = d.ok ? NULL : rd_kafka_err2str(m->err);
+	d.value_too_large = is_too_large(m->err);
+	d.partition = m->partition;
+	d.record.topic = rd_kafka_topic_name(m->rkt);
+	d.record.topic_len = strlen(d.record.topic);
+	d.record.has_key = m->key != NULL;
+	d.record.key = m->key;
+	d.record.key_len = m->key_len;
+	d.record.has_value = m->payload != NULL;
+	d.record.value = m->payload;
+	d.record.value_len = m->len;
+	d.record.timestamp_ms = rd_kafka_message_timestamp(m, &tstype);
+	if (!d.ok && rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		size_t n = rd_kafka_header_cnt(hdrs);
+		ob_record_view *r = &d.record;
+
+		for (size_t i = 0; i < n && i < OB_EVENT_MAX_HEADERS; i++) {
+			if (rd_kafka_header_get_all(hdrs, i, &r->header_names[i],
+						    &r->header_values[i],
+						    &r->header_value_lens[i]) ==
+			    RD_KAFKA_RESP_ERR_NO_ERROR)
+				r->headers_len = i + 1;
+		}
+	}
+	/* A failure that comes with a fatal producer error is the producer's
+	 * fault, not the record's: report it as such. */
+	if (!d.ok && rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		p->failed = true;
+	p->on_delivery(p->ctx, &d);
+}
+
+bool
+ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx,
+		ob_producer **out)
+{
+	ob_producer *p = ob_xcalloc(1, sizeof(*p));
+	rd_kafka_conf_t *conf;
+	char err[512];
+
+	*out = NULL;
+	p->on_delivery = on_delivery_fn;
+	p->ctx = ctx;
+	p->wake_pipe[0] = p->wake_pipe[1] = -1;
+	conf = build_conf(cfg);
+	if (conf == NULL)
+		goto fail_free;
+	rd_kafka_conf_set_opaque(conf, p);
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+	rd_kafka_conf_set_log_cb(conf, on_log);
+	rd_kafka_conf_set_stats_cb(conf, on_stats);
+	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (p->rk == NULL) {
+		ob_error("could not create kafka producer: %s", err);
+		rd_kafka_conf_destroy(conf);
+		goto fail_free;
+	}
+	if (pipe2(p->wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+		ob_error("could not create wake-up pipe: %s", strerror(errno));
+		goto fail_destroy;
+	}
+	p->main_queue = rd_kafka_queue_get_main(p->rk);
+	rd_kafka_queue_io_event_enable(p->main_queue, p->wake_pipe[1], "1", 1);
+	*out = p;
+	return true;
+
+fail_destroy:
+	rd_kafka_destroy(p->rk);
+fail_free:
+	free(p);
+	return false;
+}
+
+void
+ob_producer_free(ob_producer *p)
+{
+	if (p == NULL)
+		return;
+	/* Drop what is still queued: its transactions are not confirmed and
+	 * will be read again from the slot. Purged records report errors,
+	 * which the caller ignores once it stopped tracking them. */
+	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(p->rk, 0);
+	rd_kafka_queue_io_event_enable(p->main_queue, -1, NULL, 0);
+	rd_kafka_queue_destroy(p->main_queue);
+	rd_kafka_destroy(p->rk);
+	close(p->wake_pipe[0]);
+	close(p->wake_pipe[1]);
+	free(p);
+}
+
+ob_send_result
+ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
+		 bool *too_large)
+{
+	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(ev->headers_len);
+	rd_kafka_vu_t vu[7];
+	rd_kafka_error_t *error;
+	rd_kafka_resp_err_t err;
+	char topic[512];
+	size_t n = 0;
+
+	*why = NULL;
+	*too_large = false;
+	if (p->failed) {
+		rd_kafka_headers_destroy(hdrs);
+		return OB_SEND_FATAL;
+	}
+	for (size_t i = 0; i < ev->headers_len; i++) {
+		const ob_event_header *h = &ev->headers[i];
+
+		rd_kafka_header_add(hdrs, ob_event_ptr(ev, h->name), (ssize_t)h->name.len,
+				    ob_event_ptr(ev, h->value), (ssize_t)h->value.len);
+	}
+	if (ev->topic.len >= sizeof(topic) || ev->topic.len == 0 ||
+	    memchr(ob_event_ptr(ev, ev->topic), '\0', ev->topic.len) != NULL) {
+		rd_kafka_headers_destroy(hdrs);
+		*why = "invalid topic name";
+		return OB_SEND_REFUSED;
+	}
+	memcpy(topic, ob_event_ptr(ev, ev->topic), ev->topic.len);
+	topic[ev->topic.len] = '\0';
+
+	vu[n].vtype = RD_KAFKA_VTYPE_TOPIC;
+	vu[n++].u.cstr = topic;
+	if (ev->has_key) {
+		vu[n].vtype = RD_KAFKA_VTYPE_KEY;
+		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->key);
+		vu[n++].u.mem.size = ev->key.len;
+	}
+	if (ev->has_value) {
+		vu[n].vtype = RD_KAFKA_VTYPE_VALUE;
+		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->value);
+		vu[n++].u.mem.size = ev->value.len;
+	}
+	vu[n].vtype = RD_KAFKA_VTYPE_HEADERS;
+	vu[n++].u.headers = hdrs;
+	vu[n].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
+	vu[n++].u.i64 = ev->timestamp_ms;
+	vu[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
+	vu[n++].u.ptr = (void *)(uintptr_t)tag;
+	vu[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
+
+	error = rd_kafka_produceva(p->rk, vu, n);
+	if (error == NULL)
+		return OB_SEND_OK; /* librdkafka owns hdrs now */
+	err = rd_kafka_error_code(error);
+	rd_kafka_error_destroy(error);
+	rd_kafka_headers_destroy(hdrs);
+	switch (err) {
+	case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+		return OB_SEND_QUEUE_FULL;
+	case RD_KAFKA_RESP_ERR__FATAL:
+	case RD_KAFKA_RESP_ERR__STATE:
+		p->failed = true;
+		return OB_SEND_FATAL;
+	default:
+		*too_large = is_too_large(err);
+		*why = rd_kafka_err2str(err);
+		return OB_SEND_REFUSED;
+	}
+}
+
+void
+ob_producer_poll(ob_producer *p, int timeout_ms)
+{
+	char drain[64];
+
+	while (read(p->wake_pipe[0], drain, sizeof(drain)) > 0)
+		;
+	rd_kafka_poll(p->rk, timeout_ms);
+}
+
+int
+ob_producer_wake_fd(const ob_producer *p)
+{
+	return p->wake_pipe[0];
+}
+
+int
+ob_producer_outq_len(ob_producer *p)
+{
+	return rd_kafka_outq_len(p->rk);
+}
+
+bool
+ob_producer_failed(const ob_producer *p, const char **why)
+{
+	if (why != NULL)
+		*why = p->fatal_reason;
+	return p->failed;
+}
+
+bool
+ob_producer_connected(const ob_producer *p)
+{
+	return p->brokers_up > 0;
+}
+
+/* Log callback for probes: quiet unless debugging. */
+static void
+on_probe_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
+{
+	ob_debug("kafka probe: %s: %s", facility, buf);
+}
+
+bool
+ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
+		  char *detail, size_t detail_len)
+{
+	rd_kafka_conf_t *conf = build_conf(cfg);
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err;
+	rd_kafka_t *rk;
+	char errstr[512];
+
+	if (topic_exists != NULL)
+		*topic_exists = false;
+	if (conf == NULL) {
+		snprintf(detail, detail_len, "invalid [kafka] settings (see the log)");
+		return false;
+	}
+	rd_kafka_conf_set_log_cb(conf, on_probe_log);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (rk == NULL) {
+		snprintf(detail, detail_len, "could not create kafka client: %s", errstr);
+		rd_kafka_conf_destroy(conf);
+		return false;
+	}
+	/* all_topics=1: list topics without asking the cluster to create any. */
+	err = rd_kafka_metadata(rk, 1, NULL, &md, timeout_ms);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		snprintf(detail, detail_len, "could not reach %s: %s",
+			 ob_config_kafka_get(cfg, "bootstrap.servers"), rd_kafka_err2str(err));
+	} else {
+		snprintf(detail, detail_len, "%d broker(s), %d topic(s)", md->broker_cnt,
+			 md->topic_cnt);
+		for (int i = 0; topic != NULL && i < md->topic_cnt; i++) {
+			if (strcmp(md->topics[i].topic, topic) == 0 &&
+			    md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				*topic_exists = true;
+		}
+		rd_kafka_metadata_destroy(md);
+	}
+	rd_kafka_destroy(rk);
+	return err == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
