@@ -29,7 +29,14 @@ struct ob_producer {
 	char fatal_reason[512];
 	/* Brokers whose connection is up, from the statistics callback. */
 	int brokers_up;
+	/* Test hook: raise a fatal error after this many records (0: never). */
+	long fatal_after;
+	long sent;
 };
+
+/* The fatal-error test hook fires once per process, so the producer that
+ * replaces the failed one runs normally. */
+static bool fatal_hook_fired;
 
 /* outboxd's defaults, applied before the user's properties (SPEC §2). */
 static const struct {
@@ -237,6 +244,8 @@ ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx,
 		goto fail_destroy;
 	}
 	p->main_queue = rd_kafka_queue_get_main(p->rk);
+	if (!fatal_hook_fired && getenv("OUTBOXD_TEST_FATAL_AFTER") != NULL)
+		p->fatal_after = atol(getenv("OUTBOXD_TEST_FATAL_AFTER"));
 	rd_kafka_queue_io_event_enable(p->main_queue, p->wake_pipe[1], "1", 1);
 	*out = p;
 	return true;
@@ -320,8 +329,15 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
 
 	error = rd_kafka_produceva(p->rk, vu, n);
-	if (error == NULL)
-		return OB_SEND_OK; /* librdkafka owns hdrs now */
+	if (error == NULL) {
+		/* librdkafka owns hdrs now. */
+		if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
+			fatal_hook_fired = true;
+			rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+						  "OUTBOXD_TEST_FATAL_AFTER");
+		}
+		return OB_SEND_OK;
+	}
 	err = rd_kafka_error_code(error);
 	rd_kafka_error_destroy(error);
 	rd_kafka_headers_destroy(hdrs);

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The main job, on one machine: outboxd streaming from a throwaway
+PostgreSQL 15 (with wal2json) to a local Kafka-protocol broker, with sample
+outbox events written by a fake application and each Kafka record printed
+as it arrives.
+
+    bash deploy/demo.sh              # builds first, then runs this
+    python3 deploy/demo.py [--events N] [--rate R]
+
+It uses the test harness (tests/integration/harness.py) for the throwaway
+Postgres cluster and the broker (librdkafka's mock cluster, a real Kafka
+protocol server on loopback). Ctrl-C stops outboxd with SIGTERM (it flushes
+and confirms), then the broker and the cluster, and deletes their files.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+import harness  # noqa: E402
+
+TOPICS = ["outbox.event.order", "outbox.event.customer", "outbox.dlq"]
+
+
+def write_events(pg, stop, rate):
+    """The fake application: a domain change and its outbox row in one
+    transaction (the row deleted right away, the table stays empty), and
+    every fifth event a transactional logical message instead of a row."""
+    conn = pg.connect()
+    conn.autocommit = False
+    n = 0
+    while not stop.is_set():
+        n += 1
+        order = "order-%d" % random.randint(1, 5)
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO demo_orders(id, total) VALUES (%s, %s) "
+                        "ON CONFLICT (id) DO UPDATE SET total = EXCLUDED.total",
+                        (order, n * 10))
+            payload = json.dumps({"order": order, "total": n * 10, "n": n})
+            headers = json.dumps({"traceparent": "00-%s-01" % uuid.uuid4().hex})
+            if n % 5 == 0:
+                message = {"id": str(uuid.uuid4()), "aggregate_type": "customer",
+                           "aggregate_id": "customer-%d" % (n % 3),
+                           "event_type": "customer.touched",
+                           "payload": {"n": n}, "headers": {"source": "message"}}
+                cur.execute("SELECT pg_logical_emit_message(true, 'outbox', %s)",
+                            (json.dumps(message),))
+            else:
+                cur.execute("INSERT INTO outbox(aggregate_type, aggregate_id, "
+                            "event_type, payload, headers) VALUES "
+                            "('order', %s, 'order.updated', %s, %s) RETURNING id",
+                            (order, payload, headers))
+                (row_id,) = cur.fetchone()
+                cur.execute("DELETE FROM outbox WHERE id = %s", (row_id,))
+        conn.commit()
+        stop.wait(1.0 / rate)
+    conn.close()
+
+
+def show(record):
+    headers = ", ".join("%s=%s" % (k, v.decode("utf-8", "replace"))
+                        for k, v in record["headers"])
+    value = record["value"].decode("utf-8", "replace") if record["value"] else "(tombstone)"
+    print("%-22s partition=%d offset=%-4d key=%-12s headers={%s}\n%24svalue=%s"
+          % (record["topic"], record["partition"], record["offset"], record["key"],
+             headers, "", value), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=0,
+                    help="stop after this many records (default: until Ctrl-C)")
+    ap.add_argument("--rate", type=float, default=2.0, help="events per second")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    args = ap.parse_args()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    tmp = tempfile.mkdtemp(prefix="outboxd-demo-")
+    pg = broker = daemon = consumer = None
+    seen = 0
+    try:
+        print("starting a throwaway PostgreSQL 15 cluster ...", flush=True)
+        pg = harness.PgCluster(os.path.join(tmp, "pg"))
+        pg.start()
+        pg.run_file(os.path.join(ROOT, "sql", "outbox.sql"))
+        pg.sql("CREATE TABLE demo_orders(id text PRIMARY KEY, total int)")
+        print("starting the local Kafka-protocol broker ...", flush=True)
+        broker = harness.MockBroker(os.path.join(args.build, "tests", "ob-mockbroker"))
+        for t in TOPICS:
+            broker.create_topic(t, 4)
+        config = {
+            "postgres": {"conninfo": pg.conninfo(), "slot": "outboxd_demo"},
+            "kafka": {"bootstrap.servers": broker.bootstraps},
+            "http": {"listen": "127.0.0.1:9187"},
+            "log": {"level": "info"},
+        }
+        daemon = harness.Outboxd(os.path.join(args.build, "outboxd"), config, tmp)
+        daemon.wait_log(r"streaming from slot", timeout=30)
+        print("outboxd is streaming (log: %s; metrics: http://127.0.0.1:9187/metrics)"
+              % daemon.logfile, flush=True)
+        writer = threading.Thread(target=write_events, args=(pg, stop, args.rate),
+                                  daemon=True)
+        writer.start()
+        print("writing sample events; records as they arrive in Kafka "
+              "(Ctrl-C to stop):\n", flush=True)
+        consumer = harness.Consumer(broker.bootstraps)
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        consumer._c.assign([TopicPartition(t, p, OFFSET_BEGINNING)
+                            for t in TOPICS for p in consumer.partitions(t)])
+        while not stop.is_set():
+            msg = consumer._c.poll(0.2)
+            if msg is None or msg.error() is not None:
+                continue
+            key = msg.key()
+            show({"topic": msg.topic(), "partition": msg.partition(),
+                  "offset": msg.offset(), "key": key.decode() if key else None,
+                  "value": msg.value(), "headers": msg.headers() or []})
+            seen += 1
+            if args.events and seen >= args.events:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        print("\nstopping ...", flush=True)
+        if consumer is not None:
+            consumer.close()
+        rc = None
+        if daemon is not None:
+            daemon.terminate()
+            rc = daemon.wait(40)
+            print("outboxd exited with code %s" % rc, flush=True)
+        if broker is not None:
+            broker.stop()
+        if pg is not None:
+            pg.destroy()
+    print("%d records shown" % seen)
+    return 0 if rc == 0 and (not args.events or seen >= args.events) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
