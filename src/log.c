@@ -164,6 +164,11 @@ log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_lis
 	gmtime_r(&tv.tv_sec, &tm);
 	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/* One event per line: fold the newlines libpq puts in its messages. */
+	for (char *c = msg; *c; c++) {
+		if (*c == '\n' || *c == '\t' || *c == '\r')
+			*c = ' ';
+	}
 
 	if (log_format == OB_LOG_JSON) {
 		lb_puts(&lb, "{\"ts\":\"");
