@@ -9,6 +9,8 @@
  */
 #include "outboxd/outbox.h"
 
+#include "outboxd/jsontext.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,22 +159,87 @@ ob_mapper_init(ob_mapper *m, const ob_config *cfg)
 	m->cfg = cfg;
 }
 
-/* Where the fields of one outbox event come from. */
+/* Fields a logical message may have: more members than this make it a
+ * bad message. */
+#define MAX_MESSAGE_FIELDS 64
+
+/* Where the fields of one outbox event come from: a row (an I record) or a
+ * logical message's JSON object, whose members are indexed once. */
 typedef struct field_source {
-	const ob_w2j_record *row; /* an I record, or NULL */
-	json_t *message;          /* a message's content object, or NULL */
+	const ob_w2j_record *row;
+	ob_json_member members[MAX_MESSAGE_FIELDS];
+	size_t members_len;
 } field_source;
 
-/* Look a field up by name. type is the Postgres type for rows, NULL for
- * messages. value is borrowed; JSON null stands for SQL NULL. */
+typedef enum value_kind {
+	VALUE_NULL,
+	VALUE_TEXT,      /* bytes as they are (a row's string, an unescaped string) */
+	VALUE_ESCAPED,   /* a JSON string's inner text with escapes to decode */
+	VALUE_JSON_TEXT, /* raw JSON text: number, boolean, object or array */
+	VALUE_JANSSON,   /* a non-string wal2json column value (a number) */
+} value_kind;
+
+typedef struct field_value {
+	value_kind kind;
+	const char *pg_type; /* the column's Postgres type; NULL for messages */
+	const char *text;
+	size_t len;
+	json_t *json;
+} field_value;
+
+/* True if member m is named name (decoding escapes in the member's name). */
 static bool
-get_field(const field_source *src, const char *name, const char **type, json_t **value)
+member_named(const ob_json_member *m, const char *name, size_t name_len)
 {
-	if (src->row != NULL)
-		return ob_w2j_column(src->row, name, type, value);
-	*type = NULL;
-	*value = json_object_get(src->message, name);
-	return *value != NULL;
+	char buf[256];
+	long n;
+
+	if (!m->name_escaped)
+		return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
+	if (m->name_len > sizeof(buf))
+		return false;
+	n = ob_json_unescape(m->name, m->name_len, buf);
+	return n == (long)name_len && memcmp(buf, name, name_len) == 0;
+}
+
+/* Look a field up by name; false if the row or message has no such field. */
+static bool
+get_field(const field_source *src, const char *name, field_value *fv)
+{
+	memset(fv, 0, sizeof(*fv));
+	if (src->row != NULL) {
+		json_t *value;
+
+		if (!ob_w2j_column(src->row, name, &fv->pg_type, &value))
+			return false;
+		if (json_is_null(value)) {
+			fv->kind = VALUE_NULL;
+		} else if (json_is_string(value)) {
+			fv->kind = VALUE_TEXT;
+			fv->text = json_string_value(value);
+			fv->len = json_string_length(value);
+		} else {
+			fv->kind = VALUE_JANSSON;
+			fv->json = value;
+		}
+		return true;
+	}
+	for (size_t i = 0; i < src->members_len; i++) {
+		const ob_json_member *m = &src->members[i];
+
+		if (!member_named(m, name, strlen(name)))
+			continue;
+		fv->text = m->value;
+		fv->len = m->value_len;
+		if (ob_json_member_is_null(m))
+			fv->kind = VALUE_NULL;
+		else if (m->value_is_string)
+			fv->kind = m->value_escaped ? VALUE_ESCAPED : VALUE_TEXT;
+		else
+			fv->kind = VALUE_JSON_TEXT;
+		return true;
+	}
+	return false;
 }
 
 static bool
@@ -215,7 +282,21 @@ put_hex_decoded(ob_event *ev, const char *s, size_t len, ob_span *out)
 	return true;
 }
 
-/* Append a JSON value as JSON text. */
+/* Append a JSON string's inner text with its escapes decoded. */
+static bool
+put_unescaped(ob_event *ev, const char *s, size_t len, ob_span *out)
+{
+	long n = ob_json_unescape(s, len, event_reserve(ev, len));
+
+	if (n < 0)
+		return false;
+	out->off = ev->buf_len;
+	out->len = (size_t)n;
+	ev->buf_len += (size_t)n;
+	return true;
+}
+
+/* Append a jansson value as compact JSON text. */
 static ob_span
 put_json_text(ob_event *ev, json_t *value)
 {
@@ -236,32 +317,43 @@ typedef enum field_status {
 } field_status;
 
 /*
- * Append the bytes a field stands for (SPEC §3): json/jsonb values as their
- * JSON text (wal2json sends them as a string holding that text), bytea as
- * its raw bytes, other strings as they are, numbers and booleans as their
- * text, and for messages objects and arrays as JSON text.
+ * Append the bytes a field value stands for (SPEC §3): json/jsonb values as
+ * their JSON text (wal2json sends them as a string holding that text),
+ * bytea as its raw bytes, other strings as they are, and a message's
+ * numbers, booleans, objects and arrays as their original JSON text.
  */
+static field_status
+put_value(ob_event *ev, const field_value *fv, ob_span *out)
+{
+	switch (fv->kind) {
+	case VALUE_NULL:
+		return FIELD_NULL;
+	case VALUE_TEXT:
+		if (type_is(fv->pg_type, "bytea"))
+			return put_hex_decoded(ev, fv->text, fv->len, out) ? FIELD_OK
+									   : FIELD_UNDECODABLE;
+		*out = ob_event_put(ev, fv->text, fv->len);
+		return FIELD_OK;
+	case VALUE_ESCAPED:
+		return put_unescaped(ev, fv->text, fv->len, out) ? FIELD_OK : FIELD_UNDECODABLE;
+	case VALUE_JSON_TEXT:
+		*out = ob_event_put(ev, fv->text, fv->len);
+		return FIELD_OK;
+	case VALUE_JANSSON:
+		*out = put_json_text(ev, fv->json);
+		return FIELD_OK;
+	}
+	return FIELD_UNDECODABLE;
+}
+
 static field_status
 put_field(ob_event *ev, const field_source *src, const char *name, ob_span *out)
 {
-	const char *type;
-	json_t *value;
+	field_value fv;
 
-	if (!get_field(src, name, &type, &value))
+	if (!get_field(src, name, &fv))
 		return FIELD_MISSING;
-	if (json_is_null(value))
-		return FIELD_NULL;
-	if (json_is_string(value)) {
-		const char *s = json_string_value(value);
-		size_t len = json_string_length(value);
-
-		if (type_is(type, "bytea"))
-			return put_hex_decoded(ev, s, len, out) ? FIELD_OK : FIELD_UNDECODABLE;
-		*out = ob_event_put(ev, s, len);
-		return FIELD_OK;
-	}
-	*out = put_json_text(ev, value);
-	return FIELD_OK;
+	return put_value(ev, &fv, out);
 }
 
 /* Expand the topic template; on failure *missing names the column. */
@@ -308,64 +400,80 @@ span_dup(const ob_event *ev, ob_span s)
 	return ob_xstrndup(ob_event_ptr(ev, s), s.len);
 }
 
-/* Add the members of the headers object (SPEC §3). False if the value is
- * not a JSON object or has too many members. */
+/* The text of the headers field: an object's JSON text. False if the
+ * field is there but is not text or raw JSON; a missing or NULL field
+ * gives true with *len 0. */
 static bool
-add_object_headers(ob_event *ev, json_t *obj)
+headers_text(const field_source *src, const char *column, const char **text, size_t *len)
 {
-	const char *name;
-	json_t *v;
+	field_value fv;
 
-	if (!json_is_object(obj))
+	*text = NULL;
+	*len = 0;
+	if (column[0] == '\0' || !get_field(src, column, &fv) || fv.kind == VALUE_NULL)
+		return true;
+	if (fv.kind != VALUE_TEXT && fv.kind != VALUE_JSON_TEXT)
 		return false;
-	json_object_foreach(obj, name, v)
-	{
-		ob_span text;
-
-		if (json_is_string(v))
-			text = ob_event_put(ev, json_string_value(v), json_string_length(v));
-		else
-			text = put_json_text(ev, v);
-		if (!add_header_span(ev, name, text))
-			return false;
-	}
+	*text = fv.text;
+	*len = fv.len;
 	return true;
 }
 
-/* Parse the headers field into an object; NULL/missing gives no headers
- * (returns true with *out NULL), anything but an object gives false. The
- * caller decrefs *out. */
+/* Add the members of a headers object (SPEC §3): strings as they are,
+ * other values as their JSON text. False if text is not a JSON object,
+ * has a bad escape, or has too many members. */
 static bool
-read_headers(const field_source *src, const char *column, json_t **out)
+add_object_headers(ob_event *ev, const char *text, size_t len)
 {
-	const char *type;
-	json_t *value;
+	ob_json_iter it;
+	ob_json_member m;
+	int r;
 
-	*out = NULL;
-	if (column[0] == '\0' || !get_field(src, column, &type, &value) || json_is_null(value))
-		return true;
-	if (json_is_string(value)) {
-		*out = json_loadb(json_string_value(value), json_string_length(value),
-				  JSON_DECODE_ANY, NULL);
-	} else {
-		*out = json_incref(value);
+	if (!ob_json_iter_init(&it, text, len))
+		return false;
+	while ((r = ob_json_iter_next(&it, &m)) == 1) {
+		ob_span name, value;
+
+		if (!put_unescaped(ev, m.name, m.name_len, &name))
+			return false;
+		ob_event_put(ev, "", 1); /* librdkafka wants names NUL-terminated */
+		if (!m.value_is_string)
+			value = ob_event_put(ev, m.value, m.value_len);
+		else if (!put_unescaped(ev, m.value, m.value_len, &value))
+			return false;
+		if (ev->headers_len == OB_EVENT_MAX_HEADERS)
+			return false;
+		ev->headers[ev->headers_len].name = name;
+		ev->headers[ev->headers_len].value = value;
+		ev->headers_len++;
 	}
-	return json_is_object(*out);
+	return r == 0;
 }
 
 static int64_t
 read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
 {
-	const char *type;
-	json_t *value;
+	field_value fv;
+	char buf[64];
 	int64_t ms;
 
-	if (column[0] == '\0' || !get_field(src, column, &type, &value))
+	if (column[0] == '\0' || !get_field(src, column, &fv))
 		return commit_ms;
-	if (json_is_integer(value))
-		return (int64_t)json_integer_value(value);
-	if (json_is_string(value) && ob_pg_timestamp_to_ms(json_string_value(value), &ms))
-		return ms;
+	if (fv.kind == VALUE_JANSSON && json_is_integer(fv.json))
+		return (int64_t)json_integer_value(fv.json);
+	if ((fv.kind == VALUE_TEXT || fv.kind == VALUE_JSON_TEXT) && fv.len < sizeof(buf)) {
+		char *end;
+
+		memcpy(buf, fv.text, fv.len);
+		buf[fv.len] = '\0';
+		if (fv.kind == VALUE_JSON_TEXT) {
+			long long v = strtoll(buf, &end, 10);
+
+			return *end == '\0' && end != buf ? (int64_t)v : commit_ms;
+		}
+		if (ob_pg_timestamp_to_ms(buf, &ms))
+			return ms;
+	}
 	return commit_ms;
 }
 
@@ -385,7 +493,8 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 	char missing[256];
 	ob_span id = {0, 0}, type = {0, 0};
 	bool has_id = false, has_type = false, headers_ok;
-	json_t *headers = NULL;
+	const char *headers = NULL;
+	size_t headers_len = 0;
 	field_status st;
 
 	ob_event_reset(ev);
@@ -411,40 +520,35 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 	st = put_field(ev, src, cfg->outbox.payload_column, &ev->value);
 	ev->has_value = st == FIELD_OK;
 	if (st == FIELD_UNDECODABLE && reason == NULL) {
-		const char *t;
-		json_t *raw;
+		field_value raw;
 
 		reason = "bad-payload";
 		snprintf(error, sizeof(error), "payload column %s could not be decoded",
 			 cfg->outbox.payload_column);
 		/* Keep the undecoded text as the dead-letter value. */
-		if (get_field(src, cfg->outbox.payload_column, &t, &raw) && json_is_string(raw)) {
-			ev->value = ob_event_put(ev, json_string_value(raw), json_string_length(raw));
+		if (get_field(src, cfg->outbox.payload_column, &raw)) {
+			ev->value = ob_event_put(ev, raw.text, raw.len);
 			ev->has_value = true;
 		}
 	}
 
-	headers_ok = read_headers(src, cfg->outbox.headers_column, &headers);
-	if (!headers_ok && reason == NULL) {
-		reason = "bad-headers";
-		snprintf(error, sizeof(error), "headers column %s is not a JSON object",
-			 cfg->outbox.headers_column);
-	}
-
+	headers_ok = headers_text(src, cfg->outbox.headers_column, &headers, &headers_len);
 	if (reason == NULL && !put_topic(ev, src, cfg->outbox.topic, missing, sizeof(missing))) {
 		reason = "missing-topic-column";
-		snprintf(error, sizeof(error), "topic template %s names column %s, which is "
-			 "missing or null", cfg->outbox.topic, missing);
+		snprintf(error, sizeof(error),
+			 "topic template %s names column %s, which is missing or null",
+			 cfg->outbox.topic, missing);
 	}
-
 	if (reason == NULL) {
 		ev->headers_len = 0;
 		(void)add_header_span(ev, "id", id);
 		if (has_type)
 			(void)add_header_span(ev, "type", type);
-		if (headers != NULL && !add_object_headers(ev, headers)) {
+		if (!headers_ok || (headers != NULL && !add_object_headers(ev, headers, headers_len))) {
+			headers_ok = false;
 			reason = "bad-headers";
-			snprintf(error, sizeof(error), "headers column %s has more than %d members",
+			snprintf(error, sizeof(error),
+				 "headers column %s is not a JSON object of at most %d members",
 				 cfg->outbox.headers_column, OB_EVENT_MAX_HEADERS - 2);
 		}
 	}
@@ -464,8 +568,13 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 			(void)ob_event_add_header(ev, "id", idv, id_len);
 		if (typev != NULL)
 			(void)ob_event_add_header(ev, "type", typev, type_len);
-		if (headers_ok && headers != NULL)
-			(void)add_object_headers(ev, headers);
+		if (headers_ok && headers != NULL) {
+			size_t kept = ev->headers_len;
+
+			/* All or none of the object's members. */
+			if (!add_object_headers(ev, headers, headers_len))
+				ev->headers_len = kept;
+		}
 		if (key != NULL) {
 			ev->key = ob_event_put(ev, key, key_len);
 			ev->has_key = true;
@@ -479,8 +588,6 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 		free(typev);
 		free(value);
 	}
-	if (headers != NULL)
-		json_decref(headers);
 	return reason == NULL ? OB_MAP_EVENT : OB_MAP_DLQ;
 }
 
@@ -489,7 +596,7 @@ ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commi
 		     ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
-	field_source src = {rec, NULL};
+	field_source src = {.row = rec};
 
 	if (rec->action != OB_W2J_INSERT || strcmp(rec->table, cfg->outbox.table_name) != 0 ||
 	    (rec->schema != NULL && strcmp(rec->schema, cfg->outbox.schema) != 0))
@@ -503,21 +610,30 @@ ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t comm
 {
 	const ob_config *cfg = m->cfg;
 	const char *reason = NULL, *error = NULL;
-	field_source src = {NULL, NULL};
+	field_source src;
 	ob_map_result result;
+	ob_json_iter it;
+	int r = -1;
 
 	if (rec->action != OB_W2J_MESSAGE || cfg->outbox.message_prefix[0] == '\0' ||
 	    strcmp(rec->prefix, cfg->outbox.message_prefix) != 0)
 		return OB_MAP_SKIP;
+	src.row = NULL;
+	src.members_len = 0;
 	if (!rec->transactional) {
 		reason = "non-transactional-message";
 		error = "logical message is not transactional: emit it with "
 			"pg_logical_emit_message(true, ...)";
 	} else {
-		src.message = json_loadb(rec->content, rec->content_len, 0, NULL);
-		if (!json_is_object(src.message)) {
+		if (ob_json_iter_init(&it, rec->content, rec->content_len)) {
+			while (src.members_len < MAX_MESSAGE_FIELDS &&
+			       (r = ob_json_iter_next(&it, &src.members[src.members_len])) == 1)
+				src.members_len++;
+		}
+		if (r != 0) {
 			reason = "bad-message";
-			error = "logical message content is not a JSON object";
+			error = "logical message content is not a JSON object (of at most 64 "
+				"members)";
 		}
 	}
 	if (reason != NULL) {
@@ -529,7 +645,5 @@ ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t comm
 	} else {
 		result = map_fields(m, &src, rec->lsn, commit_ms, ev);
 	}
-	if (src.message != NULL)
-		json_decref(src.message);
 	return result;
 }

@@ -1,0 +1,51 @@
+/*
+ * jsontext.h: walking a JSON object's members as raw text.
+ *
+ * The mapping publishes JSON values "as their JSON text" (SPEC §3). Parsing
+ * into doubles and printing again would change numbers (99.90 becomes
+ * 99.900000000000006), so the members of logical messages and of headers
+ * objects are read as spans of the original text instead. The scanner
+ * checks structure (strings, brackets, separators) strictly enough to
+ * reject text that is not a JSON object; it does not check number syntax.
+ */
+#ifndef OUTBOXD_JSONTEXT_H
+#define OUTBOXD_JSONTEXT_H
+
+#include "outboxd/common.h"
+
+/* One member. name is the text between the quotes of the key, value the
+ * raw text of the value (for a string: between its quotes). The *_escaped
+ * flags say whether that text holds backslash escapes; value_is_string
+ * whether the value was a JSON string. All pointers borrow the input. */
+typedef struct ob_json_member {
+	const char *name;
+	size_t name_len;
+	bool name_escaped;
+	const char *value;
+	size_t value_len;
+	bool value_is_string;
+	bool value_escaped;
+} ob_json_member;
+
+typedef struct ob_json_iter {
+	const char *s;
+	size_t len;
+	size_t pos;
+	bool done;
+} ob_json_iter;
+
+/* Start iterating the object in s[0..len); false if s does not start (after
+ * white space) with '{'. */
+bool ob_json_iter_init(ob_json_iter *it, const char *s, size_t len) OB_MUST_CHECK;
+/* The next member: 1 when *m was filled, 0 at the end of a well-formed
+ * object (nothing but white space may follow it), -1 on malformed text. */
+int ob_json_iter_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
+
+/* True if the value is the literal null. */
+bool ob_json_member_is_null(const ob_json_member *m);
+
+/* Decode the escapes of a JSON string's inner text into out (at least len
+ * bytes). Returns the decoded length, or -1 on a bad escape. */
+long ob_json_unescape(const char *s, size_t len, char *out);
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * jsontext.c: a small scanner over JSON text that yields the raw spans of
+ * an object's members, and the decoder of JSON string escapes.
+ */
+#include "outboxd/jsontext.h"
+
+#include <string.h>
+
+/* Nesting deeper than this is refused rather than scanned. */
+#define MAX_DEPTH 256
+
+static void
+skip_ws(const char *s, size_t len, size_t *pos)
+{
+	while (*pos < len && (s[*pos] == ' ' || s[*pos] == '\t' || s[*pos] == '\n' ||
+			      s[*pos] == '\r'))
+		(*pos)++;
+}
+
+/* Scan the string starting at s[*pos] == '"'; *pos ends after the closing
+ * quote. */
+static bool
+scan_string(const char *s, size_t len, size_t *pos, bool *escaped)
+{
+	size_t p = *pos + 1;
+
+	*escaped = false;
+	while (p < len) {
+		unsigned char c = (unsigned char)s[p];
+
+		if (c == '"') {
+			*pos = p + 1;
+			return true;
+		}
+		if (c == '\\') {
+			*escaped = true;
+			p += 2;
+			continue;
+		}
+		if (c < 0x20)
+			return false;
+		p++;
+	}
+	return false;
+}
+
+/* Scan one value (string, object, array or bare literal/number). */
+static bool
+scan_value(const char *s, size_t len, size_t *pos)
+{
+	char stack[MAX_DEPTH]; /* the closing bracket each open one expects */
+	int depth = 0;
+	bool escaped;
+
+	do {
+		skip_ws(s, len, pos);
+		if (*pos >= len)
+			return false;
+		char c = s[*pos];
+
+		if (c == '"') {
+			if (!scan_string(s, len, pos, &escaped))
+				return false;
+		} else if (c == '{' || c == '[') {
+			if (depth == MAX_DEPTH)
+				return false;
+			stack[depth++] = c == '{' ? '}' : ']';
+			(*pos)++;
+			continue;
+		} else if (c == '}' || c == ']') {
+			if (depth == 0 || stack[depth - 1] != c)
+				return false;
+			depth--;
+			(*pos)++;
+		} else if (c == ',' || c == ':') {
+			if (depth == 0)
+				return false;
+			(*pos)++;
+			continue;
+		} else {
+			size_t start = *pos;
+
+			while (*pos < len && strchr(",:]} \t\r\n{[\"", s[*pos]) == NULL)
+				(*pos)++;
+			if (*pos == start)
+				return false;
+		}
+	} while (depth > 0);
+	return true;
+}
+
+bool
+ob_json_iter_init(ob_json_iter *it, const char *s, size_t len)
+{
+	it->s = s;
+	it->len = len;
+	it->pos = 0;
+	it->done = false;
+	skip_ws(s, len, &it->pos);
+	if (it->pos >= len || s[it->pos] != '{')
+		return false;
+	it->pos++;
+	return true;
+}
+
+/* After the closing brace only white space may follow. */
+static int
+finish(ob_json_iter *it)
+{
+	it->pos++;
+	skip_ws(it->s, it->len, &it->pos);
+	it->done = true;
+	return it->pos == it->len ? 0 : -1;
+}
+
+int
+ob_json_iter_next(ob_json_iter *it, ob_json_member *m)
+{
+	const char *s = it->s;
+	size_t len = it->len, start;
+
+	if (it->done)
+		return 0;
+	skip_ws(s, len, &it->pos);
+	if (it->pos < len && s[it->pos] == '}')
+		return finish(it);
+	if (it->pos >= len || s[it->pos] != '"')
+		return -1;
+	start = it->pos;
+	if (!scan_string(s, len, &it->pos, &m->name_escaped))
+		return -1;
+	m->name = s + start + 1;
+	m->name_len = it->pos - start - 2;
+	skip_ws(s, len, &it->pos);
+	if (it->pos >= len || s[it->pos] != ':')
+		return -1;
+	it->pos++;
+	skip_ws(s, len, &it->pos);
+	start = it->pos;
+	if (!scan_value(s, len, &it->pos))
+		return -1;
+	m->value_is_string = s[start] == '"';
+	m->value_escaped = false;
+	if (m->value_is_string) {
+		size_t p = start;
+
+		(void)scan_string(s, len, &p, &m->value_escaped);
+		m->value = s + start + 1;
+		m->value_len = it->pos - start - 2;
+	} else {
+		m->value = s + start;
+		m->value_len = it->pos - start;
+	}
+	skip_ws(s, len, &it->pos);
+	if (it->pos < len && s[it->pos] == ',') {
+		it->pos++;
+		skip_ws(s, len, &it->pos);
+		if (it->pos < len && s[it->pos] == '}')
+			return -1; /* trailing comma */
+		return 1;
+	}
+	if (it->pos < len && s[it->pos] == '}') {
+		/* Report this member; the next call sees the brace. */
+		return 1;
+	}
+	return -1;
+}
+
+bool
+ob_json_member_is_null(const ob_json_member *m)
+{
+	return !m->value_is_string && m->value_len == 4 && memcmp(m->value, "null", 4) == 0;
+}
+
+static int
+hex4(const char *s, unsigned *out)
+{
+	unsigned v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		char c = s[i];
+
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v |= (unsigned)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			v |= (unsigned)(c - 'A' + 10);
+		else
+			return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Append code point cp as UTF-8. */
+static size_t
+put_utf8(char *out, unsigned cp)
+{
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (char)(0xc0 | (cp >> 6));
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (char)(0xe0 | (cp >> 12));
+		out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		out[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (char)(0xf0 | (cp >> 18));
+	out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	out[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+long
+ob_json_unescape(const char *s, size_t len, char *out)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned cp, lo;
+
+		if (s[i] != '\\') {
+			out[o++] = s[i];
+			continue;
+		}
+		if (++i >= len)
+			return -1;
+		switch (s[i]) {
+		case '"':
+		case '\\':
+		case '/':
+			out[o++] = s[i];
+			break;
+		case 'b':
+			out[o++] = '\b';
+			break;
+		case 'f':
+			out[o++] = '\f';
+			break;
+		case 'n':
+			out[o++] = '\n';
+			break;
+		case 'r':
+			out[o++] = '\r';
+			break;
+		case 't':
+			out[o++] = '\t';
+			break;
+		case 'u':
+			if (i + 4 >= len || hex4(s + i + 1, &cp) < 0)
+				return -1;
+			i += 4;
+			/* A surrogate pair: \uD8xx\uDCxx. */
+			if (cp >= 0xd800 && cp <= 0xdbff) {
+				if (i + 6 >= len || s[i + 1] != '\\' || s[i + 2] != 'u' ||
+				    hex4(s + i + 3, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
+					return -1;
+				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+				i += 6;
+			} else if (cp >= 0xdc00 && cp <= 0xdfff) {
+				return -1;
+			}
+			/* Every escape is at least as long as its UTF-8 bytes. */
+			o += put_utf8(out + o, cp);
+			break;
+		default:
+			return -1;
+		}
+	}
+	return (long)o;
+}
