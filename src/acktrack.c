@@ -56,7 +56,7 @@ grow(ob_acktrack *t)
 }
 
 uint64_t
-ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_ms)
+ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_us)
 {
 	ob_acktrack_txn *e;
 	uint64_t seq;
@@ -68,7 +68,7 @@ ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_ms)
 	e = entry(t, seq);
 	memset(e, 0, sizeof(*e));
 	e->end_lsn = end_lsn;
-	e->commit_ms = commit_ms;
+	e->commit_us = commit_us;
 	t->open = true;
 	return seq;
 }
@@ -115,12 +115,12 @@ ob_acktrack_ack(ob_acktrack *t, uint64_t seq)
 }
 
 bool
-ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_ms)
+ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_us)
 {
 	if (seq < t->head_seq || seq >= t->tail_seq)
 		return false;
 	*end_lsn = entry(t, seq)->end_lsn;
-	*commit_ms = entry(t, seq)->commit_ms;
+	*commit_us = entry(t, seq)->commit_us;
 	return true;
 }
 

@@ -15,8 +15,9 @@
 #define MAX_LABELS 256
 
 /* Upper bounds of the publish latency histogram, in seconds. */
-static const double latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-					0.25,  0.5,    1,     2.5,  5,     10,   30};
+static const double latency_bounds[] = {0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015,
+					0.02,  0.03,  0.05,  0.075, 0.1,    0.25, 0.5,
+					1,     2.5,   5,     10,    30};
 #define N_BUCKETS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
 
 typedef struct label_counter {

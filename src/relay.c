@@ -79,7 +79,7 @@ typedef struct relay {
 	bool txn_skip; /* already handed over before a reconnect */
 	uint64_t txn_seq;
 	ob_lsn txn_end;
-	int64_t txn_commit_ms;
+	int64_t txn_commit_us;
 	uint64_t txn_events; /* events of it handed over (or skipped as such) */
 	uint64_t replay_skip; /* events still to skip of a replayed cut-off txn */
 
@@ -128,13 +128,13 @@ on_delivery(void *ctx, const ob_delivery *d)
 	uint64_t seq = d->tag >> 1;
 	bool is_dlq = (d->tag & TAG_DLQ) != 0;
 	ob_lsn end_lsn = 0;
-	int64_t commit_ms = 0;
+	int64_t commit_us = 0;
 	const char *failed_why;
 
-	if (!ob_acktrack_txn_info(&r->ack, seq, &end_lsn, &commit_ms))
+	if (!ob_acktrack_txn_info(&r->ack, seq, &end_lsn, &commit_us))
 		return; /* a report from a producer we dropped */
 	if (d->ok) {
-		double latency = (double)(ob_now_us() / 1000 - commit_ms) / 1000.0;
+		double latency = (double)(ob_now_us() - commit_us) / 1e6;
 
 		ob_metrics_published(d->record.topic, d->record.topic_len,
 				     latency > 0 ? latency : 0);
@@ -314,11 +314,11 @@ publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out)
 /* Open a transaction in the ack tracker, or mark it skipped when it was
  * handed over before a reconnect. */
 static void
-begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_ms)
+begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
 {
 	r->in_txn = true;
 	r->txn_end = end_lsn;
-	r->txn_commit_ms = commit_ms;
+	r->txn_commit_us = commit_us;
 	r->txn_events = 0;
 	r->txn_skip = end_lsn <= r->handed_lsn;
 	r->replay_skip = 0;
@@ -329,7 +329,7 @@ begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_ms)
 	}
 	if (end_lsn == r->partial_lsn)
 		r->replay_skip = r->partial_events;
-	r->txn_seq = ob_acktrack_begin(&r->ack, end_lsn, commit_ms);
+	r->txn_seq = ob_acktrack_begin(&r->ack, end_lsn, commit_us);
 }
 
 static void
@@ -386,7 +386,7 @@ handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *
 	view.value = msg->data;
 	view.value_len = msg->len;
 	view.has_value = true;
-	view.timestamp_ms = r->txn_commit_ms;
+	view.timestamp_ms = r->txn_commit_us / 1000;
 	ob_event_build_dlq(&r->ev, r->cfg, "bad-record", error, msg->data_start, &view, false);
 	return handle_event(r, OB_MAP_DLQ, msg->data_start, out);
 }
@@ -412,7 +412,7 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 			break;
 		}
 		begin_txn(r, r->rec.nextlsn,
-			  r->rec.has_timestamp ? r->rec.timestamp_ms : ob_now_us() / 1000);
+			  r->rec.has_timestamp ? r->rec.timestamp_us : ob_now_us());
 		break;
 	case OB_W2J_COMMIT:
 		if (r->in_txn)
@@ -421,22 +421,22 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	case OB_W2J_INSERT:
 		if (r->in_txn)
 			ok = handle_event(r, ob_mapper_map_insert(&r->mapper, &r->rec,
-								  r->txn_commit_ms, &r->ev),
+								  r->txn_commit_us / 1000, &r->ev),
 					  r->rec.lsn, out);
 		break;
 	case OB_W2J_MESSAGE:
 		if (r->in_txn) {
 			ok = handle_event(r, ob_mapper_map_message(&r->mapper, &r->rec,
-								   r->txn_commit_ms, &r->ev),
+								   r->txn_commit_us / 1000, &r->ev),
 					  r->rec.lsn, out);
 		} else {
 			/* A non-transactional message stands alone. Its end is
 			 * unknown; one past its start keeps it from being sent
 			 * again once confirmed. */
-			int64_t now_ms = ob_now_us() / 1000;
+			int64_t now_us = ob_now_us();
 
-			begin_txn(r, r->rec.lsn + 1, now_ms);
-			ok = handle_event(r, ob_mapper_map_message(&r->mapper, &r->rec, now_ms,
+			begin_txn(r, r->rec.lsn + 1, now_us);
+			ok = handle_event(r, ob_mapper_map_message(&r->mapper, &r->rec, now_us / 1000,
 								   &r->ev),
 					  r->rec.lsn, out);
 			if (ok)

@@ -73,9 +73,10 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 		goto fail;
 	}
 	ts = json_object_get(rec->root, "timestamp");
-	if (json_is_string(ts))
-		rec->has_timestamp = ob_pg_timestamp_to_ms(json_string_value(ts),
-							   &rec->timestamp_ms);
+	if (json_is_string(ts) && ob_pg_timestamp_to_us(json_string_value(ts), &rec->timestamp_us)) {
+		rec->has_timestamp = true;
+		rec->timestamp_ms = rec->timestamp_us / 1000;
+	}
 
 	switch (rec->action) {
 	case OB_W2J_BEGIN:
@@ -173,6 +174,18 @@ days_from_civil(int64_t y, int m, int d)
 bool
 ob_pg_timestamp_to_ms(const char *s, int64_t *ms)
 {
+	int64_t us;
+
+	if (!ob_pg_timestamp_to_us(s, &us))
+		return false;
+	/* Floor division, so times before 1970 round down too. */
+	*ms = us >= 0 ? us / 1000 : -((-us + 999) / 1000);
+	return true;
+}
+
+bool
+ob_pg_timestamp_to_us(const char *s, int64_t *us)
+{
 	const char *p = s;
 	int year, mon, day, hour, min, sec, off_h = 0, off_m = 0, off_s = 0;
 	int64_t frac_us = 0, total;
@@ -220,6 +233,6 @@ ob_pg_timestamp_to_ms(const char *s, int64_t *ms)
 		return false;
 	total = days_from_civil(year, mon, day) * 86400 + hour * 3600 + min * 60 + sec;
 	total -= sign * (off_h * 3600 + off_m * 60 + off_s);
-	*ms = total * 1000 + frac_us / 1000;
+	*us = total * 1000000 + frac_us;
 	return true;
 }

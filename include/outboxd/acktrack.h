@@ -22,7 +22,7 @@
 
 typedef struct ob_acktrack_txn {
 	ob_lsn end_lsn;    /* commit end LSN; 0 for an abandoned transaction */
-	int64_t commit_ms; /* commit time, for publish latency */
+	int64_t commit_us; /* commit time (µs), for publish latency */
 	uint64_t pending;  /* events handed over and not yet acknowledged */
 	bool committed;    /* all its events were handed over */
 } ob_acktrack_txn;
@@ -46,8 +46,8 @@ void ob_acktrack_free(ob_acktrack *t);
 void ob_acktrack_reset(ob_acktrack *t);
 
 /* Open a transaction ending at end_lsn (wal2json's B record knows it) and
- * committed at commit_ms; returns its sequence number. Only one is open. */
-uint64_t ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_ms);
+ * committed at commit_us (µs since the epoch); returns its sequence number. Only one is open. */
+uint64_t ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_us);
 /* Count one more event of the open transaction seq. */
 void ob_acktrack_add(ob_acktrack *t, uint64_t seq);
 /* Close transaction seq: all its events were handed over. */
@@ -60,7 +60,7 @@ void ob_acktrack_abort(ob_acktrack *t, uint64_t seq);
 void ob_acktrack_ack(ob_acktrack *t, uint64_t seq);
 /* The end LSN and commit time of transaction seq; false if it is no longer
  * tracked. */
-bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_ms);
+bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_us);
 /* A keepalive said the server's WAL ends at wal_end. */
 void ob_acktrack_keepalive(ob_acktrack *t, ob_lsn wal_end);
 

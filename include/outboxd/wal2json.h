@@ -32,7 +32,8 @@ typedef struct ob_w2j_record {
 
 	ob_lsn lsn;     /* "lsn" of the record, 0 if absent */
 	ob_lsn nextlsn; /* "nextlsn" of B and C, 0 if absent */
-	int64_t timestamp_ms; /* "timestamp" in ms since the epoch ... */
+	int64_t timestamp_us; /* "timestamp" in µs since the epoch, */
+	int64_t timestamp_ms; /* and in ms, ... */
 	bool has_timestamp;   /* ... when it was present and parsed */
 
 	/* I: the table and the "columns" array of {name, type, value}. */
@@ -64,5 +65,7 @@ bool ob_w2j_column(const ob_w2j_record *rec, const char *name, const char **type
  * 03:07:11.206737+00", offset optional meaning UTC) into ms since the epoch.
  * The "T" separator of ISO 8601 is accepted too. */
 bool ob_pg_timestamp_to_ms(const char *s, int64_t *ms) OB_MUST_CHECK;
+/* The same in microseconds. */
+bool ob_pg_timestamp_to_us(const char *s, int64_t *us) OB_MUST_CHECK;
 
 #endif
