@@ -96,6 +96,7 @@ typedef struct relay {
 
 	refused *refused_head;
 	refused **refused_tail;
+	bool draining; /* drain_refused() is running: do not re-enter it */
 	bool halt;
 } relay;
 
@@ -175,24 +176,32 @@ on_delivery(void *ctx, const ob_delivery *d)
 static bool publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out);
 
 /* Dead-letter the records refused in delivery reports. Each keeps its
- * transaction unconfirmable until its dead-letter record is queued. */
+ * transaction unconfirmable until its dead-letter record is queued. While
+ * one is waiting for queue room, reports keep being served, and may add
+ * more refusals: those wait for this loop instead of re-entering it. */
 static bool
 drain_refused(relay *r, outcome *out)
 {
-	while (r->refused_head != NULL) {
+	bool ok = true;
+
+	if (r->draining)
+		return true;
+	r->draining = true;
+	while (ok && r->refused_head != NULL) {
 		refused *rf = r->refused_head;
 
-		ob_warn("dead-lettering record: reason=%s", rf->dlq.dlq_reason);
-		if (!publish(r, &rf->dlq, rf->seq, out))
-			return false;
-		ob_acktrack_ack(&r->ack, rf->seq); /* the refused original */
 		r->refused_head = rf->next;
 		if (r->refused_head == NULL)
 			r->refused_tail = &r->refused_head;
+		ob_warn("dead-lettering record: reason=%s", rf->dlq.dlq_reason);
+		ok = publish(r, &rf->dlq, rf->seq, out);
+		if (ok)
+			ob_acktrack_ack(&r->ack, rf->seq); /* the refused original */
 		ob_event_free(&rf->dlq);
 		free(rf);
 	}
-	return true;
+	r->draining = false;
+	return ok;
 }
 
 static void
