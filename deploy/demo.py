@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--events", type=int, default=0,
                     help="stop after this many records (default: until Ctrl-C)")
     ap.add_argument("--rate", type=float, default=2.0, help="events per second")
+    ap.add_argument("--http", default="127.0.0.1:9187",
+                    help="address of outboxd's /metrics, /healthz and /readyz")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = ap.parse_args()
 
@@ -102,13 +104,13 @@ def main():
         config = {
             "postgres": {"conninfo": pg.conninfo(), "slot": "outboxd_demo"},
             "kafka": {"bootstrap.servers": broker.bootstraps},
-            "http": {"listen": "127.0.0.1:9187"},
+            "http": {"listen": args.http},
             "log": {"level": "info"},
         }
         daemon = harness.Outboxd(os.path.join(args.build, "outboxd"), config, tmp)
         daemon.wait_log(r"streaming from slot", timeout=30)
-        print("outboxd is streaming (log: %s; metrics: http://127.0.0.1:9187/metrics)"
-              % daemon.logfile, flush=True)
+        print("outboxd is streaming (log: %s; metrics: http://%s/metrics)"
+              % (daemon.logfile, args.http), flush=True)
         writer = threading.Thread(target=write_events, args=(pg, stop, args.rate),
                                   daemon=True)
         writer.start()
