@@ -19,7 +19,7 @@ PACKAGES=(
     libsystemd-dev
     # tests
     libcmocka-dev postgresql-15 postgresql-15-wal2json
-    python3 python3-confluent-kafka python3-psycopg2 python3-pytest kcat
+    python3 python3-confluent-kafka python3-psycopg2 python3-pytest python3-yaml kcat
 )
 
 if [[ "${1:-}" == "--list" ]]; then
