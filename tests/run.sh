@@ -67,6 +67,9 @@ rm -f "$BUILD/meson-logs/testlog.json"
 meson test -C "$BUILD" --suite unit --print-errorlogs
 unit_rc=$?
 read -r unit_passed unit_failed < <("$PY" - "$BUILD/meson-logs/testlog.json" <<'EOF'
+# Counts cmocka cases by their "[       OK ] name" and "[  FAILED  ] name"
+# lines on stdout (CMOCKA_MESSAGE_OUTPUT=stdout); the "N test(s)" summaries
+# go to stderr and count only when stdout has no case lines.
 import json, re, sys
 passed = failed = 0
 try:
@@ -78,11 +81,16 @@ for line in lines:
         continue
     t = json.loads(line)
     out = t.get("stdout") or ""
-    p = sum(int(n) for n in re.findall(r"\[  PASSED  \] (\d+) test", out))
-    f = sum(int(n) for n in re.findall(r"\[  FAILED  \] (\d+) test", out))
+    err = t.get("stderr") or ""
+    p = len(re.findall(r"^\[       OK \] ", out, re.M))
+    f = len(re.findall(r"^\[  (?:FAILED|ERROR)\s*\] (?!\d+ test)", out, re.M))
+    if p == 0 and f == 0:
+        both = out + err
+        p = sum(int(n) for n in re.findall(r"\[  PASSED  \] (\d+) test", both))
+        f = sum(int(n) for n in re.findall(r"\[  FAILED  \] (\d+) test", both))
     ok = t.get("result") in ("OK", "EXPECTEDFAIL")
     if not ok and f == 0:
-        f = 1      # crashed, timed out or failed without a cmocka summary
+        f = 1      # crashed, timed out or failed without a cmocka case line
     if ok and p == 0 and f == 0:
         p = 1      # a test that is not cmocka
     passed += p
