@@ -339,6 +339,11 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 		return OB_SEND_OK;
 	}
 	err = rd_kafka_error_code(error);
+	/* After a fatal error, produce fails with the fatal error's own code
+	 * before the error callback has run: ask librdkafka directly. */
+	if (rd_kafka_error_is_fatal(error) ||
+	    rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		err = RD_KAFKA_RESP_ERR__FATAL;
 	rd_kafka_error_destroy(error);
 	rd_kafka_headers_destroy(hdrs);
 	switch (err) {
