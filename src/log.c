@@ -83,49 +83,75 @@ ob_log_set_context(const char *key, const char *value)
 	}
 }
 
-/* A bounded string builder over a fixed buffer; output past the end is cut. */
+/*
+ * A bounded string builder over a fixed buffer. Pieces are appended whole
+ * or not at all, so a cut line never ends inside an escape sequence; the
+ * few closing characters (a quote, the brace, the newline) are forced into
+ * a reserve past cap, so a cut JSON line is still one valid object.
+ */
+#define OB_LOG_RESERVE 8
+
 typedef struct line_buf {
 	char *p;
 	size_t len;
 	size_t cap;
 } line_buf;
 
-static void
-lb_putc(line_buf *lb, char c)
+static bool
+lb_put_n(line_buf *lb, const char *s, size_t n)
 {
-	if (lb->len + 1 < lb->cap)
-		lb->p[lb->len++] = c;
+	if (lb->len + n > lb->cap)
+		return false;
+	memcpy(lb->p + lb->len, s, n);
+	lb->len += n;
+	return true;
 }
 
 static void
 lb_puts(line_buf *lb, const char *s)
 {
-	while (*s)
-		lb_putc(lb, *s++);
+	(void)lb_put_n(lb, s, strlen(s));
 }
 
-/* Append s as the inside of a JSON string. */
+/* Append a closing character even past cap (into the reserve). */
+static void
+lb_force(line_buf *lb, char c)
+{
+	lb->p[lb->len++] = c;
+}
+
+/* True if at least n more bytes fit. */
+static bool
+lb_room(const line_buf *lb, size_t n)
+{
+	return lb->len + n <= lb->cap;
+}
+
+/* Append s as the inside of a JSON string, escape by escape. */
 static void
 lb_put_json_escaped(line_buf *lb, const char *s)
 {
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
+		char esc[8];
+		size_t n;
 
 		if (c == '"' || c == '\\') {
-			lb_putc(lb, '\\');
-			lb_putc(lb, (char)c);
+			esc[0] = '\\';
+			esc[1] = (char)c;
+			n = 2;
 		} else if (c == '\n') {
-			lb_puts(lb, "\\n");
+			n = (size_t)snprintf(esc, sizeof(esc), "\\n");
 		} else if (c == '\t') {
-			lb_puts(lb, "\\t");
+			n = (size_t)snprintf(esc, sizeof(esc), "\\t");
 		} else if (c < 0x20) {
-			char esc[8];
-
-			snprintf(esc, sizeof(esc), "\\u%04x", c);
-			lb_puts(lb, esc);
+			n = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", c);
 		} else {
-			lb_putc(lb, (char)c);
+			esc[0] = (char)c;
+			n = 1;
 		}
+		if (!lb_put_n(lb, esc, n))
+			return;
 	}
 }
 
@@ -135,15 +161,18 @@ lb_put_field(line_buf *lb, const ob_log_field *f)
 	if (f->key == NULL || f->value == NULL)
 		return;
 	if (log_format == OB_LOG_JSON) {
+		/* Start a field only if its escaped key and opening fit. */
+		if (!lb_room(lb, strlen(f->key) * 6 + 8))
+			return;
 		lb_puts(lb, ",\"");
 		lb_put_json_escaped(lb, f->key);
 		lb_puts(lb, "\":\"");
 		lb_put_json_escaped(lb, f->value);
-		lb_putc(lb, '"');
+		lb_force(lb, '"');
 	} else {
-		lb_putc(lb, ' ');
+		lb_puts(lb, " ");
 		lb_puts(lb, f->key);
-		lb_putc(lb, '=');
+		lb_puts(lb, "=");
 		lb_puts(lb, f->value);
 	}
 }
@@ -151,10 +180,10 @@ lb_put_field(line_buf *lb, const ob_log_field *f)
 static void
 log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_list ap)
 {
-	char buf[OB_LOG_LINE_MAX];
+	char buf[OB_LOG_LINE_MAX + OB_LOG_RESERVE];
 	char msg[OB_LOG_LINE_MAX];
 	char ts[40];
-	line_buf lb = {buf, 0, sizeof(buf) - 1};
+	line_buf lb = {buf, 0, OB_LOG_LINE_MAX};
 	struct timeval tv;
 	struct tm tm;
 
@@ -179,7 +208,7 @@ log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_lis
 		lb_puts(&lb, level_names[level]);
 		lb_puts(&lb, "\",\"msg\":\"");
 		lb_put_json_escaped(&lb, msg);
-		lb_putc(&lb, '"');
+		lb_force(&lb, '"');
 	} else {
 		lb_puts(&lb, ts);
 		snprintf(ts, sizeof(ts), ".%03ldZ ", (long)(tv.tv_usec / 1000));
@@ -192,13 +221,9 @@ log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_lis
 		lb_put_field(&lb, &fields[i]);
 	for (size_t i = 0; i < OB_LOG_CONTEXT_MAX; i++)
 		lb_put_field(&lb, &log_context[i]);
-	if (log_format == OB_LOG_JSON) {
-		/* Keep the object closed even when the line was cut. */
-		if (lb.len >= lb.cap - 2)
-			lb.len = lb.cap - 3;
-		lb_putc(&lb, '}');
-	}
-	buf[lb.len++] = '\n';
+	if (log_format == OB_LOG_JSON)
+		lb_force(&lb, '}');
+	lb_force(&lb, '\n');
 	if (write(STDERR_FILENO, buf, lb.len) < 0) {
 		/* Nowhere left to report a failing stderr. */
 	}
@@ -233,7 +258,9 @@ mask_keyword_value(char *s)
 
 	while ((p = strstr(p, "password")) != NULL) {
 		char *q = p + strlen("password");
-		bool at_word_start = (p == s || p[-1] == ' ' || p[-1] == '\t');
+		/* "password" and "sslpassword" are the keywords with secrets. */
+		const char *word = (p - s >= 3 && strncmp(p - 3, "ssl", 3) == 0) ? p - 3 : p;
+		bool at_word_start = (word == s || word[-1] == ' ' || word[-1] == '\t');
 
 		while (*q == ' ' || *q == '\t')
 			q++;

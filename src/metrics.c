@@ -66,7 +66,7 @@ bump(label_counter *table, size_t *len, const char *label, size_t label_len)
 			break;
 	}
 	if (i == *len) {
-		if (*len == MAX_LABELS - 1) {
+		if (*len >= MAX_LABELS - 1) {
 			label = "other";
 			label_len = 5;
 			for (i = 0; i < *len && strcmp(table[i].label, "other") != 0; i++)

@@ -625,10 +625,16 @@ ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t comm
 		error = "logical message is not transactional: emit it with "
 			"pg_logical_emit_message(true, ...)";
 	} else {
+		ob_json_member member;
+
 		if (ob_json_iter_init(&it, rec->content, rec->content_len)) {
-			while (src.members_len < MAX_MESSAGE_FIELDS &&
-			       (r = ob_json_iter_next(&it, &src.members[src.members_len])) == 1)
-				src.members_len++;
+			while ((r = ob_json_iter_next(&it, &member)) == 1) {
+				if (src.members_len == MAX_MESSAGE_FIELDS) {
+					r = -1;
+					break;
+				}
+				src.members[src.members_len++] = member;
+			}
 		}
 		if (r != 0) {
 			reason = "bad-message";
