@@ -13,7 +13,8 @@
 #    (a missing part must fail, never skip) or nothing ran.
 #
 # Environment: PYTEST_ARGS adds pytest arguments (e.g. "-k stream -x");
-# OUTBOXD_SKIP_DEPS=1 skips step 1.
+# OUTBOXD_SKIP_DEPS=1 skips step 1. pytest gets SIGINT after 40 minutes
+# (so its fixtures still stop Postgres and the broker).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -111,7 +112,7 @@ junit="$BUILD/integration-junit.xml"
 rm -f "$junit"
 export OUTBOXD_BUILD="$BUILD"
 # shellcheck disable=SC2086
-timeout --signal=TERM --kill-after=30 2400 \
+timeout --signal=INT --kill-after=60 2400 \
     "$PY" -m pytest tests/integration -q -p no:cacheprovider -rfEs \
     --junitxml="$junit" ${PYTEST_ARGS:-}
 it_rc=$?
