@@ -478,24 +478,37 @@ static const row_case row_cases[] = {
 	  {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
 };
 
+typedef ob_map_result (*map_fn)(const ob_mapper *, const ob_w2j_record *, int64_t,
+				 ob_event *);
+
+/* Map the wal2json record json (freed here) with map under the overrides
+ * and check the result against ex. */
 static void
-run_row_case(const row_case *c)
+run_mapping(const char *name, const char *const *overrides, size_t n_overrides, char *json, map_fn map,
+	    const expect *ex)
 {
-	ob_config *cfg = make_config(c->overrides, OB_ARRAY_LEN(c->overrides));
+	ob_config *cfg = make_config(overrides, n_overrides);
 	ob_mapper m;
 	ob_w2j_record rec;
 	ob_event ev;
-	char *json = build_insert(c->schema ? c->schema : "public", c->table ? c->table : "outbox",
-				  c->cols);
 
 	ob_mapper_init(&m, cfg);
 	ob_event_init(&ev);
 	parse(json, &rec);
-	check_event(c->name, ob_mapper_map_insert(&m, &rec, COMMIT_MS, &ev), &ev, &c->ex);
+	check_event(name, map(&m, &rec, COMMIT_MS, &ev), &ev, ex);
 	ob_w2j_record_clear(&rec);
 	ob_event_free(&ev);
 	free(json);
 	free_config(cfg);
+}
+
+static void
+run_row_case(const row_case *c)
+{
+	run_mapping(c->name, c->overrides, OB_ARRAY_LEN(c->overrides),
+		    build_insert(c->schema ? c->schema : "public", c->table ? c->table : "outbox",
+				 c->cols),
+		    ob_mapper_map_insert, &c->ex);
 }
 
 static void
@@ -721,20 +734,9 @@ static const msg_case msg_cases[] = {
 static void
 run_msg_case(const msg_case *c)
 {
-	ob_config *cfg = make_config(c->overrides, OB_ARRAY_LEN(c->overrides));
-	ob_mapper m;
-	ob_w2j_record rec;
-	ob_event ev;
-	char *json = build_message(c->lsn, c->transactional, c->prefix, c->content);
-
-	ob_mapper_init(&m, cfg);
-	ob_event_init(&ev);
-	parse(json, &rec);
-	check_event(c->name, ob_mapper_map_message(&m, &rec, COMMIT_MS, &ev), &ev, &c->ex);
-	ob_w2j_record_clear(&rec);
-	ob_event_free(&ev);
-	free(json);
-	free_config(cfg);
+	run_mapping(c->name, c->overrides, OB_ARRAY_LEN(c->overrides),
+		    build_message(c->lsn, c->transactional, c->prefix, c->content),
+		    ob_mapper_map_message, &c->ex);
 }
 
 static void
