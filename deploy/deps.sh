@@ -18,7 +18,7 @@ PACKAGES=(
     libpq-dev librdkafka-dev libjansson-dev libinih-dev libmicrohttpd-dev
     libsystemd-dev
     # tests
-    libcmocka-dev postgresql-15 postgresql-15-wal2json
+    libcmocka-dev clang-format postgresql-15 postgresql-15-wal2json
     python3 python3-confluent-kafka python3-psycopg2 python3-pytest python3-yaml kcat
 )
 

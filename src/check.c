@@ -20,7 +20,7 @@
 typedef struct checker {
 	ob_pgrepl *pg;
 	const ob_config *cfg;
-	FILE *out;    /* print every result here, or log failures when NULL */
+	FILE *out; /* print every result here, or log failures when NULL */
 	bool all_ok;
 	char *table_oid; /* set by check_table when the table exists */
 } checker;
@@ -100,7 +100,8 @@ has_column(const char *columns, const char *name)
 {
 	size_t len = strlen(name);
 
-	for (const char *p = columns; p != NULL && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+	for (const char *p = columns; p != NULL && *p;
+	     p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
 		if (strncmp(p, name, len) == 0 && (p[len] == ',' || p[len] == '\0'))
 			return true;
 	}
@@ -112,9 +113,8 @@ check_columns(checker *c)
 {
 	const ob_config *cfg = c->cfg;
 	const char *mapped[] = {
-		cfg->outbox.id_column,      cfg->outbox.key_column,
-		cfg->outbox.type_column,    cfg->outbox.payload_column,
-		cfg->outbox.headers_column, cfg->outbox.timestamp_column,
+	    cfg->outbox.id_column,      cfg->outbox.key_column,     cfg->outbox.type_column,
+	    cfg->outbox.payload_column, cfg->outbox.headers_column, cfg->outbox.timestamp_column,
 	};
 	char missing[512] = "";
 	char *columns = NULL;
@@ -190,17 +190,17 @@ check_privileges(checker *c)
 		  &repl))
 		report(c, "replication role", repl != NULL && strcmp(repl, "t") == 0, "%s",
 		       repl != NULL && strcmp(repl, "t") == 0
-			       ? "current user may replicate"
-			       : "current user lacks REPLICATION; ALTER ROLE ... REPLICATION "
-				 "(sql/role.sql)");
+			   ? "current user may replicate"
+			   : "current user lacks REPLICATION; ALTER ROLE ... REPLICATION "
+			     "(sql/role.sql)");
 	table = ob_xasprintf("%s.%s", c->cfg->outbox.schema, c->cfg->outbox.table_name);
 	char *lit = ob_pgrepl_quote_literal(c->pg, table);
 	sql = ob_xasprintf("SELECT has_table_privilege(to_regclass(%s), 'SELECT')", lit);
 	if (query(c, "table privilege", sql, &select))
 		report(c, "table privilege", select != NULL && strcmp(select, "t") == 0, "%s",
 		       select != NULL && strcmp(select, "t") == 0
-			       ? "SELECT granted"
-			       : "current user cannot SELECT the outbox; GRANT SELECT (sql/role.sql)");
+			   ? "SELECT granted"
+			   : "current user cannot SELECT the outbox; GRANT SELECT (sql/role.sql)");
 	free(lit);
 	free(sql);
 	free(table);

@@ -17,8 +17,8 @@
 #include <string.h>
 
 typedef enum key_type {
-	KEY_STRING,    /* may be empty */
-	KEY_NONEMPTY,  /* must not be empty */
+	KEY_STRING,   /* may be empty */
+	KEY_NONEMPTY, /* must not be empty */
 	KEY_BOOL,
 	KEY_MS,        /* positive milliseconds */
 	KEY_BAD_EVENT, /* dlq | halt */
@@ -37,26 +37,26 @@ typedef struct config_key {
 #define OFF(field) offsetof(ob_config, field)
 
 static const config_key config_keys[] = {
-	{"postgres", "conninfo", KEY_STRING, OFF(pg.conninfo), ""},
-	{"postgres", "slot", KEY_NONEMPTY, OFF(pg.slot), "outboxd"},
-	{"postgres", "create_slot", KEY_BOOL, OFF(pg.create_slot), "true"},
-	{"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},
-	{"postgres", "reconnect_max_backoff_ms", KEY_MS, OFF(pg.reconnect_max_backoff_ms), "30000"},
-	{"postgres", "standby_retry_ms", KEY_MS, OFF(pg.standby_retry_ms), "5000"},
-	{"outbox", "table", KEY_NONEMPTY, OFF(outbox.table), "public.outbox"},
-	{"outbox", "id_column", KEY_NONEMPTY, OFF(outbox.id_column), "id"},
-	{"outbox", "key_column", KEY_NONEMPTY, OFF(outbox.key_column), "aggregate_id"},
-	{"outbox", "type_column", KEY_STRING, OFF(outbox.type_column), "event_type"},
-	{"outbox", "payload_column", KEY_NONEMPTY, OFF(outbox.payload_column), "payload"},
-	{"outbox", "headers_column", KEY_STRING, OFF(outbox.headers_column), "headers"},
-	{"outbox", "timestamp_column", KEY_STRING, OFF(outbox.timestamp_column), "created_at"},
-	{"outbox", "topic", KEY_NONEMPTY, OFF(outbox.topic), "outbox.event.{aggregate_type}"},
-	{"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
-	{"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
-	{"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
-	{"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
-	{"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
-	{"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
+    {"postgres", "conninfo", KEY_STRING, OFF(pg.conninfo), ""},
+    {"postgres", "slot", KEY_NONEMPTY, OFF(pg.slot), "outboxd"},
+    {"postgres", "create_slot", KEY_BOOL, OFF(pg.create_slot), "true"},
+    {"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},
+    {"postgres", "reconnect_max_backoff_ms", KEY_MS, OFF(pg.reconnect_max_backoff_ms), "30000"},
+    {"postgres", "standby_retry_ms", KEY_MS, OFF(pg.standby_retry_ms), "5000"},
+    {"outbox", "table", KEY_NONEMPTY, OFF(outbox.table), "public.outbox"},
+    {"outbox", "id_column", KEY_NONEMPTY, OFF(outbox.id_column), "id"},
+    {"outbox", "key_column", KEY_NONEMPTY, OFF(outbox.key_column), "aggregate_id"},
+    {"outbox", "type_column", KEY_STRING, OFF(outbox.type_column), "event_type"},
+    {"outbox", "payload_column", KEY_NONEMPTY, OFF(outbox.payload_column), "payload"},
+    {"outbox", "headers_column", KEY_STRING, OFF(outbox.headers_column), "headers"},
+    {"outbox", "timestamp_column", KEY_STRING, OFF(outbox.timestamp_column), "created_at"},
+    {"outbox", "topic", KEY_NONEMPTY, OFF(outbox.topic), "outbox.event.{aggregate_type}"},
+    {"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
+    {"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
+    {"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
+    {"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
+    {"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
+    {"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
 };
 
 /* librdkafka properties outboxd pins, with the only value it accepts. */
@@ -64,8 +64,8 @@ static const struct {
 	const char *key;
 	const char *value;
 } pinned_kafka[] = {
-	{"enable.idempotence", "true"},
-	{"acks", "all"},
+    {"enable.idempotence", "true"},
+    {"acks", "all"},
 };
 
 static const config_key *

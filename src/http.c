@@ -25,8 +25,7 @@ static enum MHD_Result
 respond(struct MHD_Connection *conn, unsigned status, const char *type, char *body,
 	enum MHD_ResponseMemoryMode mode)
 {
-	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(strlen(body), body, mode);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, mode);
 	enum MHD_Result ret;
 
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -37,8 +36,7 @@ respond(struct MHD_Connection *conn, unsigned status, const char *type, char *bo
 
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-	   const char *version, const char *upload_data, size_t *upload_data_size,
-	   void **req_cls)
+	   const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
 	const char *text = "text/plain; charset=utf-8";
 
@@ -58,9 +56,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		ob_ready_state st = ob_metrics_ready();
 		char *body = ob_xasprintf("%s\n", ob_metrics_ready_word(st));
 
-		return respond(conn,
-			       st == OB_READY_STREAMING ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
-			       text, body, MHD_RESPMEM_MUST_FREE);
+		return respond(
+		    conn, st == OB_READY_STREAMING ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+		    text, body, MHD_RESPMEM_MUST_FREE);
 	}
 	return respond(conn, MHD_HTTP_NOT_FOUND, text, "not found\n", MHD_RESPMEM_PERSISTENT);
 }
@@ -121,9 +119,8 @@ ob_http_start(const char *listen, ob_http **out)
 	if (addr.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	h = ob_xcalloc(1, sizeof(*h));
-	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
-				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-				     MHD_OPTION_CONNECTION_LIMIT, 16U,
+	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
+				     (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, 16U,
 				     MHD_OPTION_CONNECTION_TIMEOUT, 10U, MHD_OPTION_END);
 	if (h->daemon == NULL) {
 		ob_error("could not listen on %s for http: address in use or not available",

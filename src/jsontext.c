@@ -12,8 +12,8 @@
 static void
 skip_ws(const char *s, size_t len, size_t *pos)
 {
-	while (*pos < len && (s[*pos] == ' ' || s[*pos] == '\t' || s[*pos] == '\n' ||
-			      s[*pos] == '\r'))
+	while (*pos < len &&
+	       (s[*pos] == ' ' || s[*pos] == '\t' || s[*pos] == '\n' || s[*pos] == '\r'))
 		(*pos)++;
 }
 

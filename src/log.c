@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define OB_LOG_LINE_MAX 4096
+#define OB_LOG_LINE_MAX    4096
 #define OB_LOG_CONTEXT_MAX 4
 
 static ob_log_format log_format = OB_LOG_TEXT;

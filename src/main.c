@@ -19,24 +19,24 @@
 #include "outboxd/relay.h"
 
 #define EXIT_OPERATOR 1
-#define EXIT_USAGE 2
+#define EXIT_USAGE    2
 
 static const char usage_text[] =
-	"outboxd publishes transactional-outbox events from PostgreSQL to Kafka.\n"
-	"\n"
-	"Usage:\n"
-	"  outboxd [run]  [-c FILE] [-s KEY=VALUE]...   stream until stopped (default)\n"
-	"  outboxd check  [-c FILE] [-s KEY=VALUE]...   preflight; prints every problem found\n"
-	"  outboxd slot create|drop|status [-c FILE] [-s KEY=VALUE]...\n"
-	"  outboxd --version | --help\n"
-	"\n"
-	"Options:\n"
-	"  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG)\n"
-	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"
-	"  -h, --help               show this help\n"
-	"  -V, --version            show the version\n"
-	"\n"
-	"Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
+    "outboxd publishes transactional-outbox events from PostgreSQL to Kafka.\n"
+    "\n"
+    "Usage:\n"
+    "  outboxd [run]  [-c FILE] [-s KEY=VALUE]...   stream until stopped (default)\n"
+    "  outboxd check  [-c FILE] [-s KEY=VALUE]...   preflight; prints every problem found\n"
+    "  outboxd slot create|drop|status [-c FILE] [-s KEY=VALUE]...\n"
+    "  outboxd --version | --help\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG)\n"
+    "  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"
+    "  -h, --help               show this help\n"
+    "  -V, --version            show the version\n"
+    "\n"
+    "Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
 
 typedef struct cli {
 	const char *config_path;
@@ -49,8 +49,8 @@ typedef struct cli {
 static int
 usage_error(const char *what, const char *arg)
 {
-	fprintf(stderr, "outboxd: %s%s%s%s\nTry \"outboxd --help\".\n", what,
-		arg ? " \"" : "", arg ? arg : "", arg ? "\"" : "");
+	fprintf(stderr, "outboxd: %s%s%s%s\nTry \"outboxd --help\".\n", what, arg ? " \"" : "",
+		arg ? arg : "", arg ? "\"" : "");
 	return EXIT_USAGE;
 }
 
@@ -59,11 +59,11 @@ static int
 parse_args(int argc, char **argv, cli *c)
 {
 	static const struct option longopts[] = {
-		{"config", required_argument, NULL, 'c'},
-		{"set", required_argument, NULL, 's'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"config", required_argument, NULL, 'c'},
+	    {"set", required_argument, NULL, 's'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	int opt;
 
@@ -122,8 +122,8 @@ log_startup(const ob_config *cfg)
 	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
 	const char *servers = ob_config_kafka_get(cfg, "bootstrap.servers");
 
-	ob_info("outboxd %s starting: postgres \"%s\", slot %s, table %s.%s, kafka %s",
-		OB_VERSION, masked, cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
+	ob_info("outboxd %s starting: postgres \"%s\", slot %s, table %s.%s, kafka %s", OB_VERSION,
+		masked, cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
 		servers ? servers : "(unset)");
 	free(masked);
 }
@@ -173,7 +173,8 @@ slot_command(const ob_config *cfg, const char *sub)
 				printf("active_pid           -\n");
 			printf("confirmed_flush_lsn  " OB_LSN_FMT "\n",
 			       OB_LSN_ARGS(info.confirmed_flush));
-			printf("restart_lsn          " OB_LSN_FMT "\n", OB_LSN_ARGS(info.restart_lsn));
+			printf("restart_lsn          " OB_LSN_FMT "\n",
+			       OB_LSN_ARGS(info.restart_lsn));
 			printf("wal_status           %s\n", info.wal_status);
 			printf("retained_wal_bytes   %lld\n", (long long)info.retained_bytes);
 			rc = 0;

@@ -222,8 +222,7 @@ put_label_value(text *t, const char *v)
 }
 
 static void
-put_labelled(text *t, const char *name, const char *label, const label_counter *table,
-	     size_t len)
+put_labelled(text *t, const char *name, const char *label, const label_counter *table, size_t len)
 {
 	for (size_t i = 0; i < len; i++) {
 		put(t, "%s{%s=\"", name, label);
@@ -251,8 +250,7 @@ ob_metrics_render(void)
 	pthread_mutex_lock(&m.lock);
 	put_header(&t, "outboxd_events_published_total", "counter",
 		   "Events acknowledged by the broker, by topic.");
-	put_labelled(&t, "outboxd_events_published_total", "topic", m.published,
-		     m.published_len);
+	put_labelled(&t, "outboxd_events_published_total", "topic", m.published, m.published_len);
 	put_header(&t, "outboxd_events_dead_lettered_total", "counter",
 		   "Events written to the dead-letter topic, by reason.");
 	put_labelled(&t, "outboxd_events_dead_lettered_total", "reason", m.dead, m.dead_len);
@@ -274,14 +272,14 @@ ob_metrics_render(void)
 		   "Transactions received from the slot.");
 	put(&t, "outboxd_transactions_total %llu\n",
 	    (unsigned long long)atomic_load(&m.transactions));
-	put_gauge(&t, "outboxd_inflight_events", "Events handed to the producer, not yet acknowledged.",
-		  atomic_load(&m.inflight));
+	put_gauge(&t, "outboxd_inflight_events",
+		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
 	put_gauge(&t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",
 		  confirmed);
 	put_gauge(&t, "outboxd_received_lsn", "WAL position of the latest record received (bytes).",
 		  atomic_load(&m.received_lsn));
-	put_gauge(&t, "outboxd_server_wal_end_lsn", "Server WAL end from the latest keepalive (bytes).",
-		  wal_end);
+	put_gauge(&t, "outboxd_server_wal_end_lsn",
+		  "Server WAL end from the latest keepalive (bytes).", wal_end);
 	put_gauge(&t, "outboxd_replication_lag_bytes", "Server WAL end minus confirmed position.",
 		  wal_end > confirmed ? wal_end - confirmed : 0);
 	put_gauge(&t, "outboxd_postgres_connected", "1 while the replication stream is up.",

@@ -358,8 +358,7 @@ put_field(ob_event *ev, const field_source *src, const char *name, ob_span *out)
 
 /* Expand the topic template; on failure *missing names the column. */
 static bool
-put_topic(ob_event *ev, const field_source *src, const char *tpl, char *missing,
-	  size_t missing_len)
+put_topic(ob_event *ev, const field_source *src, const char *tpl, char *missing, size_t missing_len)
 {
 	size_t start = ev->buf_len;
 	const char *p = tpl;
@@ -484,8 +483,7 @@ read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
  * not be decoded).
  */
 static ob_map_result
-map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
-	   ob_event *ev)
+map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	const char *reason = NULL;
@@ -544,7 +542,8 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 		(void)add_header_span(ev, "id", id);
 		if (has_type)
 			(void)add_header_span(ev, "type", type);
-		if (!headers_ok || (headers != NULL && !add_object_headers(ev, headers, headers_len))) {
+		if (!headers_ok ||
+		    (headers != NULL && !add_object_headers(ev, headers, headers_len))) {
 			headers_ok = false;
 			reason = "bad-headers";
 			snprintf(error, sizeof(error),
@@ -592,8 +591,7 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 }
 
 ob_map_result
-ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
-		     ob_event *ev)
+ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	field_source src = {.row = rec};
@@ -605,8 +603,7 @@ ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commi
 }
 
 ob_map_result
-ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
-		      ob_event *ev)
+ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	const char *reason = NULL, *error = NULL;

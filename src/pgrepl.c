@@ -15,7 +15,7 @@
 /* Microseconds between the Unix epoch and Postgres' epoch (2000-01-01). */
 #define PG_EPOCH_OFFSET_US INT64_C(946684800000000)
 /* How long a graceful close waits for the server to end the stream. */
-#define CLOSE_WAIT_MS 5000
+#define CLOSE_WAIT_MS      5000
 
 struct ob_pgrepl {
 	PGconn *conn;
@@ -150,12 +150,12 @@ bool
 ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 {
 	char *lit = ob_pgrepl_quote_literal(p, slot);
-	char *sql = ob_xasprintf(
-		"SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
-		"restart_lsn, wal_status, "
-		"coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint "
-		"FROM pg_replication_slots WHERE slot_name = %s",
-		lit);
+	char *sql =
+	    ob_xasprintf("SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
+			 "restart_lsn, wal_status, "
+			 "coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint "
+			 "FROM pg_replication_slots WHERE slot_name = %s",
+			 lit);
 	PGresult *res = PQexec(p->conn, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 
@@ -350,8 +350,7 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
 		}
 	} else {
 		p->streaming = true;
-		ob_info("streaming from slot %s at " OB_LSN_FMT, cfg->pg.slot,
-			OB_LSN_ARGS(start));
+		ob_info("streaming from slot %s at " OB_LSN_FMT, cfg->pg.slot, OB_LSN_ARGS(start));
 	}
 	PQclear(res);
 	free(sql);

@@ -43,15 +43,15 @@ static const struct {
 	const char *key;
 	const char *value;
 } default_props[] = {
-	{"partitioner", "murmur2_random"},
-	{"message.timeout.ms", "0"},
-	{"linger.ms", "5"},
-	{"compression.type", "lz4"},
-	{"statistics.interval.ms", "1000"},
-	/* Bound what the producer buffers: the WAL is the real buffer. */
-	{"queue.buffering.max.kbytes", "8192"},
-	{"queue.buffering.max.messages", "50000"},
-	{"client.id", "outboxd"},
+    {"partitioner", "murmur2_random"},
+    {"message.timeout.ms", "0"},
+    {"linger.ms", "5"},
+    {"compression.type", "lz4"},
+    {"statistics.interval.ms", "1000"},
+    /* Bound what the producer buffers: the WAL is the real buffer. */
+    {"queue.buffering.max.kbytes", "8192"},
+    {"queue.buffering.max.messages", "50000"},
+    {"client.id", "outboxd"},
 };
 
 /* Applied after the user's properties; config.c refuses other values. */
@@ -59,8 +59,8 @@ static const struct {
 	const char *key;
 	const char *value;
 } pinned_props[] = {
-	{"enable.idempotence", "true"},
-	{"acks", "all"},
+    {"enable.idempotence", "true"},
+    {"acks", "all"},
 };
 
 static bool
@@ -110,7 +110,7 @@ static void
 on_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
 {
 	/* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
-	ob_log_level l = level <= 3 ? OB_LOG_ERROR
+	ob_log_level l = level <= 3   ? OB_LOG_ERROR
 			 : level == 4 ? OB_LOG_WARNING
 			 : level <= 6 ? OB_LOG_INFO
 				      : OB_LOG_DEBUG;
@@ -151,8 +151,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	json_t *b;
 	int up = 0;
 
-	json_object_foreach(brokers, name, b)
-	{
+	json_object_foreach (brokers, name, b) {
 		json_t *nodeid = json_object_get(b, "nodeid");
 		const char *state = json_string_value(json_object_get(b, "state"));
 
@@ -199,10 +198,9 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		ob_record_view *r = &d.record;
 
 		for (size_t i = 0; i < n && i < OB_EVENT_MAX_HEADERS; i++) {
-			if (rd_kafka_header_get_all(hdrs, i, &r->header_names[i],
-						    &r->header_values[i],
-						    &r->header_value_lens[i]) ==
-			    RD_KAFKA_RESP_ERR_NO_ERROR)
+			if (rd_kafka_header_get_all(
+				hdrs, i, &r->header_names[i], &r->header_values[i],
+				&r->header_value_lens[i]) == RD_KAFKA_RESP_ERR_NO_ERROR)
 				r->headers_len = i + 1;
 		}
 	}
@@ -214,8 +212,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 }
 
 bool
-ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx,
-		ob_producer **out)
+ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, ob_producer **out)
 {
 	ob_producer *p = ob_xcalloc(1, sizeof(*p));
 	rd_kafka_conf_t *conf;
@@ -333,7 +330,8 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 		/* librdkafka owns hdrs now. */
 		if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
 			fatal_hook_fired = true;
-			rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+			rd_kafka_test_fatal_error(p->rk,
+						  RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
 						  "OUTBOXD_TEST_FATAL_AFTER");
 		}
 		return OB_SEND_OK;

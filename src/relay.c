@@ -33,19 +33,19 @@
 #include "outboxd/wal2json.h"
 
 /* How long SIGTERM waits for in-flight events before giving up. */
-#define SHUTDOWN_FLUSH_MS 30000
+#define SHUTDOWN_FLUSH_MS       30000
 /* The fastest pace of status updates sent because the position moved. */
-#define STATUS_MIN_INTERVAL_MS 100
+#define STATUS_MIN_INTERVAL_MS  100
 /* Records read per loop turn before serving delivery reports again. */
-#define READ_BATCH 2000
+#define READ_BATCH              2000
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */
-#define BACKOFF_START_MS 100
+#define BACKOFF_START_MS        100
 /* How often a standby says it is still waiting. */
 #define STANDBY_LOG_INTERVAL_MS 60000
 
 /* Tags carried by records through the producer: the transaction's
  * sequence number shifted left, and a bit for dead-letter records. */
-#define TAG_DLQ 1u
+#define TAG_DLQ       1u
 #define TAG(seq, dlq) (((seq) << 1) | ((dlq) ? TAG_DLQ : 0u))
 
 static volatile sig_atomic_t stop_requested;
@@ -80,12 +80,12 @@ typedef struct relay {
 	uint64_t txn_seq;
 	ob_lsn txn_end;
 	int64_t txn_commit_us;
-	uint64_t txn_events; /* events of it handed over (or skipped as such) */
+	uint64_t txn_events;  /* events of it handed over (or skipped as such) */
 	uint64_t replay_skip; /* events still to skip of a replayed cut-off txn */
 
 	/* How far the producer got, across reconnects. */
-	ob_lsn handed_lsn;     /* end LSN of the last transaction handed over whole */
-	ob_lsn partial_lsn;    /* a transaction cut off by a broken stream ... */
+	ob_lsn handed_lsn;       /* end LSN of the last transaction handed over whole */
+	ob_lsn partial_lsn;      /* a transaction cut off by a broken stream ... */
 	uint64_t partial_events; /* ... and how many of its events were handed */
 
 	ob_lsn received;
@@ -233,8 +233,7 @@ send_status(relay *r, bool force)
 	ob_metrics_set_inflight(ob_acktrack_inflight(&r->ack));
 	if (!due || r->pg == NULL)
 		return true;
-	if (!ob_pgrepl_send_status(r->pg, r->received > flush ? r->received : flush, flush,
-				   false))
+	if (!ob_pgrepl_send_status(r->pg, r->received > flush ? r->received : flush, flush, false))
 		return false;
 	if (flush != r->sent_flush)
 		ob_debug("confirmed " OB_LSN_FMT, OB_LSN_ARGS(flush));
@@ -304,7 +303,8 @@ publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out)
 				ob_record_view view;
 				char error[512];
 
-				snprintf(error, sizeof(error), "producer refused the record for %.*s: %s",
+				snprintf(error, sizeof(error),
+					 "producer refused the record for %.*s: %s",
 					 (int)ev->topic.len, ob_event_ptr(ev, ev->topic), why);
 				ob_event_view(ev, &view);
 				ob_event_build_dlq(&r->dlq_ev, r->cfg,
@@ -365,8 +365,8 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 	}
 	if (mr == OB_MAP_DLQ) {
 		ob_warn("bad event at " OB_LSN_FMT ": %.*s (reason %s)", OB_LSN_ARGS(lsn),
-			(int)r->ev.headers[0].value.len, ob_event_ptr(&r->ev, r->ev.headers[0].value),
-			r->ev.dlq_reason);
+			(int)r->ev.headers[0].value.len,
+			ob_event_ptr(&r->ev, r->ev.headers[0].value), r->ev.dlq_reason);
 		if (r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
 			ob_error("on_bad_event = halt: stopping without confirming " OB_LSN_FMT,
 				 OB_LSN_ARGS(lsn));
@@ -429,14 +429,16 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 		break;
 	case OB_W2J_INSERT:
 		if (r->in_txn)
-			ok = handle_event(r, ob_mapper_map_insert(&r->mapper, &r->rec,
-								  r->txn_commit_us / 1000, &r->ev),
+			ok = handle_event(r,
+					  ob_mapper_map_insert(&r->mapper, &r->rec,
+							       r->txn_commit_us / 1000, &r->ev),
 					  r->rec.lsn, out);
 		break;
 	case OB_W2J_MESSAGE:
 		if (r->in_txn) {
-			ok = handle_event(r, ob_mapper_map_message(&r->mapper, &r->rec,
-								   r->txn_commit_us / 1000, &r->ev),
+			ok = handle_event(r,
+					  ob_mapper_map_message(&r->mapper, &r->rec,
+								r->txn_commit_us / 1000, &r->ev),
 					  r->rec.lsn, out);
 		} else {
 			/* A non-transactional message stands alone. Its end is
@@ -445,9 +447,9 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 			int64_t now_us = ob_now_us();
 
 			begin_txn(r, r->rec.lsn + 1, now_us);
-			ok = handle_event(r, ob_mapper_map_message(&r->mapper, &r->rec, now_us / 1000,
-								   &r->ev),
-					  r->rec.lsn, out);
+			ok = handle_event(
+			    r, ob_mapper_map_message(&r->mapper, &r->rec, now_us / 1000, &r->ev),
+			    r->rec.lsn, out);
 			if (ok)
 				commit_txn(r);
 		}
@@ -693,8 +695,8 @@ ob_relay_run(const ob_config *cfg)
 			if (!idle(&r, backoff, &out))
 				break;
 			backoff = backoff * 2 > cfg->pg.reconnect_max_backoff_ms
-					  ? cfg->pg.reconnect_max_backoff_ms
-					  : backoff * 2;
+				      ? cfg->pg.reconnect_max_backoff_ms
+				      : backoff * 2;
 			continue;
 		case OB_PG_FATAL:
 			exit_code = 1;

@@ -73,7 +73,8 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 		goto fail;
 	}
 	ts = json_object_get(rec->root, "timestamp");
-	if (json_is_string(ts) && ob_pg_timestamp_to_us(json_string_value(ts), &rec->timestamp_us)) {
+	if (json_is_string(ts) &&
+	    ob_pg_timestamp_to_us(json_string_value(ts), &rec->timestamp_us)) {
 		rec->has_timestamp = true;
 		rec->timestamp_ms = rec->timestamp_us / 1000;
 	}
@@ -124,8 +125,7 @@ ob_w2j_column(const ob_w2j_record *rec, const char *name, const char **type, jso
 	size_t i;
 	json_t *col;
 
-	json_array_foreach(rec->columns, i, col)
-	{
+	json_array_foreach (rec->columns, i, col) {
 		const char *n = json_string_value(json_object_get(col, "name"));
 
 		if (n != NULL && strcmp(n, name) == 0) {
@@ -191,12 +191,12 @@ ob_pg_timestamp_to_us(const char *s, int64_t *us)
 	int64_t frac_us = 0, total;
 	int sign = 1;
 
-	if (!read_digits(&p, 4, &year) || *p++ != '-' || !read_digits(&p, 2, &mon) ||
-	    *p++ != '-' || !read_digits(&p, 2, &day) || (*p != ' ' && *p != 'T'))
+	if (!read_digits(&p, 4, &year) || *p++ != '-' || !read_digits(&p, 2, &mon) || *p++ != '-' ||
+	    !read_digits(&p, 2, &day) || (*p != ' ' && *p != 'T'))
 		return false;
 	p++;
-	if (!read_digits(&p, 2, &hour) || *p++ != ':' || !read_digits(&p, 2, &min) ||
-	    *p++ != ':' || !read_digits(&p, 2, &sec))
+	if (!read_digits(&p, 2, &hour) || *p++ != ':' || !read_digits(&p, 2, &min) || *p++ != ':' ||
+	    !read_digits(&p, 2, &sec))
 		return false;
 	if (mon < 1 || mon > 12 || day < 1 || day > 31 || hour > 24 || min > 59 || sec > 60)
 		return false;

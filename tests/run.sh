@@ -44,10 +44,12 @@ if [[ "${OUTBOXD_SKIP_DEPS:-0}" != 1 ]]; then
 fi
 
 say "build"
+# Warnings are errors here (DESIGN.md §6); a plain `meson setup` keeps them
+# as warnings for people building on other compilers.
 if [[ -f "$BUILD/build.ninja" ]]; then
-    meson setup --reconfigure "$BUILD" >"$ROOT/build-setup.log" 2>&1
+    meson setup --reconfigure -Dwerror=true "$BUILD" >"$ROOT/build-setup.log" 2>&1
 else
-    meson setup "$BUILD" >"$ROOT/build-setup.log" 2>&1
+    meson setup -Dwerror=true "$BUILD" >"$ROOT/build-setup.log" 2>&1
 fi
 rc=$?
 if ((rc != 0)); then
@@ -60,6 +62,15 @@ rm -f "$ROOT/build-setup.log"
 if ! ninja -C "$BUILD"; then
     echo "build failed" >&2
     finish 0 1
+fi
+
+# --- style: the C sources are formatted as .clang-format says --------------
+say "style"
+style_failed=0
+if ! clang-format --dry-run --Werror src/*.c include/outboxd/*.h tests/unit/*.c \
+        tests/broker/*.c; then
+    echo "clang-format: run clang-format -i on the files above" >&2
+    style_failed=1
 fi
 
 # --- unit tests: count cmocka cases from meson's test log -----------------
@@ -140,4 +151,4 @@ if ((it_rc != 0 && it_failed == 0)); then
 fi
 echo "integration: $it_passed passed, $it_failed failed"
 
-finish $((unit_passed + it_passed)) $((unit_failed + it_failed))
+finish $((unit_passed + it_passed + 1 - style_failed)) $((unit_failed + it_failed + style_failed))

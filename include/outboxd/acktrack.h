@@ -34,7 +34,7 @@ typedef struct ob_acktrack {
 	uint64_t tail_seq; /* one past the newest */
 	bool open;         /* the newest entry is an open transaction */
 	ob_lsn confirmable;
-	ob_lsn idle_lsn; /* the latest keepalive WAL end */
+	ob_lsn idle_lsn;   /* the latest keepalive WAL end */
 	uint64_t inflight; /* events handed over and not acknowledged, all txns */
 } ob_acktrack;
 

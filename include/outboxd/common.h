@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OB_MUST_CHECK __attribute__((warn_unused_result))
+#define OB_MUST_CHECK   __attribute__((warn_unused_result))
 #define OB_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define OB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -44,7 +44,7 @@ typedef struct ob_config {
 		char *table_name; /* derived by ob_config_finish() */
 		char *id_column;
 		char *key_column;
-		char *type_column;      /* "" when not mapped */
+		char *type_column; /* "" when not mapped */
 		char *payload_column;
 		char *headers_column;   /* "" when not mapped */
 		char *timestamp_column; /* "" means commit time */

@@ -45,15 +45,15 @@ void ob_log_set_context(const char *key, const char *value);
 void ob_log(ob_log_level level, const char *fmt, ...) OB_PRINTF(2, 3);
 /* Like ob_log() with extra fields, ended by an entry whose key is NULL. */
 void ob_log_kv(ob_log_level level, const ob_log_field *fields, const char *fmt, ...)
-	OB_PRINTF(3, 4);
+    OB_PRINTF(3, 4);
 
-#define ob_debug(...)                                                              \
-	do {                                                                       \
-		if (ob_log_enabled(OB_LOG_DEBUG))                                  \
-			ob_log(OB_LOG_DEBUG, __VA_ARGS__);                         \
+#define ob_debug(...)                                                                              \
+	do {                                                                                       \
+		if (ob_log_enabled(OB_LOG_DEBUG))                                                  \
+			ob_log(OB_LOG_DEBUG, __VA_ARGS__);                                         \
 	} while (0)
-#define ob_info(...) ob_log(OB_LOG_INFO, __VA_ARGS__)
-#define ob_warn(...) ob_log(OB_LOG_WARNING, __VA_ARGS__)
+#define ob_info(...)  ob_log(OB_LOG_INFO, __VA_ARGS__)
+#define ob_warn(...)  ob_log(OB_LOG_WARNING, __VA_ARGS__)
 #define ob_error(...) ob_log(OB_LOG_ERROR, __VA_ARGS__)
 
 /* Copy a libpq conninfo string (keyword=value or URI) with every password

@@ -11,10 +11,10 @@
 
 typedef uint64_t ob_lsn;
 
-#define OB_LSN_FMT "%X/%X"
-#define OB_LSN_ARGS(l) (unsigned)((uint64_t)(l) >> 32), (unsigned)((uint64_t)(l) & 0xffffffffu)
+#define OB_LSN_FMT     "%X/%X"
+#define OB_LSN_ARGS(l) (unsigned)((uint64_t)(l) >> 32), (unsigned)((uint64_t)(l)&0xffffffffu)
 /* Enough room for "FFFFFFFF/FFFFFFFF" and the terminator. */
-#define OB_LSN_BUFLEN 18
+#define OB_LSN_BUFLEN  18
 
 /* Parse "X/X" (the whole string); false on anything else. */
 bool ob_lsn_parse(const char *s, ob_lsn *out) OB_MUST_CHECK;

@@ -68,20 +68,20 @@ void ob_mapper_init(ob_mapper *m, const ob_config *cfg);
 /* Map an I record of the outbox table (other tables give OB_MAP_SKIP).
  * commit_ms is the transaction's commit time, the timestamp when no
  * timestamp column is configured. */
-ob_map_result ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec,
-				   int64_t commit_ms, ob_event *ev);
+ob_map_result ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
+				   ob_event *ev);
 
 /* Map an M record. Messages with another prefix give OB_MAP_SKIP;
  * non-transactional ones with the outbox prefix are bad events. */
-ob_map_result ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec,
-				    int64_t commit_ms, ob_event *ev);
+ob_map_result ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
+				    ob_event *ev);
 
 /* Start a dead-letter record in ev (which is reset first): topic
  * dlq_topic, headers "error" and "source-lsn", dlq_reason = reason. The
  * caller then adds the original headers, key and value it has. reason must
  * be a string constant (it is kept by pointer). */
-void ob_event_begin_dlq(ob_event *ev, const ob_config *cfg, const char *reason,
-			const char *error, ob_lsn source_lsn);
+void ob_event_begin_dlq(ob_event *ev, const ob_config *cfg, const char *reason, const char *error,
+			ob_lsn source_lsn);
 
 /* A record seen from outside an ob_event: what a delivery report returns,
  * or an event's spans resolved. All pointers are borrowed. */
@@ -109,9 +109,8 @@ void ob_event_view(const ob_event *ev, ob_record_view *view);
  * headers, the original key and value. When value_too_large the value is
  * left out and a "payload-size" header says how large it was. out must not
  * be the event orig points into. */
-void ob_event_build_dlq(ob_event *out, const ob_config *cfg, const char *reason,
-			const char *error, ob_lsn source_lsn, const ob_record_view *orig,
-			bool value_too_large);
+void ob_event_build_dlq(ob_event *out, const ob_config *cfg, const char *reason, const char *error,
+			ob_lsn source_lsn, const ob_record_view *orig, bool value_too_large);
 
 /* Initialise and release an event's buffer. */
 void ob_event_init(ob_event *ev);
@@ -129,7 +128,6 @@ ob_event_ptr(const ob_event *ev, ob_span s)
 /* Append bytes to the event's buffer and return their span. */
 ob_span ob_event_put(ob_event *ev, const void *data, size_t len);
 /* Append a header; false (not logged) when OB_EVENT_MAX_HEADERS are in use. */
-bool ob_event_add_header(ob_event *ev, const char *name, const void *value,
-			 size_t value_len);
+bool ob_event_add_header(ob_event *ev, const char *name, const void *value, size_t value_len);
 
 #endif

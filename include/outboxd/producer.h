@@ -48,8 +48,8 @@ void ob_producer_free(ob_producer *p);
 
 /* Queue one record, tagged for its delivery report. On OB_SEND_REFUSED
  * *why describes the refusal (static text or librdkafka's). */
-ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag,
-				const char **why, bool *too_large);
+ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
+				bool *too_large);
 
 /* Serve delivery reports and errors, waiting up to timeout_ms for the
  * first. */
@@ -72,7 +72,7 @@ bool ob_producer_check_config(const ob_config *cfg) OB_MUST_CHECK;
 /* Connect to the cluster and fetch its metadata (for `check`). Writes a
  * one-line description to detail: the broker count, or the error. When
  * topic is not NULL, *topic_exists says whether the cluster has it. */
-bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic,
-		       bool *topic_exists, char *detail, size_t detail_len) OB_MUST_CHECK;
+bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
+		       char *detail, size_t detail_len) OB_MUST_CHECK;
 
 #endif

@@ -30,8 +30,8 @@ typedef struct ob_w2j_record {
 	ob_w2j_action action;
 	json_t *root;
 
-	ob_lsn lsn;     /* "lsn" of the record, 0 if absent */
-	ob_lsn nextlsn; /* "nextlsn" of B and C, 0 if absent */
+	ob_lsn lsn;           /* "lsn" of the record, 0 if absent */
+	ob_lsn nextlsn;       /* "nextlsn" of B and C, 0 if absent */
 	int64_t timestamp_us; /* "timestamp" in µs since the epoch, */
 	int64_t timestamp_ms; /* and in ms, ... */
 	bool has_timestamp;   /* ... when it was present and parsed */
@@ -58,8 +58,7 @@ void ob_w2j_record_clear(ob_w2j_record *rec);
 
 /* Find an I record's column by name: its type (NULL if not sent) and its
  * value (a borrowed JSON value, json null for SQL NULL). False if missing. */
-bool ob_w2j_column(const ob_w2j_record *rec, const char *name, const char **type,
-		   json_t **value);
+bool ob_w2j_column(const ob_w2j_record *rec, const char *name, const char **type, json_t **value);
 
 /* Parse a Postgres timestamp in ISO output style ("2026-11-22
  * 03:07:11.206737+00", offset optional meaning UTC) into ms since the epoch.

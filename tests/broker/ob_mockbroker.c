@@ -58,362 +58,363 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #define LINE_MAX_LEN 4096
-#define MAX_ARGS 8
+#define MAX_ARGS     8
 
 /* Set by the signal handler; the command loop polls it. */
 static volatile sig_atomic_t stop_requested = 0;
 
 /* Command-line settings and the cluster the commands act on. */
 struct broker_state {
-    rd_kafka_mock_cluster_t *mcluster;
-    int broker_cnt;
-    int partitions; /* default partition count for `topic` */
+	rd_kafka_mock_cluster_t *mcluster;
+	int broker_cnt;
+	int partitions; /* default partition count for `topic` */
 };
 
 /* Records that a termination signal arrived; nothing else is safe here. */
-static void on_signal(int sig)
+static void
+on_signal(int sig)
 {
-    (void)sig;
-    stop_requested = 1;
+	(void)sig;
+	stop_requested = 1;
 }
 
 /* Prints one answer line to stdout and flushes it at once, so a test driving
  * us through a pipe sees it. */
-__attribute__((format(printf, 1, 2))) static void reply(const char *fmt,
-                                                       ...)
+__attribute__((format(printf, 1, 2))) static void
+reply(const char *fmt, ...)
 {
-    va_list ap;
+	va_list ap;
 
-    va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
+	va_start(ap, fmt);
+	vfprintf(stdout, fmt, ap);
+	va_end(ap);
+	fputc('\n', stdout);
+	fflush(stdout);
 }
 
 /* Parses a decimal integer in [min, max]; returns false on junk or range
  * errors. */
-static bool parse_int(const char *s, long min, long max, long *out)
+static bool
+parse_int(const char *s, long min, long max, long *out)
 {
-    char *end = NULL;
-    long v;
+	char *end = NULL;
+	long v;
 
-    if (s == NULL || *s == '\0')
-        return false;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
+	if (s == NULL || *s == '\0')
+		return false;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
 }
 
 /* Parses a broker id, or `all` (-1 for the mock API); returns false if it is
  * neither. */
-static bool parse_broker(const struct broker_state *st, const char *s,
-                         int32_t *out)
+static bool
+parse_broker(const struct broker_state *st, const char *s, int32_t *out)
 {
-    long v;
+	long v;
 
-    if (s != NULL && strcasecmp(s, "all") == 0) {
-        *out = -1;
-        return true;
-    }
-    if (!parse_int(s, 1, st->broker_cnt, &v))
-        return false;
-    *out = (int32_t)v;
-    return true;
+	if (s != NULL && strcasecmp(s, "all") == 0) {
+		*out = -1;
+		return true;
+	}
+	if (!parse_int(s, 1, st->broker_cnt, &v))
+		return false;
+	*out = (int32_t)v;
+	return true;
 }
 
 /* Parses an error code given as a number or a librdkafka error name (with
  * or without the RD_KAFKA_RESP_ERR_ prefix); returns false if unknown. */
-static bool parse_err(const char *s, rd_kafka_resp_err_t *out)
+static bool
+parse_err(const char *s, rd_kafka_resp_err_t *out)
 {
-    const struct rd_kafka_err_desc *descs = NULL;
-    size_t cnt = 0;
-    long v;
+	const struct rd_kafka_err_desc *descs = NULL;
+	size_t cnt = 0;
+	long v;
 
-    if (s == NULL)
-        return false;
-    if (parse_int(s, INT_MIN, INT_MAX, &v)) {
-        *out = (rd_kafka_resp_err_t)v;
-        return true;
-    }
-    if (strncasecmp(s, "RD_KAFKA_RESP_ERR_", 18) == 0)
-        s += 18;
-    rd_kafka_get_err_descs(&descs, &cnt);
-    for (size_t i = 0; i < cnt; i++) {
-        if (descs[i].name != NULL && strcasecmp(descs[i].name, s) == 0) {
-            *out = descs[i].code;
-            return true;
-        }
-    }
-    return false;
+	if (s == NULL)
+		return false;
+	if (parse_int(s, INT_MIN, INT_MAX, &v)) {
+		*out = (rd_kafka_resp_err_t)v;
+		return true;
+	}
+	if (strncasecmp(s, "RD_KAFKA_RESP_ERR_", 18) == 0)
+		s += 18;
+	rd_kafka_get_err_descs(&descs, &cnt);
+	for (size_t i = 0; i < cnt; i++) {
+		if (descs[i].name != NULL && strcasecmp(descs[i].name, s) == 0) {
+			*out = descs[i].code;
+			return true;
+		}
+	}
+	return false;
 }
 
 /* Splits line in place at blanks into at most MAX_ARGS words; returns the
  * word count. */
-static int split_words(char *line, char **argv)
+static int
+split_words(char *line, char **argv)
 {
-    int argc = 0;
-    char *save = NULL;
+	int argc = 0;
+	char *save = NULL;
 
-    for (char *w = strtok_r(line, " \t\r\n", &save); w != NULL;
-         w = strtok_r(NULL, " \t\r\n", &save)) {
-        if (argc == MAX_ARGS)
-            return MAX_ARGS + 1;
-        argv[argc++] = w;
-    }
-    return argc;
+	for (char *w = strtok_r(line, " \t\r\n", &save); w != NULL;
+	     w = strtok_r(NULL, " \t\r\n", &save)) {
+		if (argc == MAX_ARGS)
+			return MAX_ARGS + 1;
+		argv[argc++] = w;
+	}
+	return argc;
 }
 
 /* Answers `err <reason>` with librdkafka's description when a mock call
  * failed, `ok` otherwise. */
-static void reply_result(rd_kafka_resp_err_t err)
+static void
+reply_result(rd_kafka_resp_err_t err)
 {
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        reply("ok");
-    else
-        reply("err %s", rd_kafka_err2str(err));
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		reply("ok");
+	else
+		reply("err %s", rd_kafka_err2str(err));
 }
 
 /* Runs one command line and prints its one-line answer; returns false when
  * the command was `quit`. */
-static bool run_command(struct broker_state *st, char *line)
+static bool
+run_command(struct broker_state *st, char *line)
 {
-    char *argv[MAX_ARGS];
-    int argc = split_words(line, argv);
-    int32_t broker;
-    long n, cnt;
-    rd_kafka_resp_err_t err;
+	char *argv[MAX_ARGS];
+	int argc = split_words(line, argv);
+	int32_t broker;
+	long n, cnt;
+	rd_kafka_resp_err_t err;
 
-    if (argc == 0) {
-        reply("err empty command");
-        return true;
-    }
-    if (argc > MAX_ARGS) {
-        reply("err too many words");
-        return true;
-    }
+	if (argc == 0) {
+		reply("err empty command");
+		return true;
+	}
+	if (argc > MAX_ARGS) {
+		reply("err too many words");
+		return true;
+	}
 
-    if (strcmp(argv[0], "quit") == 0 && argc == 1) {
-        reply("ok");
-        return false;
-    } else if ((strcmp(argv[0], "down") == 0 || strcmp(argv[0], "up") == 0) &&
-               argc == 2) {
-        if (!parse_broker(st, argv[1], &broker)) {
-            reply("err bad broker id '%s' (1..%d or all)", argv[1],
-                  st->broker_cnt);
-            return true;
-        }
-        err = argv[0][0] == 'd'
-                  ? rd_kafka_mock_broker_set_down(st->mcluster, broker)
-                  : rd_kafka_mock_broker_set_up(st->mcluster, broker);
-        reply_result(err);
-    } else if (strcmp(argv[0], "rtt") == 0 && argc == 3) {
-        if (!parse_broker(st, argv[1], &broker)) {
-            reply("err bad broker id '%s' (1..%d or all)", argv[1],
-                  st->broker_cnt);
-            return true;
-        }
-        if (!parse_int(argv[2], 0, INT_MAX, &n)) {
-            reply("err bad rtt '%s'", argv[2]);
-            return true;
-        }
-        reply_result(rd_kafka_mock_broker_set_rtt(st->mcluster, broker, (int)n));
-    } else if (strcmp(argv[0], "error") == 0 && (argc == 3 || argc == 4)) {
-        cnt = 1;
-        if (!parse_int(argv[1], 0, INT16_MAX, &n)) {
-            reply("err bad apikey '%s'", argv[1]);
-            return true;
-        }
-        if (!parse_err(argv[2], &err)) {
-            reply("err bad error code '%s'", argv[2]);
-            return true;
-        }
-        if (argc == 4 && !parse_int(argv[3], 1, 1000000, &cnt)) {
-            reply("err bad count '%s'", argv[3]);
-            return true;
-        }
-        {
-            rd_kafka_resp_err_t *errs = calloc((size_t)cnt, sizeof(*errs));
+	if (strcmp(argv[0], "quit") == 0 && argc == 1) {
+		reply("ok");
+		return false;
+	} else if ((strcmp(argv[0], "down") == 0 || strcmp(argv[0], "up") == 0) && argc == 2) {
+		if (!parse_broker(st, argv[1], &broker)) {
+			reply("err bad broker id '%s' (1..%d or all)", argv[1], st->broker_cnt);
+			return true;
+		}
+		err = argv[0][0] == 'd' ? rd_kafka_mock_broker_set_down(st->mcluster, broker)
+					: rd_kafka_mock_broker_set_up(st->mcluster, broker);
+		reply_result(err);
+	} else if (strcmp(argv[0], "rtt") == 0 && argc == 3) {
+		if (!parse_broker(st, argv[1], &broker)) {
+			reply("err bad broker id '%s' (1..%d or all)", argv[1], st->broker_cnt);
+			return true;
+		}
+		if (!parse_int(argv[2], 0, INT_MAX, &n)) {
+			reply("err bad rtt '%s'", argv[2]);
+			return true;
+		}
+		reply_result(rd_kafka_mock_broker_set_rtt(st->mcluster, broker, (int)n));
+	} else if (strcmp(argv[0], "error") == 0 && (argc == 3 || argc == 4)) {
+		cnt = 1;
+		if (!parse_int(argv[1], 0, INT16_MAX, &n)) {
+			reply("err bad apikey '%s'", argv[1]);
+			return true;
+		}
+		if (!parse_err(argv[2], &err)) {
+			reply("err bad error code '%s'", argv[2]);
+			return true;
+		}
+		if (argc == 4 && !parse_int(argv[3], 1, 1000000, &cnt)) {
+			reply("err bad count '%s'", argv[3]);
+			return true;
+		}
+		{
+			rd_kafka_resp_err_t *errs = calloc((size_t)cnt, sizeof(*errs));
 
-            if (errs == NULL) {
-                reply("err out of memory");
-                return true;
-            }
-            for (long i = 0; i < cnt; i++)
-                errs[i] = err;
-            rd_kafka_mock_push_request_errors_array(st->mcluster, (int16_t)n,
-                                                    (size_t)cnt, errs);
-            free(errs);
-        }
-        reply("ok");
-    } else if (strcmp(argv[0], "clear") == 0 && argc == 2) {
-        if (!parse_int(argv[1], 0, INT16_MAX, &n)) {
-            reply("err bad apikey '%s'", argv[1]);
-            return true;
-        }
-        rd_kafka_mock_clear_request_errors(st->mcluster, (int16_t)n);
-        reply("ok");
-    } else if (strcmp(argv[0], "topic") == 0 && (argc == 2 || argc == 3)) {
-        n = st->partitions;
-        if (argc == 3 && !parse_int(argv[2], 1, 100000, &n)) {
-            reply("err bad partition count '%s'", argv[2]);
-            return true;
-        }
-        reply_result(rd_kafka_mock_topic_create(
-            st->mcluster, argv[1], (int)n,
-            st->broker_cnt < 3 ? st->broker_cnt : 3));
-    } else if (strcmp(argv[0], "topicerr") == 0 && argc == 3) {
-        if (!parse_err(argv[2], &err)) {
-            reply("err bad error code '%s'", argv[2]);
-            return true;
-        }
-        rd_kafka_mock_topic_set_error(st->mcluster, argv[1], err);
-        reply("ok");
-    } else {
-        reply("err unknown command or wrong arguments: %s", argv[0]);
-    }
-    return true;
+			if (errs == NULL) {
+				reply("err out of memory");
+				return true;
+			}
+			for (long i = 0; i < cnt; i++)
+				errs[i] = err;
+			rd_kafka_mock_push_request_errors_array(st->mcluster, (int16_t)n,
+								(size_t)cnt, errs);
+			free(errs);
+		}
+		reply("ok");
+	} else if (strcmp(argv[0], "clear") == 0 && argc == 2) {
+		if (!parse_int(argv[1], 0, INT16_MAX, &n)) {
+			reply("err bad apikey '%s'", argv[1]);
+			return true;
+		}
+		rd_kafka_mock_clear_request_errors(st->mcluster, (int16_t)n);
+		reply("ok");
+	} else if (strcmp(argv[0], "topic") == 0 && (argc == 2 || argc == 3)) {
+		n = st->partitions;
+		if (argc == 3 && !parse_int(argv[2], 1, 100000, &n)) {
+			reply("err bad partition count '%s'", argv[2]);
+			return true;
+		}
+		reply_result(rd_kafka_mock_topic_create(st->mcluster, argv[1], (int)n,
+							st->broker_cnt < 3 ? st->broker_cnt : 3));
+	} else if (strcmp(argv[0], "topicerr") == 0 && argc == 3) {
+		if (!parse_err(argv[2], &err)) {
+			reply("err bad error code '%s'", argv[2]);
+			return true;
+		}
+		rd_kafka_mock_topic_set_error(st->mcluster, argv[1], err);
+		reply("ok");
+	} else {
+		reply("err unknown command or wrong arguments: %s", argv[0]);
+	}
+	return true;
 }
 
 /* Reads commands from stdin until quit, EOF or a signal; lines longer than
  * LINE_MAX_LEN are answered with an error and skipped. */
-static void command_loop(struct broker_state *st)
+static void
+command_loop(struct broker_state *st)
 {
-    char buf[LINE_MAX_LEN];
-    size_t len = 0;
-    bool overlong = false;
+	char buf[LINE_MAX_LEN];
+	size_t len = 0;
+	bool overlong = false;
 
-    while (!stop_requested) {
-        struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
-        ssize_t got;
-        int rc = poll(&pfd, 1, 200);
+	while (!stop_requested) {
+		struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+		ssize_t got;
+		int rc = poll(&pfd, 1, 200);
 
-        if (rc < 0) {
-            if (errno == EINTR)
-                continue;
-            fprintf(stderr, "ob-mockbroker: poll: %s\n", strerror(errno));
-            return;
-        }
-        if (rc == 0)
-            continue;
-        got = read(STDIN_FILENO, buf + len, sizeof(buf) - 1 - len);
-        if (got < 0) {
-            if (errno == EINTR || errno == EAGAIN)
-                continue;
-            fprintf(stderr, "ob-mockbroker: read: %s\n", strerror(errno));
-            return;
-        }
-        if (got == 0)
-            return; /* EOF: whoever drove us is gone */
-        len += (size_t)got;
+		if (rc < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "ob-mockbroker: poll: %s\n", strerror(errno));
+			return;
+		}
+		if (rc == 0)
+			continue;
+		got = read(STDIN_FILENO, buf + len, sizeof(buf) - 1 - len);
+		if (got < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			fprintf(stderr, "ob-mockbroker: read: %s\n", strerror(errno));
+			return;
+		}
+		if (got == 0)
+			return; /* EOF: whoever drove us is gone */
+		len += (size_t)got;
 
-        for (;;) {
-            char *nl = memchr(buf, '\n', len);
-            size_t used;
+		for (;;) {
+			char *nl = memchr(buf, '\n', len);
+			size_t used;
 
-            if (nl == NULL)
-                break;
-            *nl = '\0';
-            used = (size_t)(nl - buf) + 1;
-            if (overlong) {
-                reply("err line too long");
-                overlong = false;
-            } else if (!run_command(st, buf)) {
-                return;
-            }
-            memmove(buf, buf + used, len - used);
-            len -= used;
-        }
-        if (len == sizeof(buf) - 1) { /* no newline in a full buffer */
-            overlong = true;
-            len = 0;
-        }
-    }
+			if (nl == NULL)
+				break;
+			*nl = '\0';
+			used = (size_t)(nl - buf) + 1;
+			if (overlong) {
+				reply("err line too long");
+				overlong = false;
+			} else if (!run_command(st, buf)) {
+				return;
+			}
+			memmove(buf, buf + used, len - used);
+			len -= used;
+		}
+		if (len == sizeof(buf) - 1) { /* no newline in a full buffer */
+			overlong = true;
+			len = 0;
+		}
+	}
 }
 
 /* Prints the usage text to f. */
-static void usage(FILE *f)
+static void
+usage(FILE *f)
 {
-    fprintf(f, "usage: ob-mockbroker [--brokers N] [--partitions P] "
-               "[--verbose]\n"
-               "Runs a librdkafka mock Kafka cluster on loopback; prints "
-               "BOOTSTRAP and READY,\nthen takes commands on stdin "
-               "(down/up/rtt/error/clear/topic/topicerr/quit).\n");
+	fprintf(f, "usage: ob-mockbroker [--brokers N] [--partitions P] "
+		   "[--verbose]\n"
+		   "Runs a librdkafka mock Kafka cluster on loopback; prints "
+		   "BOOTSTRAP and READY,\nthen takes commands on stdin "
+		   "(down/up/rtt/error/clear/topic/topicerr/quit).\n");
 }
 
 /* Parses the options, starts the cluster, serves commands, tears down. */
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
-    struct broker_state st = {.mcluster = NULL, .broker_cnt = 3,
-                              .partitions = 4};
-    bool verbose = false;
-    char errstr[512];
-    rd_kafka_conf_t *conf;
-    rd_kafka_t *rk;
-    struct sigaction sa;
-    long v;
+	struct broker_state st = {.mcluster = NULL, .broker_cnt = 3, .partitions = 4};
+	bool verbose = false;
+	char errstr[512];
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *rk;
+	struct sigaction sa;
+	long v;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc &&
-            parse_int(argv[i + 1], 1, 64, &v)) {
-            st.broker_cnt = (int)v;
-            i++;
-        } else if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc &&
-                   parse_int(argv[i + 1], 1, 100000, &v)) {
-            st.partitions = (int)v;
-            i++;
-        } else if (strcmp(argv[i], "--verbose") == 0) {
-            verbose = true;
-        } else if (strcmp(argv[i], "--help") == 0 ||
-                   strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "ob-mockbroker: bad argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc &&
+		    parse_int(argv[i + 1], 1, 64, &v)) {
+			st.broker_cnt = (int)v;
+			i++;
+		} else if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc &&
+			   parse_int(argv[i + 1], 1, 100000, &v)) {
+			st.partitions = (int)v;
+			i++;
+		} else if (strcmp(argv[i], "--verbose") == 0) {
+			verbose = true;
+		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "ob-mockbroker: bad argument '%s'\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
 
-    /* The handle only hosts the cluster's threads; it never connects. */
-    conf = rd_kafka_conf_new();
-    if (rd_kafka_conf_set(conf, "log_level", verbose ? "7" : "3", errstr,
-                          sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-        fprintf(stderr, "ob-mockbroker: %s\n", errstr);
-        rd_kafka_conf_destroy(conf);
-        return 1;
-    }
-    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    if (rk == NULL) {
-        fprintf(stderr, "ob-mockbroker: could not create handle: %s\n",
-                errstr);
-        rd_kafka_conf_destroy(conf);
-        return 1;
-    }
-    st.mcluster = rd_kafka_mock_cluster_new(rk, st.broker_cnt);
-    if (st.mcluster == NULL) {
-        fprintf(stderr, "ob-mockbroker: could not create mock cluster\n");
-        rd_kafka_destroy(rk);
-        return 1;
-    }
+	/* The handle only hosts the cluster's threads; it never connects. */
+	conf = rd_kafka_conf_new();
+	if (rd_kafka_conf_set(conf, "log_level", verbose ? "7" : "3", errstr, sizeof(errstr)) !=
+	    RD_KAFKA_CONF_OK) {
+		fprintf(stderr, "ob-mockbroker: %s\n", errstr);
+		rd_kafka_conf_destroy(conf);
+		return 1;
+	}
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (rk == NULL) {
+		fprintf(stderr, "ob-mockbroker: could not create handle: %s\n", errstr);
+		rd_kafka_conf_destroy(conf);
+		return 1;
+	}
+	st.mcluster = rd_kafka_mock_cluster_new(rk, st.broker_cnt);
+	if (st.mcluster == NULL) {
+		fprintf(stderr, "ob-mockbroker: could not create mock cluster\n");
+		rd_kafka_destroy(rk);
+		return 1;
+	}
 
-    printf("BOOTSTRAP %s\n", rd_kafka_mock_cluster_bootstraps(st.mcluster));
-    printf("READY\n");
-    fflush(stdout);
+	printf("BOOTSTRAP %s\n", rd_kafka_mock_cluster_bootstraps(st.mcluster));
+	printf("READY\n");
+	fflush(stdout);
 
-    command_loop(&st);
+	command_loop(&st);
 
-    rd_kafka_mock_cluster_destroy(st.mcluster);
-    rd_kafka_destroy(rk);
-    return 0;
+	rd_kafka_mock_cluster_destroy(st.mcluster);
+	rd_kafka_destroy(rk);
+	return 0;
 }

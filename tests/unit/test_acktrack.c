@@ -31,9 +31,9 @@ typedef enum op {
 
 typedef struct step {
 	op op;
-	int txn;      /* index of the transaction, in begin order */
-	ob_lsn arg;   /* end LSN for OP_BEGIN, WAL end for OP_KEEPALIVE */
-	ob_lsn conf;  /* confirmable expected after the step */
+	int txn;     /* index of the transaction, in begin order */
+	ob_lsn arg;  /* end LSN for OP_BEGIN, WAL end for OP_KEEPALIVE */
+	ob_lsn conf; /* confirmable expected after the step */
 	uint64_t inflight;
 } step;
 
@@ -43,180 +43,204 @@ typedef struct scenario {
 	step steps[40];
 } scenario;
 
-#define BEGIN(i, end, c, n) {OP_BEGIN, i, end, c, n}
-#define ADD(i, c, n) {OP_ADD, i, 0, c, n}
-#define COMMIT(i, c, n) {OP_COMMIT, i, 0, c, n}
-#define ABORT(i, c, n) {OP_ABORT, i, 0, c, n}
-#define ACK(i, c, n) {OP_ACK, i, 0, c, n}
-#define KEEPALIVE(l, c, n) {OP_KEEPALIVE, -1, l, c, n}
-#define RESET(c) {OP_RESET, -1, 0, c, 0}
-#define END {OP_END, -1, 0, 0, 0}
+#define BEGIN(i, end, c, n)                                                                        \
+	{                                                                                          \
+		OP_BEGIN, i, end, c, n                                                             \
+	}
+#define ADD(i, c, n)                                                                               \
+	{                                                                                          \
+		OP_ADD, i, 0, c, n                                                                 \
+	}
+#define COMMIT(i, c, n)                                                                            \
+	{                                                                                          \
+		OP_COMMIT, i, 0, c, n                                                              \
+	}
+#define ABORT(i, c, n)                                                                             \
+	{                                                                                          \
+		OP_ABORT, i, 0, c, n                                                               \
+	}
+#define ACK(i, c, n)                                                                               \
+	{                                                                                          \
+		OP_ACK, i, 0, c, n                                                                 \
+	}
+#define KEEPALIVE(l, c, n)                                                                         \
+	{                                                                                          \
+		OP_KEEPALIVE, -1, l, c, n                                                          \
+	}
+#define RESET(c)                                                                                   \
+	{                                                                                          \
+		OP_RESET, -1, 0, c, 0                                                              \
+	}
+#define END                                                                                        \
+	{                                                                                          \
+		OP_END, -1, 0, 0, 0                                                                \
+	}
 
 static const scenario scenarios[] = {
-	{"in-order acks",
-	 0x100,
-	 {
-		 BEGIN(0, 0x200, 0x100, 0),
-		 ADD(0, 0x100, 1),
-		 ADD(0, 0x100, 2),
-		 COMMIT(0, 0x100, 2),
-		 ACK(0, 0x100, 1),
-		 ACK(0, 0x200, 0),
-		 BEGIN(1, 0x300, 0x200, 0),
-		 ADD(1, 0x200, 1),
-		 COMMIT(1, 0x200, 1),
-		 ACK(1, 0x300, 0),
-		 END,
-	 }},
-	/* txn 2 is acked before txn 1 (another partition answered first). */
-	{"out-of-order across partitions",
-	 0x50,
-	 {
-		 BEGIN(0, 0x100, 0x50, 0),
-		 ADD(0, 0x50, 1),
-		 COMMIT(0, 0x50, 1),
-		 BEGIN(1, 0x200, 0x50, 1),
-		 ADD(1, 0x50, 2),
-		 ADD(1, 0x50, 3),
-		 COMMIT(1, 0x50, 3),
-		 BEGIN(2, 0x300, 0x50, 3),
-		 ADD(2, 0x50, 4),
-		 COMMIT(2, 0x50, 4),
-		 ACK(0, 0x100, 3),
-		 ACK(2, 0x100, 2),
-		 ACK(1, 0x100, 1),
-		 ACK(1, 0x300, 0),
-		 END,
-	 }},
-	/* B and C of a transaction whose changes were all filtered out. */
-	{"empty transactions",
-	 0x10,
-	 {
-		 BEGIN(0, 0x20, 0x10, 0),
-		 COMMIT(0, 0x20, 0),
-		 BEGIN(1, 0x30, 0x20, 0),
-		 ADD(1, 0x20, 1),
-		 COMMIT(1, 0x20, 1),
-		 BEGIN(2, 0x40, 0x20, 1),
-		 COMMIT(2, 0x20, 1), /* empty, but behind txn 1 */
-		 BEGIN(3, 0x50, 0x20, 1),
-		 COMMIT(3, 0x20, 1),
-		 ACK(1, 0x50, 0),
-		 END,
-	 }},
-	/* Events acknowledged before their transaction's C record. */
-	{"acked while open",
-	 0,
-	 {
-		 BEGIN(0, 0x100, 0, 0),
-		 ADD(0, 0, 1),
-		 ACK(0, 0, 0),
-		 ADD(0, 0, 1),
-		 ACK(0, 0, 0),
-		 COMMIT(0, 0x100, 0),
-		 END,
-	 }},
-	/* Replayed transactions below the confirmed position change nothing. */
-	{"never decreases",
-	 0x500,
-	 {
-		 BEGIN(0, 0x300, 0x500, 0),
-		 ADD(0, 0x500, 1),
-		 COMMIT(0, 0x500, 1),
-		 ACK(0, 0x500, 0),
-		 KEEPALIVE(0x400, 0x500, 0),
-		 BEGIN(1, 0x600, 0x500, 0),
-		 COMMIT(1, 0x600, 0),
-		 KEEPALIVE(0x550, 0x600, 0),
-		 END,
-	 }},
-	{"keepalive only when idle",
-	 0x100,
-	 {
-		 KEEPALIVE(0x1000, 0x1000, 0), /* nothing in flight: idle slot advances */
-		 KEEPALIVE(0x0800, 0x1000, 0), /* older keepalive: no step back */
-		 BEGIN(0, 0x2000, 0x1000, 0),
-		 KEEPALIVE(0x1800, 0x1000, 0), /* a transaction is open */
-		 ADD(0, 0x1000, 1),
-		 COMMIT(0, 0x1000, 1),
-		 KEEPALIVE(0x2100, 0x1000, 1), /* an event is in flight */
-		 ACK(0, 0x2100, 0),
-		 KEEPALIVE(0x2200, 0x2200, 0),
-		 BEGIN(1, 0x3000, 0x2200, 0),
-		 COMMIT(1, 0x3000, 0),
-		 KEEPALIVE(0x2f00, 0x3000, 0),
-		 END,
-	 }},
-	/* The stream broke inside txn 1: its end is unknown to be complete,
-	 * so it confirms nothing itself, and its events hold back txn 2. */
-	{"abort holds back later transactions",
-	 0,
-	 {
-		 BEGIN(0, 0x100, 0, 0),
-		 ADD(0, 0, 1),
-		 COMMIT(0, 0, 1),
-		 ACK(0, 0x100, 0),
-		 BEGIN(1, 0x200, 0x100, 0),
-		 ADD(1, 0x100, 1),
-		 ADD(1, 0x100, 2),
-		 ABORT(1, 0x100, 2),
-		 BEGIN(2, 0x300, 0x100, 2),
-		 ADD(2, 0x100, 3),
-		 COMMIT(2, 0x100, 3),
-		 ACK(2, 0x100, 2),
-		 ACK(1, 0x100, 1),
-		 ACK(1, 0x300, 0),
-		 END,
-	 }},
-	{"abort never confirms its own end",
-	 0x100,
-	 {
-		 BEGIN(0, 0x200, 0x100, 0),
-		 ADD(0, 0x100, 1),
-		 ABORT(0, 0x100, 1),
-		 ACK(0, 0x100, 0),
-		 BEGIN(1, 0x300, 0x100, 0), /* the replay of an aborted txn, say */
-		 ABORT(1, 0x100, 0),        /* cut off again, with no events */
-		 END,
-	 }},
-	{"reset drops everything",
-	 0x100,
-	 {
-		 BEGIN(0, 0x200, 0x100, 0),
-		 ADD(0, 0x100, 1),
-		 COMMIT(0, 0x100, 1),
-		 BEGIN(1, 0x300, 0x100, 1),
-		 ADD(1, 0x100, 2),
-		 ADD(1, 0x100, 3),
-		 COMMIT(1, 0x100, 3),
-		 ACK(0, 0x200, 2),
-		 KEEPALIVE(0x400, 0x200, 2),
-		 /* The producer is gone: txn 1 is read again from 0x200. The
-		  * keepalive seen meanwhile must not be confirmed: it is past
-		  * txn 1, which was never acknowledged. */
-		 RESET(0x200),
-		 ACK(1, 0x200, 0), /* stale report of the old producer */
-		 ACK(1, 0x200, 0),
-		 BEGIN(2, 0x300, 0x200, 0),
-		 ADD(2, 0x200, 1),
-		 COMMIT(2, 0x200, 1),
-		 ACK(2, 0x300, 0),
-		 KEEPALIVE(0x500, 0x500, 0),
-		 END,
-	 }},
-	{"reset with an open transaction",
-	 0x100,
-	 {
-		 BEGIN(0, 0x200, 0x100, 0),
-		 ADD(0, 0x100, 1),
-		 RESET(0x100),
-		 BEGIN(1, 0x200, 0x100, 0), /* allowed: nothing is open any more */
-		 ADD(1, 0x100, 1),
-		 ACK(0, 0x100, 1), /* stale */
-		 COMMIT(1, 0x100, 1),
-		 ACK(1, 0x200, 0),
-		 END,
-	 }},
+    {"in-order acks",
+     0x100,
+     {
+	 BEGIN(0, 0x200, 0x100, 0),
+	 ADD(0, 0x100, 1),
+	 ADD(0, 0x100, 2),
+	 COMMIT(0, 0x100, 2),
+	 ACK(0, 0x100, 1),
+	 ACK(0, 0x200, 0),
+	 BEGIN(1, 0x300, 0x200, 0),
+	 ADD(1, 0x200, 1),
+	 COMMIT(1, 0x200, 1),
+	 ACK(1, 0x300, 0),
+	 END,
+     }},
+    /* txn 2 is acked before txn 1 (another partition answered first). */
+    {"out-of-order across partitions",
+     0x50,
+     {
+	 BEGIN(0, 0x100, 0x50, 0),
+	 ADD(0, 0x50, 1),
+	 COMMIT(0, 0x50, 1),
+	 BEGIN(1, 0x200, 0x50, 1),
+	 ADD(1, 0x50, 2),
+	 ADD(1, 0x50, 3),
+	 COMMIT(1, 0x50, 3),
+	 BEGIN(2, 0x300, 0x50, 3),
+	 ADD(2, 0x50, 4),
+	 COMMIT(2, 0x50, 4),
+	 ACK(0, 0x100, 3),
+	 ACK(2, 0x100, 2),
+	 ACK(1, 0x100, 1),
+	 ACK(1, 0x300, 0),
+	 END,
+     }},
+    /* B and C of a transaction whose changes were all filtered out. */
+    {"empty transactions",
+     0x10,
+     {
+	 BEGIN(0, 0x20, 0x10, 0),
+	 COMMIT(0, 0x20, 0),
+	 BEGIN(1, 0x30, 0x20, 0),
+	 ADD(1, 0x20, 1),
+	 COMMIT(1, 0x20, 1),
+	 BEGIN(2, 0x40, 0x20, 1),
+	 COMMIT(2, 0x20, 1), /* empty, but behind txn 1 */
+	 BEGIN(3, 0x50, 0x20, 1),
+	 COMMIT(3, 0x20, 1),
+	 ACK(1, 0x50, 0),
+	 END,
+     }},
+    /* Events acknowledged before their transaction's C record. */
+    {"acked while open",
+     0,
+     {
+	 BEGIN(0, 0x100, 0, 0),
+	 ADD(0, 0, 1),
+	 ACK(0, 0, 0),
+	 ADD(0, 0, 1),
+	 ACK(0, 0, 0),
+	 COMMIT(0, 0x100, 0),
+	 END,
+     }},
+    /* Replayed transactions below the confirmed position change nothing. */
+    {"never decreases",
+     0x500,
+     {
+	 BEGIN(0, 0x300, 0x500, 0),
+	 ADD(0, 0x500, 1),
+	 COMMIT(0, 0x500, 1),
+	 ACK(0, 0x500, 0),
+	 KEEPALIVE(0x400, 0x500, 0),
+	 BEGIN(1, 0x600, 0x500, 0),
+	 COMMIT(1, 0x600, 0),
+	 KEEPALIVE(0x550, 0x600, 0),
+	 END,
+     }},
+    {"keepalive only when idle",
+     0x100,
+     {
+	 KEEPALIVE(0x1000, 0x1000, 0), /* nothing in flight: idle slot advances */
+	 KEEPALIVE(0x0800, 0x1000, 0), /* older keepalive: no step back */
+	 BEGIN(0, 0x2000, 0x1000, 0),
+	 KEEPALIVE(0x1800, 0x1000, 0), /* a transaction is open */
+	 ADD(0, 0x1000, 1),
+	 COMMIT(0, 0x1000, 1),
+	 KEEPALIVE(0x2100, 0x1000, 1), /* an event is in flight */
+	 ACK(0, 0x2100, 0),
+	 KEEPALIVE(0x2200, 0x2200, 0),
+	 BEGIN(1, 0x3000, 0x2200, 0),
+	 COMMIT(1, 0x3000, 0),
+	 KEEPALIVE(0x2f00, 0x3000, 0),
+	 END,
+     }},
+    /* The stream broke inside txn 1: its end is unknown to be complete,
+     * so it confirms nothing itself, and its events hold back txn 2. */
+    {"abort holds back later transactions",
+     0,
+     {
+	 BEGIN(0, 0x100, 0, 0),
+	 ADD(0, 0, 1),
+	 COMMIT(0, 0, 1),
+	 ACK(0, 0x100, 0),
+	 BEGIN(1, 0x200, 0x100, 0),
+	 ADD(1, 0x100, 1),
+	 ADD(1, 0x100, 2),
+	 ABORT(1, 0x100, 2),
+	 BEGIN(2, 0x300, 0x100, 2),
+	 ADD(2, 0x100, 3),
+	 COMMIT(2, 0x100, 3),
+	 ACK(2, 0x100, 2),
+	 ACK(1, 0x100, 1),
+	 ACK(1, 0x300, 0),
+	 END,
+     }},
+    {"abort never confirms its own end",
+     0x100,
+     {
+	 BEGIN(0, 0x200, 0x100, 0),
+	 ADD(0, 0x100, 1),
+	 ABORT(0, 0x100, 1),
+	 ACK(0, 0x100, 0),
+	 BEGIN(1, 0x300, 0x100, 0), /* the replay of an aborted txn, say */
+	 ABORT(1, 0x100, 0),        /* cut off again, with no events */
+	 END,
+     }},
+    {"reset drops everything",
+     0x100,
+     {
+	 BEGIN(0, 0x200, 0x100, 0),
+	 ADD(0, 0x100, 1),
+	 COMMIT(0, 0x100, 1),
+	 BEGIN(1, 0x300, 0x100, 1),
+	 ADD(1, 0x100, 2),
+	 ADD(1, 0x100, 3),
+	 COMMIT(1, 0x100, 3),
+	 ACK(0, 0x200, 2),
+	 KEEPALIVE(0x400, 0x200, 2),
+	 /* The producer is gone: txn 1 is read again from 0x200. The
+	  * keepalive seen meanwhile must not be confirmed: it is past
+	  * txn 1, which was never acknowledged. */
+	 RESET(0x200),
+	 ACK(1, 0x200, 0), /* stale report of the old producer */
+	 ACK(1, 0x200, 0),
+	 BEGIN(2, 0x300, 0x200, 0),
+	 ADD(2, 0x200, 1),
+	 COMMIT(2, 0x200, 1),
+	 ACK(2, 0x300, 0),
+	 KEEPALIVE(0x500, 0x500, 0),
+	 END,
+     }},
+    {"reset with an open transaction",
+     0x100,
+     {
+	 BEGIN(0, 0x200, 0x100, 0),
+	 ADD(0, 0x100, 1),
+	 RESET(0x100),
+	 BEGIN(1, 0x200, 0x100, 0), /* allowed: nothing is open any more */
+	 ADD(1, 0x100, 1),
+	 ACK(0, 0x100, 1), /* stale */
+	 COMMIT(1, 0x100, 1),
+	 ACK(1, 0x200, 0),
+	 END,
+     }},
 };
 
 static void
@@ -525,10 +549,10 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_scenarios),
-		cmocka_unit_test(test_txn_info),
-		cmocka_unit_test(test_random_against_model),
-		cmocka_unit_test(test_growth_reverse_acks),
+	    cmocka_unit_test(test_scenarios),
+	    cmocka_unit_test(test_txn_info),
+	    cmocka_unit_test(test_random_against_model),
+	    cmocka_unit_test(test_growth_reverse_acks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -87,10 +87,10 @@ finish(ob_config *cfg, char **err)
 	return ok;
 }
 
-#define assert_contains(hay, needle)                                                     \
-	do {                                                                             \
-		if (strstr((hay), (needle)) == NULL)                                     \
-			fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));     \
+#define assert_contains(hay, needle)                                                               \
+	do {                                                                                       \
+		if (strstr((hay), (needle)) == NULL)                                               \
+			fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));               \
 	} while (0)
 
 /* --- defaults --------------------------------------------------------------- */
@@ -141,43 +141,43 @@ test_defaults(void **state)
 
 /* The sample of SPEC §2 with every value changed, inline comments kept. */
 static const char full_file[] =
-	"; outboxd test configuration\n"
-	"# hash comments too\n"
-	"[postgres]\n"
-	"conninfo = host=db.example dbname=app user=outboxd   ; libpq conninfo or URI\n"
-	"slot = orders\n"
-	"create_slot = false            ; create the wal2json slot if it is missing\n"
-	"status_interval_ms = 250     ; max time between standby status updates\n"
-	"reconnect_max_backoff_ms = 60000\n"
-	"standby_retry_ms = 1500       ; retry period\n"
-	"\n"
-	"[outbox]\n"
-	"table = app.events\n"
-	"id_column = event_id                ; -> header \"id\"\n"
-	"key_column = agg_id      ; -> record key\n"
-	"type_column =        ; -> header \"type\"; empty: none\n"
-	"payload_column = body      ; -> record value\n"
-	"headers_column = hdrs      ; jsonb object -> headers; empty: none\n"
-	"timestamp_column = ; -> record timestamp; empty: commit time\n"
-	"topic = events.{agg_type}  ; template; {column} is that row's value\n"
-	"message_prefix = evt       ; pg_logical_emit_message prefix\n"
-	"on_bad_event = halt            ; dlq | halt\n"
-	"dlq_topic = events.dead\n"
-	"\n"
-	"[kafka]\n"
-	"bootstrap.servers = k1:9092,k2:9092\n"
-	"; any librdkafka property passes through\n"
-	"linger.ms = 20\n"
-	"compression.type = zstd ; smaller\n"
-	"enable.idempotence = true\n"
-	"acks = all\n"
-	"\n"
-	"[http]\n"
-	"listen =       ; empty disables\n"
-	"\n"
-	"[log]\n"
-	"format = json                 ; text | json\n"
-	"level = debug                  ; debug | info | warning | error\n";
+    "; outboxd test configuration\n"
+    "# hash comments too\n"
+    "[postgres]\n"
+    "conninfo = host=db.example dbname=app user=outboxd   ; libpq conninfo or URI\n"
+    "slot = orders\n"
+    "create_slot = false            ; create the wal2json slot if it is missing\n"
+    "status_interval_ms = 250     ; max time between standby status updates\n"
+    "reconnect_max_backoff_ms = 60000\n"
+    "standby_retry_ms = 1500       ; retry period\n"
+    "\n"
+    "[outbox]\n"
+    "table = app.events\n"
+    "id_column = event_id                ; -> header \"id\"\n"
+    "key_column = agg_id      ; -> record key\n"
+    "type_column =        ; -> header \"type\"; empty: none\n"
+    "payload_column = body      ; -> record value\n"
+    "headers_column = hdrs      ; jsonb object -> headers; empty: none\n"
+    "timestamp_column = ; -> record timestamp; empty: commit time\n"
+    "topic = events.{agg_type}  ; template; {column} is that row's value\n"
+    "message_prefix = evt       ; pg_logical_emit_message prefix\n"
+    "on_bad_event = halt            ; dlq | halt\n"
+    "dlq_topic = events.dead\n"
+    "\n"
+    "[kafka]\n"
+    "bootstrap.servers = k1:9092,k2:9092\n"
+    "; any librdkafka property passes through\n"
+    "linger.ms = 20\n"
+    "compression.type = zstd ; smaller\n"
+    "enable.idempotence = true\n"
+    "acks = all\n"
+    "\n"
+    "[http]\n"
+    "listen =       ; empty disables\n"
+    "\n"
+    "[log]\n"
+    "format = json                 ; text | json\n"
+    "level = debug                  ; debug | info | warning | error\n";
 
 static void
 test_load_full_file(void **state)
@@ -229,33 +229,32 @@ typedef struct bad_file_case {
 } bad_file_case;
 
 static const bad_file_case bad_file_cases[] = {
-	{"unknown key", "[outbox]\ntable = public.outbox\nfoo = 1\n", "outbox.foo"},
-	{"key of another section", "[postgres]\ntopic = x\n", "postgres.topic"},
-	{"unknown section", "[nosuch]\nkey = value\n", "nosuch.key"},
-	{"key before any section", "slot = orders\n", "slot"},
-	{"bad bool", "[postgres]\ncreate_slot = maybe\n", "postgres.create_slot"},
-	{"bool with comment", "[postgres]\ncreate_slot = yes please ; no\n",
-	 "postgres.create_slot"},
-	{"zero ms", "[postgres]\nstatus_interval_ms = 0\n", "postgres.status_interval_ms"},
-	{"negative ms", "[postgres]\nstandby_retry_ms = -5\n", "postgres.standby_retry_ms"},
-	{"ms with unit", "[postgres]\nstatus_interval_ms = 10ms\n", "postgres.status_interval_ms"},
-	{"ms not a number", "[postgres]\nreconnect_max_backoff_ms = abc\n",
-	 "postgres.reconnect_max_backoff_ms"},
-	{"ms too large", "[postgres]\nreconnect_max_backoff_ms = 99999999999\n",
-	 "postgres.reconnect_max_backoff_ms"},
-	{"ms empty", "[postgres]\nstatus_interval_ms =\n", "postgres.status_interval_ms"},
-	{"bad on_bad_event", "[outbox]\non_bad_event = drop\n", "outbox.on_bad_event"},
-	{"bad log format", "[log]\nformat = xml\n", "log.format"},
-	{"bad log level", "[log]\nlevel = verbose\n", "log.level"},
-	{"empty slot", "[postgres]\nslot =\n", "postgres.slot"},
-	{"empty table", "[outbox]\ntable = ; none\n", "outbox.table"},
-	{"empty topic", "[outbox]\ntopic =\n", "outbox.topic"},
-	{"idempotence off", "[kafka]\nenable.idempotence = false\n", "enable.idempotence"},
-	{"acks 1", "[kafka]\nacks = 1\n", "acks"},
-	{"syntax error", "[postgres\nslot = x\n", "line 1"},
-	{"line without =", "[postgres]\nslot orders\n", "line 2"},
-	{"unset variable", "[postgres]\nconninfo = password=${OUTBOXD_TEST_UNSET_VAR}\n",
-	 "OUTBOXD_TEST_UNSET_VAR"},
+    {"unknown key", "[outbox]\ntable = public.outbox\nfoo = 1\n", "outbox.foo"},
+    {"key of another section", "[postgres]\ntopic = x\n", "postgres.topic"},
+    {"unknown section", "[nosuch]\nkey = value\n", "nosuch.key"},
+    {"key before any section", "slot = orders\n", "slot"},
+    {"bad bool", "[postgres]\ncreate_slot = maybe\n", "postgres.create_slot"},
+    {"bool with comment", "[postgres]\ncreate_slot = yes please ; no\n", "postgres.create_slot"},
+    {"zero ms", "[postgres]\nstatus_interval_ms = 0\n", "postgres.status_interval_ms"},
+    {"negative ms", "[postgres]\nstandby_retry_ms = -5\n", "postgres.standby_retry_ms"},
+    {"ms with unit", "[postgres]\nstatus_interval_ms = 10ms\n", "postgres.status_interval_ms"},
+    {"ms not a number", "[postgres]\nreconnect_max_backoff_ms = abc\n",
+     "postgres.reconnect_max_backoff_ms"},
+    {"ms too large", "[postgres]\nreconnect_max_backoff_ms = 99999999999\n",
+     "postgres.reconnect_max_backoff_ms"},
+    {"ms empty", "[postgres]\nstatus_interval_ms =\n", "postgres.status_interval_ms"},
+    {"bad on_bad_event", "[outbox]\non_bad_event = drop\n", "outbox.on_bad_event"},
+    {"bad log format", "[log]\nformat = xml\n", "log.format"},
+    {"bad log level", "[log]\nlevel = verbose\n", "log.level"},
+    {"empty slot", "[postgres]\nslot =\n", "postgres.slot"},
+    {"empty table", "[outbox]\ntable = ; none\n", "outbox.table"},
+    {"empty topic", "[outbox]\ntopic =\n", "outbox.topic"},
+    {"idempotence off", "[kafka]\nenable.idempotence = false\n", "enable.idempotence"},
+    {"acks 1", "[kafka]\nacks = 1\n", "acks"},
+    {"syntax error", "[postgres\nslot = x\n", "line 1"},
+    {"line without =", "[postgres]\nslot orders\n", "line 2"},
+    {"unset variable", "[postgres]\nconninfo = password=${OUTBOXD_TEST_UNSET_VAR}\n",
+     "OUTBOXD_TEST_UNSET_VAR"},
 };
 
 static void
@@ -325,8 +324,8 @@ test_bool_values(void **state)
 		const char *text;
 		bool value;
 	} cases[] = {
-		{"true", true}, {"TRUE", true},  {"on", true},  {"yes", true},  {"1", true},
-		{"false", false}, {"False", false}, {"off", false}, {"no", false}, {"0", false},
+	    {"true", true},   {"TRUE", true},   {"on", true},   {"yes", true}, {"1", true},
+	    {"false", false}, {"False", false}, {"off", false}, {"no", false}, {"0", false},
 	};
 
 	(void)state;
@@ -349,34 +348,34 @@ test_bool_values(void **state)
 typedef struct override_case {
 	const char *assignment;
 	bool ok;
-	const char *named;      /* refused: must appear in the error output */
-	const char *kafka_key;  /* accepted kafka property: its key ... */
+	const char *named;       /* refused: must appear in the error output */
+	const char *kafka_key;   /* accepted kafka property: its key ... */
 	const char *kafka_value; /* ... and value */
 } override_case;
 
 static const override_case override_cases[] = {
-	{"kafka.bootstrap.servers=10.0.0.1:9092", true, NULL, "bootstrap.servers", "10.0.0.1:9092"},
-	{"kafka.linger.ms=50", true, NULL, "linger.ms", "50"},
-	{"kafka.sasl.jaas.config=a=b c=d", true, NULL, "sasl.jaas.config", "a=b c=d"},
-	{"kafka.enable.idempotence=true", true, NULL, "enable.idempotence", "true"},
-	{"kafka.acks=all", true, NULL, "acks", "all"},
-	{"kafka.enable.idempotence=false", false, "enable.idempotence"},
-	{"kafka.acks=1", false, "acks"},
-	{"kafka.acks=0", false, "acks"},
-	{"postgres.slot=orders", true},
-	{"postgres.conninfo=host=db password=x", true},
-	{"outbox.topic=a.{b}", true},
-	{"outbox.type_column=", true},
-	{"postgres.slot=", false, "postgres.slot"},
-	{"postgres.nosuch=1", false, "postgres.nosuch"},
-	{"nosuch.key=1", false, "nosuch.key"},
-	{"postgres", false, "postgres"},
-	{"postgres.slot", false, "postgres.slot"},
-	{"slot=orders", false, "slot=orders"},
-	{".slot=orders", false, ".slot=orders"},
-	{"postgres.=orders", false, "postgres.=orders"},
-	{"kafka.=x", false, "kafka"},
-	{"", false, "-s"},
+    {"kafka.bootstrap.servers=10.0.0.1:9092", true, NULL, "bootstrap.servers", "10.0.0.1:9092"},
+    {"kafka.linger.ms=50", true, NULL, "linger.ms", "50"},
+    {"kafka.sasl.jaas.config=a=b c=d", true, NULL, "sasl.jaas.config", "a=b c=d"},
+    {"kafka.enable.idempotence=true", true, NULL, "enable.idempotence", "true"},
+    {"kafka.acks=all", true, NULL, "acks", "all"},
+    {"kafka.enable.idempotence=false", false, "enable.idempotence"},
+    {"kafka.acks=1", false, "acks"},
+    {"kafka.acks=0", false, "acks"},
+    {"postgres.slot=orders", true},
+    {"postgres.conninfo=host=db password=x", true},
+    {"outbox.topic=a.{b}", true},
+    {"outbox.type_column=", true},
+    {"postgres.slot=", false, "postgres.slot"},
+    {"postgres.nosuch=1", false, "postgres.nosuch"},
+    {"nosuch.key=1", false, "nosuch.key"},
+    {"postgres", false, "postgres"},
+    {"postgres.slot", false, "postgres.slot"},
+    {"slot=orders", false, "slot=orders"},
+    {".slot=orders", false, ".slot=orders"},
+    {"postgres.=orders", false, "postgres.=orders"},
+    {"kafka.=x", false, "kafka"},
+    {"", false, "-s"},
 };
 
 static void
@@ -448,7 +447,7 @@ test_override_after_file(void **state)
 	(void)state;
 	ob_config_init(&cfg);
 	assert_true(
-		load_text(&cfg, "[postgres]\nslot = from_file\n[kafka]\nlinger.ms = 1\n", NULL));
+	    load_text(&cfg, "[postgres]\nslot = from_file\n[kafka]\nlinger.ms = 1\n", NULL));
 	assert_string_equal(cfg.pg.slot, "from_file");
 	assert_true(override(&cfg, "postgres.slot=first", NULL));
 	assert_true(override(&cfg, "postgres.slot=second", NULL));
@@ -467,29 +466,29 @@ typedef struct expand_case {
 } expand_case;
 
 static const expand_case expand_cases[] = {
-	{"plain", "plain"},
-	{"", ""},
-	{"${OBT_PW}", "s3cr3t"},
-	{"password=${OBT_PW} user=u", "password=s3cr3t user=u"},
-	{"${OBT_HOST}:${OBT_PORT}", "db.local:5432"},
-	{"${OBT_HOST}${OBT_PORT}", "db.local5432"},
-	{"a${OBT_EMPTY}b", "ab"},
-	{"${OBT_LONG}", "0123456789012345678901234567890123456789012345678901234567890123456789"},
-	{"x${OBT_LONG}x${OBT_LONG}",
-	 "x0123456789012345678901234567890123456789012345678901234567890123456789"
-	 "x0123456789012345678901234567890123456789012345678901234567890123456789"},
-	/* Only ${...} is a reference. */
-	{"$OBT_PW", "$OBT_PW"},
-	{"$", "$"},
-	{"cost: $5 {x}", "cost: $5 {x}"},
-	{"$${OBT_PW}", "$s3cr3t"},
-	/* Values are not expanded again. */
-	{"${OBT_REF}", "${OBT_PW}"},
-	{"${OBT_UNSET}", NULL},
-	{"a ${OBT_PW} ${OBT_UNSET} b", NULL},
-	{"${OBT_PW", NULL},
-	{"${", NULL},
-	{"${}", NULL},
+    {"plain", "plain"},
+    {"", ""},
+    {"${OBT_PW}", "s3cr3t"},
+    {"password=${OBT_PW} user=u", "password=s3cr3t user=u"},
+    {"${OBT_HOST}:${OBT_PORT}", "db.local:5432"},
+    {"${OBT_HOST}${OBT_PORT}", "db.local5432"},
+    {"a${OBT_EMPTY}b", "ab"},
+    {"${OBT_LONG}", "0123456789012345678901234567890123456789012345678901234567890123456789"},
+    {"x${OBT_LONG}x${OBT_LONG}",
+     "x0123456789012345678901234567890123456789012345678901234567890123456789"
+     "x0123456789012345678901234567890123456789012345678901234567890123456789"},
+    /* Only ${...} is a reference. */
+    {"$OBT_PW", "$OBT_PW"},
+    {"$", "$"},
+    {"cost: $5 {x}", "cost: $5 {x}"},
+    {"$${OBT_PW}", "$s3cr3t"},
+    /* Values are not expanded again. */
+    {"${OBT_REF}", "${OBT_PW}"},
+    {"${OBT_UNSET}", NULL},
+    {"a ${OBT_PW} ${OBT_UNSET} b", NULL},
+    {"${OBT_PW", NULL},
+    {"${", NULL},
+    {"${}", NULL},
 };
 
 static void
@@ -577,28 +576,33 @@ typedef struct finish_case {
 } finish_case;
 
 static const finish_case finish_cases[] = {
-	{{"outbox.table=public.outbox"}, true, "public", "outbox"},
-	{{"outbox.table=outbox"}, true, "public", "outbox"},
-	{{"outbox.table=app.events"}, true, "app", "events"},
-	{{"outbox.table=a.b.c"}, false, NULL, NULL, "a.b.c"},
-	{{"outbox.table=.outbox"}, false, NULL, NULL, "outbox.table"},
-	{{"outbox.table=public."}, false, NULL, NULL, "outbox.table"},
-	{{"outbox.topic=outbox.{aggregate_type"}, false, NULL, NULL, "outbox.topic"},
-	{{"outbox.topic=outbox.{}"}, false, NULL, NULL, "outbox.topic"},
-	{{"outbox.topic=outbox}x"}, false, NULL, NULL, "outbox.topic"},
-	{{"outbox.topic={a}.{b}"}, true, "public", "outbox"},
-	{{"outbox.topic=fixed"}, true, "public", "outbox"},
-	{{"postgres.slot=orders_1"}, true, "public", "outbox"},
-	{{"postgres.slot=Orders"}, false, NULL, NULL, "postgres.slot"},
-	{{"postgres.slot=my-slot"}, false, NULL, NULL, "postgres.slot"},
-	{{"postgres.slot=a.b"}, false, NULL, NULL, "postgres.slot"},
-	{{"postgres.slot=abcdefghijklmnopqrstuvwxyz_abcdefghijklmnopqrstuvwxyz_012345678"},
-	 true, "public", "outbox"}, /* 63 characters */
-	{{"postgres.slot=abcdefghijklmnopqrstuvwxyz_abcdefghijklmnopqrstuvwxyz_0123456789"},
-	 false, NULL, NULL, "postgres.slot"}, /* 64 */
-	/* Every problem is reported. */
-	{{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "postgres.slot"},
-	{{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "outbox.table"},
+    {{"outbox.table=public.outbox"}, true, "public", "outbox"},
+    {{"outbox.table=outbox"}, true, "public", "outbox"},
+    {{"outbox.table=app.events"}, true, "app", "events"},
+    {{"outbox.table=a.b.c"}, false, NULL, NULL, "a.b.c"},
+    {{"outbox.table=.outbox"}, false, NULL, NULL, "outbox.table"},
+    {{"outbox.table=public."}, false, NULL, NULL, "outbox.table"},
+    {{"outbox.topic=outbox.{aggregate_type"}, false, NULL, NULL, "outbox.topic"},
+    {{"outbox.topic=outbox.{}"}, false, NULL, NULL, "outbox.topic"},
+    {{"outbox.topic=outbox}x"}, false, NULL, NULL, "outbox.topic"},
+    {{"outbox.topic={a}.{b}"}, true, "public", "outbox"},
+    {{"outbox.topic=fixed"}, true, "public", "outbox"},
+    {{"postgres.slot=orders_1"}, true, "public", "outbox"},
+    {{"postgres.slot=Orders"}, false, NULL, NULL, "postgres.slot"},
+    {{"postgres.slot=my-slot"}, false, NULL, NULL, "postgres.slot"},
+    {{"postgres.slot=a.b"}, false, NULL, NULL, "postgres.slot"},
+    {{"postgres.slot=abcdefghijklmnopqrstuvwxyz_abcdefghijklmnopqrstuvwxyz_012345678"},
+     true,
+     "public",
+     "outbox"}, /* 63 characters */
+    {{"postgres.slot=abcdefghijklmnopqrstuvwxyz_abcdefghijklmnopqrstuvwxyz_0123456789"},
+     false,
+     NULL,
+     NULL,
+     "postgres.slot"}, /* 64 */
+    /* Every problem is reported. */
+    {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "postgres.slot"},
+    {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "outbox.table"},
 };
 
 static void
@@ -637,15 +641,15 @@ test_secret_keys(void **state)
 		const char *key;
 		bool secret;
 	} cases[] = {
-		{"sasl.password", true},
-		{"ssl.key.password", true},
-		{"ssl.keystore.password", true},
-		{"sasl.oauthbearer.client.secret", true},
-		{"sasl.oauthbearer.config", true},
-		{"ssl.key.pem", true},
-		{"bootstrap.servers", false},
-		{"sasl.username", false},
-		{"linger.ms", false},
+	    {"sasl.password", true},
+	    {"ssl.key.password", true},
+	    {"ssl.keystore.password", true},
+	    {"sasl.oauthbearer.client.secret", true},
+	    {"sasl.oauthbearer.config", true},
+	    {"ssl.key.pem", true},
+	    {"bootstrap.servers", false},
+	    {"sasl.username", false},
+	    {"linger.ms", false},
 	};
 
 	(void)state;
@@ -663,37 +667,36 @@ typedef struct mask_case {
 } mask_case;
 
 static const mask_case mask_cases[] = {
-	{"", ""},
-	{"host=db user=u", "host=db user=u"},
-	{"host=db password=secret user=u", "host=db password=**** user=u"},
-	{"password=secret", "password=****"},
-	{"host=db password=s", "host=db password=****"},
-	{"host=db password= secret user=u", "host=db password= **** user=u"},
-	{"host=db password = secret", "host=db password = ****"},
-	{"host=db\tpassword=secret\tuser=u", "host=db\tpassword=****\tuser=u"},
-	{"host=db password='a b\\' c' user=u", "host=db password=**** user=u"},
-	{"host=db password='' user=u", "host=db password=**** user=u"},
-	{"password=one host=db password=two", "password=**** host=db password=****"},
-	/* "password" elsewhere is not a password. */
-	{"user=password host=db", "user=password host=db"},
-	{"application_name=mypassword=x", "application_name=mypassword=x"},
-	/* URIs */
-	{"postgresql://user:secret@db:5432/app", "postgresql://user:****@db:5432/app"},
-	{"postgres://user:secret@db/app?sslmode=require",
-	 "postgres://user:****@db/app?sslmode=require"},
-	{"postgresql://u:p@db", "postgresql://u:****@db"},
-	{"postgresql://user:secret@h1:5432,h2:5433/app",
-	 "postgresql://user:****@h1:5432,h2:5433/app"},
-	{"postgresql://user@db/app", "postgresql://user@db/app"},
-	{"postgresql://db:5432/app", "postgresql://db:5432/app"},
-	{"postgresql://db:5432", "postgresql://db:5432"},
-	{"postgresql://db/app?password=secret&sslmode=require",
-	 "postgresql://db/app?password=****&sslmode=require"},
-	{"postgresql://db/app?sslmode=require&password=secret",
-	 "postgresql://db/app?sslmode=require&password=****"},
-	{"postgresql://u:pw@db/app?user=x&password=secret",
-	 "postgresql://u:****@db/app?user=x&password=****"},
-	{"postgresql://db:5432?user=x@y", "postgresql://db:5432?user=x@y"},
+    {"", ""},
+    {"host=db user=u", "host=db user=u"},
+    {"host=db password=secret user=u", "host=db password=**** user=u"},
+    {"password=secret", "password=****"},
+    {"host=db password=s", "host=db password=****"},
+    {"host=db password= secret user=u", "host=db password= **** user=u"},
+    {"host=db password = secret", "host=db password = ****"},
+    {"host=db\tpassword=secret\tuser=u", "host=db\tpassword=****\tuser=u"},
+    {"host=db password='a b\\' c' user=u", "host=db password=**** user=u"},
+    {"host=db password='' user=u", "host=db password=**** user=u"},
+    {"password=one host=db password=two", "password=**** host=db password=****"},
+    /* "password" elsewhere is not a password. */
+    {"user=password host=db", "user=password host=db"},
+    {"application_name=mypassword=x", "application_name=mypassword=x"},
+    /* URIs */
+    {"postgresql://user:secret@db:5432/app", "postgresql://user:****@db:5432/app"},
+    {"postgres://user:secret@db/app?sslmode=require",
+     "postgres://user:****@db/app?sslmode=require"},
+    {"postgresql://u:p@db", "postgresql://u:****@db"},
+    {"postgresql://user:secret@h1:5432,h2:5433/app", "postgresql://user:****@h1:5432,h2:5433/app"},
+    {"postgresql://user@db/app", "postgresql://user@db/app"},
+    {"postgresql://db:5432/app", "postgresql://db:5432/app"},
+    {"postgresql://db:5432", "postgresql://db:5432"},
+    {"postgresql://db/app?password=secret&sslmode=require",
+     "postgresql://db/app?password=****&sslmode=require"},
+    {"postgresql://db/app?sslmode=require&password=secret",
+     "postgresql://db/app?sslmode=require&password=****"},
+    {"postgresql://u:pw@db/app?user=x&password=secret",
+     "postgresql://u:****@db/app?user=x&password=****"},
+    {"postgresql://db:5432?user=x@y", "postgresql://db:5432?user=x@y"},
 };
 
 static void
@@ -715,9 +718,9 @@ static void
 test_mask_conninfo_sslpassword(void **state)
 {
 	static const mask_case cases[] = {
-		{"host=db sslpassword=keypass user=u", "host=db sslpassword=**** user=u"},
-		{"sslpassword='a b' host=db", "sslpassword=**** host=db"},
-		{"postgresql://db/app?sslpassword=keypass", "postgresql://db/app?sslpassword=****"},
+	    {"host=db sslpassword=keypass user=u", "host=db sslpassword=**** user=u"},
+	    {"sslpassword='a b' host=db", "sslpassword=**** host=db"},
+	    {"postgresql://db/app?sslpassword=keypass", "postgresql://db/app?sslpassword=****"},
 	};
 
 	(void)state;
@@ -735,21 +738,21 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_load_full_file),
-		cmocka_unit_test(test_bad_files_table),
-		cmocka_unit_test(test_file_reports_every_bad_key),
-		cmocka_unit_test(test_missing_file),
-		cmocka_unit_test(test_bool_values),
-		cmocka_unit_test(test_overrides_table),
-		cmocka_unit_test(test_override_values),
-		cmocka_unit_test(test_override_after_file),
-		cmocka_unit_test(test_expand_env_table),
-		cmocka_unit_test(test_expand_env_in_settings),
-		cmocka_unit_test(test_finish_table),
-		cmocka_unit_test(test_secret_keys),
-		cmocka_unit_test(test_mask_conninfo_table),
-		cmocka_unit_test(test_mask_conninfo_sslpassword),
+	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_load_full_file),
+	    cmocka_unit_test(test_bad_files_table),
+	    cmocka_unit_test(test_file_reports_every_bad_key),
+	    cmocka_unit_test(test_missing_file),
+	    cmocka_unit_test(test_bool_values),
+	    cmocka_unit_test(test_overrides_table),
+	    cmocka_unit_test(test_override_values),
+	    cmocka_unit_test(test_override_after_file),
+	    cmocka_unit_test(test_expand_env_table),
+	    cmocka_unit_test(test_expand_env_in_settings),
+	    cmocka_unit_test(test_finish_table),
+	    cmocka_unit_test(test_secret_keys),
+	    cmocka_unit_test(test_mask_conninfo_table),
+	    cmocka_unit_test(test_mask_conninfo_sslpassword),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

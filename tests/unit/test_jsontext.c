@@ -31,53 +31,53 @@ typedef struct iter_case {
 } iter_case;
 
 static const iter_case iter_cases[] = {
-	{"{}", true, 0},
-	{" \t\r\n{ \n } \n", true, 0},
-	{"{\"a\":1}", true, 0, {{"a", "1"}}},
-	{"{ \"a\" : \"x\" , \"b\" :\t[1, {\"c\": \"]\"}] ,\"d\":{\"e\":null},\"f\":true,"
-	 "\"g\":-1.5e3 }",
-	 true,
-	 0,
-	 {{"a", "x", true},
-	  {"b", "[1, {\"c\": \"]\"}]"},
-	  {"d", "{\"e\":null}"},
-	  {"f", "true"},
-	  {"g", "-1.5e3"}}},
-	{"{\"k\\\"q\":\"v\\\\n\"}", true, 0, {{"k\\\"q", "v\\\\n", true, true, true}}},
-	{"{\"a\":\"}\",\"b\":\"{[\"}", true, 0, {{"a", "}", true}, {"b", "{[", true}}},
-	{"{\"\":1}", true, 0, {{"", "1"}}},
-	{"{\"a\":1,\"a\":2}", true, 0, {{"a", "1"}, {"a", "2"}}},
-	{"{\"a\":{\"b\":{\"c\":[[[]]]}}}", true, 0, {{"a", "{\"b\":{\"c\":[[[]]]}}"}}},
-	{"{\"a\":\"\"}", true, 0, {{"a", "", true}}},
-	{"{\"n\":null}", true, 0, {{"n", "null"}}},
-	{"{\"s\":\"null\"}", true, 0, {{"s", "null", true}}},
-	/* Malformed: the members before the error, then -1. */
-	{"{\"a\":1,}", true, -1}, /* the trailing comma is seen with "a" */
-	{"{\"a\":1}}", true, -1, {{"a", "1"}}},
-	{"{\"a\":1} x", true, -1, {{"a", "1"}}},
-	{"{\"a\":1 \"b\":2}", true, -1},
-	{"{\"a\":[1,2}", true, -1},
-	{"{\"a\":{]}", true, -1},
-	{"{\"a\":]", true, -1},
-	{"{\"a\":}", true, -1},
-	{"{\"a\"}", true, -1},
-	{"{\"a\" 1}", true, -1},
-	{"{a:1}", true, -1},
-	{"{,}", true, -1},
-	{"{\"a\":\"x", true, -1},
-	{"{\"a\":\"x\x01\"}", true, -1},
-	{"{\"a\":1", true, -1},
-	{"{\"a\":1,", true, -1, {{"a", "1"}}},
-	{"{", true, -1},
-	{"{\"a\":nul l}", true, -1},
-	{"{\"a\":\"x\\\"}", true, -1},
-	/* Not an object at all. */
-	{"", false},
-	{"   ", false},
-	{"[]", false},
-	{"\"x\"", false},
-	{"1", false},
-	{"null", false},
+    {"{}", true, 0},
+    {" \t\r\n{ \n } \n", true, 0},
+    {"{\"a\":1}", true, 0, {{"a", "1"}}},
+    {"{ \"a\" : \"x\" , \"b\" :\t[1, {\"c\": \"]\"}] ,\"d\":{\"e\":null},\"f\":true,"
+     "\"g\":-1.5e3 }",
+     true,
+     0,
+     {{"a", "x", true},
+      {"b", "[1, {\"c\": \"]\"}]"},
+      {"d", "{\"e\":null}"},
+      {"f", "true"},
+      {"g", "-1.5e3"}}},
+    {"{\"k\\\"q\":\"v\\\\n\"}", true, 0, {{"k\\\"q", "v\\\\n", true, true, true}}},
+    {"{\"a\":\"}\",\"b\":\"{[\"}", true, 0, {{"a", "}", true}, {"b", "{[", true}}},
+    {"{\"\":1}", true, 0, {{"", "1"}}},
+    {"{\"a\":1,\"a\":2}", true, 0, {{"a", "1"}, {"a", "2"}}},
+    {"{\"a\":{\"b\":{\"c\":[[[]]]}}}", true, 0, {{"a", "{\"b\":{\"c\":[[[]]]}}"}}},
+    {"{\"a\":\"\"}", true, 0, {{"a", "", true}}},
+    {"{\"n\":null}", true, 0, {{"n", "null"}}},
+    {"{\"s\":\"null\"}", true, 0, {{"s", "null", true}}},
+    /* Malformed: the members before the error, then -1. */
+    {"{\"a\":1,}", true, -1}, /* the trailing comma is seen with "a" */
+    {"{\"a\":1}}", true, -1, {{"a", "1"}}},
+    {"{\"a\":1} x", true, -1, {{"a", "1"}}},
+    {"{\"a\":1 \"b\":2}", true, -1},
+    {"{\"a\":[1,2}", true, -1},
+    {"{\"a\":{]}", true, -1},
+    {"{\"a\":]", true, -1},
+    {"{\"a\":}", true, -1},
+    {"{\"a\"}", true, -1},
+    {"{\"a\" 1}", true, -1},
+    {"{a:1}", true, -1},
+    {"{,}", true, -1},
+    {"{\"a\":\"x", true, -1},
+    {"{\"a\":\"x\x01\"}", true, -1},
+    {"{\"a\":1", true, -1},
+    {"{\"a\":1,", true, -1, {{"a", "1"}}},
+    {"{", true, -1},
+    {"{\"a\":nul l}", true, -1},
+    {"{\"a\":\"x\\\"}", true, -1},
+    /* Not an object at all. */
+    {"", false},
+    {"   ", false},
+    {"[]", false},
+    {"\"x\"", false},
+    {"1", false},
+    {"null", false},
 };
 
 static void
@@ -188,8 +188,8 @@ test_member_is_null(void **state)
 		const char *text;
 		bool is_null;
 	} cases[] = {
-		{"{\"a\":null}", true},  {"{\"a\": null }", true}, {"{\"a\":\"null\"}", false},
-		{"{\"a\":nullx}", false}, {"{\"a\":0}", false},     {"{\"a\":{}}", false},
+	    {"{\"a\":null}", true},   {"{\"a\": null }", true}, {"{\"a\":\"null\"}", false},
+	    {"{\"a\":nullx}", false}, {"{\"a\":0}", false},     {"{\"a\":{}}", false},
 	};
 
 	(void)state;
@@ -211,26 +211,26 @@ typedef struct unescape_case {
 } unescape_case;
 
 static const unescape_case unescape_cases[] = {
-	{"", 0, ""},
-	{"plain text", 10, "plain text"},
-	{"\\\"\\\\\\/\\b\\f\\n\\r\\t", 8, "\"\\/\b\f\n\r\t"},
-	{"a\\u0041b", 3, "aAb"},
-	{"\\u00e9", 2, "\xc3\xa9"},
-	{"\\u00E9", 2, "\xc3\xa9"},
-	{"\\u20ac", 3, "\xe2\x82\xac"},
-	{"\\ud83d\\ude00", 4, "\xf0\x9f\x98\x80"},
-	{"x\\u0000y", 3, "x\0y"},
-	{"caf\xc3\xa9", 5, "caf\xc3\xa9"},
-	{"\\q", -1},
-	{"\\", -1},
-	{"abc\\", -1},
-	{"\\u12", -1},
-	{"\\u12G4", -1},
-	{"\\ud83d", -1},
-	{"\\ud83dx", -1},
-	{"\\ud83d\\u0041", -1},
-	{"\\ud83d\\ud83d", -1},
-	{"\\ude00", -1},
+    {"", 0, ""},
+    {"plain text", 10, "plain text"},
+    {"\\\"\\\\\\/\\b\\f\\n\\r\\t", 8, "\"\\/\b\f\n\r\t"},
+    {"a\\u0041b", 3, "aAb"},
+    {"\\u00e9", 2, "\xc3\xa9"},
+    {"\\u00E9", 2, "\xc3\xa9"},
+    {"\\u20ac", 3, "\xe2\x82\xac"},
+    {"\\ud83d\\ude00", 4, "\xf0\x9f\x98\x80"},
+    {"x\\u0000y", 3, "x\0y"},
+    {"caf\xc3\xa9", 5, "caf\xc3\xa9"},
+    {"\\q", -1},
+    {"\\", -1},
+    {"abc\\", -1},
+    {"\\u12", -1},
+    {"\\u12G4", -1},
+    {"\\ud83d", -1},
+    {"\\ud83dx", -1},
+    {"\\ud83d\\u0041", -1},
+    {"\\ud83d\\ud83d", -1},
+    {"\\ude00", -1},
 };
 
 static void
@@ -256,11 +256,9 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_iter_table),
-		cmocka_unit_test(test_iter_uses_len),
-		cmocka_unit_test(test_iter_depth),
-		cmocka_unit_test(test_member_is_null),
-		cmocka_unit_test(test_unescape_table),
+	    cmocka_unit_test(test_iter_table),     cmocka_unit_test(test_iter_uses_len),
+	    cmocka_unit_test(test_iter_depth),     cmocka_unit_test(test_member_is_null),
+	    cmocka_unit_test(test_unescape_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,19 +53,25 @@ test_parse_level_and_format(void **state)
 		bool ok;
 		ob_log_level level;
 	} levels[] = {
-		{"debug", true, OB_LOG_DEBUG},     {"info", true, OB_LOG_INFO},
-		{"warning", true, OB_LOG_WARNING}, {"error", true, OB_LOG_ERROR},
-		{"warn", false},                   {"INFO", false},
-		{"", false},                       {"fatal", false},
+	    {"debug", true, OB_LOG_DEBUG},
+	    {"info", true, OB_LOG_INFO},
+	    {"warning", true, OB_LOG_WARNING},
+	    {"error", true, OB_LOG_ERROR},
+	    {"warn", false},
+	    {"INFO", false},
+	    {"", false},
+	    {"fatal", false},
 	};
 	static const struct {
 		const char *text;
 		bool ok;
 		ob_log_format format;
 	} formats[] = {
-		{"text", true, OB_LOG_TEXT}, {"json", true, OB_LOG_JSON},
-		{"JSON", false},             {"logfmt", false},
-		{"", false},
+	    {"text", true, OB_LOG_TEXT},
+	    {"json", true, OB_LOG_JSON},
+	    {"JSON", false},
+	    {"logfmt", false},
+	    {"", false},
 	};
 
 	(void)state;
@@ -89,11 +95,8 @@ static void
 test_json_line(void **state)
 {
 	static const ob_log_field fields[] = {
-		{"lsn", "0/152D660"},
-		{"quote", "a\"b\\c"},
-		{"newline", "x\ny\tz"},
-		{"skipped", NULL},
-		{NULL, NULL},
+	    {"lsn", "0/152D660"}, {"quote", "a\"b\\c"}, {"newline", "x\ny\tz"},
+	    {"skipped", NULL},    {NULL, NULL},
 	};
 	int64_t before = ob_now_us() / 1000, ts;
 	char *out;
@@ -131,17 +134,13 @@ test_json_levels_and_escaping(void **state)
 		ob_log_level level;
 		const char *name;
 	} levels[] = {
-		{OB_LOG_DEBUG, "debug"},
-		{OB_LOG_INFO, "info"},
-		{OB_LOG_WARNING, "warning"},
-		{OB_LOG_ERROR, "error"},
+	    {OB_LOG_DEBUG, "debug"},
+	    {OB_LOG_INFO, "info"},
+	    {OB_LOG_WARNING, "warning"},
+	    {OB_LOG_ERROR, "error"},
 	};
 	static const char *const messages[] = {
-		"plain",
-		"quote \" and backslash \\",
-		"control \x01\x1f chars",
-		"utf-8 \xc3\xa9",
-		"",
+	    "plain", "quote \" and backslash \\", "control \x01\x1f chars", "utf-8 \xc3\xa9", "",
 	};
 
 	(void)state;
@@ -339,15 +338,15 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse_level_and_format),
-		cmocka_unit_test(test_json_line),
-		cmocka_unit_test(test_json_levels_and_escaping),
-		cmocka_unit_test(test_json_multiline_message),
-		cmocka_unit_test(test_level_filter),
-		cmocka_unit_test(test_context_fields),
-		cmocka_unit_test(test_text_line),
-		cmocka_unit_test(test_json_long_message_stays_valid),
-		cmocka_unit_test(test_json_long_escaped_field_stays_valid),
+	    cmocka_unit_test(test_parse_level_and_format),
+	    cmocka_unit_test(test_json_line),
+	    cmocka_unit_test(test_json_levels_and_escaping),
+	    cmocka_unit_test(test_json_multiline_message),
+	    cmocka_unit_test(test_level_filter),
+	    cmocka_unit_test(test_context_fields),
+	    cmocka_unit_test(test_text_line),
+	    cmocka_unit_test(test_json_long_message_stays_valid),
+	    cmocka_unit_test(test_json_long_escaped_field_stays_valid),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,32 +18,32 @@ typedef struct parse_case {
 } parse_case;
 
 static const parse_case parse_cases[] = {
-	{"0/0", true, 0},
-	{"16/B374D848", true, UINT64_C(0x16B374D848)},
-	{"16/b374d848", true, UINT64_C(0x16B374D848)},
-	{"FFFFFFFF/FFFFFFFF", true, UINT64_MAX},
-	{"0/152D630", true, UINT64_C(0x152D630)},
-	{"1/0", true, UINT64_C(0x100000000)},
-	{"00000001/00000002", true, UINT64_C(0x100000002)},
-	{"", false, 0},
-	{"0", false, 0},
-	{"/1", false, 0},
-	{"1/", false, 0},
-	{"/", false, 0},
-	{"1/2x", false, 0},
-	{"x1/2", false, 0},
-	{"123456789/0", false, 0},
-	{"0/123456789", false, 0},
-	{" 0/0", false, 0},
-	{"0/0 ", false, 0},
-	{"1//2", false, 0},
-	{"1/2/3", false, 0},
-	{"-1/0", false, 0},
-	{"+1/0", false, 0},
-	{"0x1/0", false, 0},
-	{"G/0", false, 0},
-	{"0/G", false, 0},
-	{"1:2", false, 0},
+    {"0/0", true, 0},
+    {"16/B374D848", true, UINT64_C(0x16B374D848)},
+    {"16/b374d848", true, UINT64_C(0x16B374D848)},
+    {"FFFFFFFF/FFFFFFFF", true, UINT64_MAX},
+    {"0/152D630", true, UINT64_C(0x152D630)},
+    {"1/0", true, UINT64_C(0x100000000)},
+    {"00000001/00000002", true, UINT64_C(0x100000002)},
+    {"", false, 0},
+    {"0", false, 0},
+    {"/1", false, 0},
+    {"1/", false, 0},
+    {"/", false, 0},
+    {"1/2x", false, 0},
+    {"x1/2", false, 0},
+    {"123456789/0", false, 0},
+    {"0/123456789", false, 0},
+    {" 0/0", false, 0},
+    {"0/0 ", false, 0},
+    {"1//2", false, 0},
+    {"1/2/3", false, 0},
+    {"-1/0", false, 0},
+    {"+1/0", false, 0},
+    {"0x1/0", false, 0},
+    {"G/0", false, 0},
+    {"0/G", false, 0},
+    {"1:2", false, 0},
 };
 
 static void
@@ -95,12 +95,12 @@ typedef struct format_case {
 } format_case;
 
 static const format_case format_cases[] = {
-	{0, "0/0"},
-	{UINT64_C(0x16B374D848), "16/B374D848"},
-	{UINT64_MAX, "FFFFFFFF/FFFFFFFF"},
-	{UINT64_C(0x152D660), "0/152D660"},
-	{UINT64_C(0x100000000), "1/0"},
-	{UINT64_C(0xABCDEF0012345678), "ABCDEF00/12345678"},
+    {0, "0/0"},
+    {UINT64_C(0x16B374D848), "16/B374D848"},
+    {UINT64_MAX, "FFFFFFFF/FFFFFFFF"},
+    {UINT64_C(0x152D660), "0/152D660"},
+    {UINT64_C(0x100000000), "1/0"},
+    {UINT64_C(0xABCDEF0012345678), "ABCDEF00/12345678"},
 };
 
 static void
@@ -156,10 +156,10 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse_table),
-		cmocka_unit_test(test_parse_n_stops_at_len),
-		cmocka_unit_test(test_format_table),
-		cmocka_unit_test(test_round_trip),
+	    cmocka_unit_test(test_parse_table),
+	    cmocka_unit_test(test_parse_n_stops_at_len),
+	    cmocka_unit_test(test_format_table),
+	    cmocka_unit_test(test_round_trip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,11 +56,11 @@ count_prefix(const char *text, const char *prefix)
 	return n;
 }
 
-#define assert_sample(text, series, value)                                               \
-	do {                                                                             \
-		double got_ = sample((text), (series));                                  \
-		if (got_ != (double)(value))                                             \
-			fail_msg("%s is %g, expected %g", (series), got_, (double)(value)); \
+#define assert_sample(text, series, value)                                                         \
+	do {                                                                                       \
+		double got_ = sample((text), (series));                                            \
+		if (got_ != (double)(value))                                                       \
+			fail_msg("%s is %g, expected %g", (series), got_, (double)(value));        \
 	} while (0)
 
 /* Every metric of SPEC §6 is declared with its type. */
@@ -71,19 +71,19 @@ test_declared_metrics(void **state)
 		const char *name;
 		const char *type;
 	} metrics[] = {
-		{"outboxd_events_published_total", "counter"},
-		{"outboxd_events_dead_lettered_total", "counter"},
-		{"outboxd_transactions_total", "counter"},
-		{"outboxd_inflight_events", "gauge"},
-		{"outboxd_confirmed_lsn", "gauge"},
-		{"outboxd_received_lsn", "gauge"},
-		{"outboxd_server_wal_end_lsn", "gauge"},
-		{"outboxd_replication_lag_bytes", "gauge"},
-		{"outboxd_publish_latency_seconds", "histogram"},
-		{"outboxd_postgres_connected", "gauge"},
-		{"outboxd_kafka_connected", "gauge"},
-		{"outboxd_reconnects_total", "counter"},
-		{"outboxd_build_info", "gauge"},
+	    {"outboxd_events_published_total", "counter"},
+	    {"outboxd_events_dead_lettered_total", "counter"},
+	    {"outboxd_transactions_total", "counter"},
+	    {"outboxd_inflight_events", "gauge"},
+	    {"outboxd_confirmed_lsn", "gauge"},
+	    {"outboxd_received_lsn", "gauge"},
+	    {"outboxd_server_wal_end_lsn", "gauge"},
+	    {"outboxd_replication_lag_bytes", "gauge"},
+	    {"outboxd_publish_latency_seconds", "histogram"},
+	    {"outboxd_postgres_connected", "gauge"},
+	    {"outboxd_kafka_connected", "gauge"},
+	    {"outboxd_reconnects_total", "counter"},
+	    {"outboxd_build_info", "gauge"},
 	};
 	char *text;
 	char line[256];
@@ -227,10 +227,10 @@ test_ready_and_heartbeat(void **state)
 		ob_ready_state state;
 		const char *word;
 	} words[] = {
-		{OB_READY_CONNECTING, "connecting"},
-		{OB_READY_STREAMING, "ready"},
-		{OB_READY_STANDBY, "standby"},
-		{OB_READY_KAFKA_DOWN, "kafka-down"},
+	    {OB_READY_CONNECTING, "connecting"},
+	    {OB_READY_STREAMING, "ready"},
+	    {OB_READY_STANDBY, "standby"},
+	    {OB_READY_KAFKA_DOWN, "kafka-down"},
 	};
 
 	(void)state;
@@ -289,13 +289,13 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_declared_metrics),
-		cmocka_unit_test(test_counters_and_gauges),
-		cmocka_unit_test(test_published_and_latency),
-		cmocka_unit_test(test_label_escaping),
-		cmocka_unit_test(test_ready_and_heartbeat),
-		/* Last: when it fails, it may leave the tables corrupted. */
-		cmocka_unit_test(test_many_topics),
+	    cmocka_unit_test(test_declared_metrics),
+	    cmocka_unit_test(test_counters_and_gauges),
+	    cmocka_unit_test(test_published_and_latency),
+	    cmocka_unit_test(test_label_escaping),
+	    cmocka_unit_test(test_ready_and_heartbeat),
+	    /* Last: when it fails, it may leave the tables corrupted. */
+	    cmocka_unit_test(test_many_topics),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

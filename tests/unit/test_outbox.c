@@ -22,27 +22,27 @@
 #include "outboxd/outbox.h"
 #include "outboxd/wal2json.h"
 
-#define ID "38a18a3a-8de4-4a2c-8a64-91f9bf2d053a"
-#define PAYLOAD "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}"
+#define ID         "38a18a3a-8de4-4a2c-8a64-91f9bf2d053a"
+#define PAYLOAD    "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}"
 #define CREATED_MS INT64_C(1795316831205) /* 2026-11-22 03:07:11.205762+00 */
-#define COMMIT_MS INT64_C(1700000000123)
-#define ROW_LSN "0/152D3E0"
-#define MSG_LSN "0/152D5F0"
+#define COMMIT_MS  INT64_C(1700000000123)
+#define ROW_LSN    "0/152D3E0"
+#define MSG_LSN    "0/152D5F0"
 
 /* The record of the brief, byte for byte as wal2json sends it. */
 static const char rec_insert[] =
-	"{\"action\":\"I\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	"\"lsn\":\"0/152D3E0\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
-	"{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"},"
-	"{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
-	"{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-1\"},"
-	"{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"created\"},"
-	"{\"name\":\"payload\",\"type\":\"jsonb\","
-	"\"value\":\"{\\\"a\\\": \\\"x\\\\\\\"y\\\", \\\"b\\\": [1, 2.50]}\"},"
-	"{\"name\":\"headers\",\"type\":\"jsonb\","
-	"\"value\":\"{\\\"n\\\": 5, \\\"tr\\\": \\\"abc\\\"}\"},"
-	"{\"name\":\"created_at\",\"type\":\"timestamp with time zone\","
-	"\"value\":\"2026-11-22 03:07:11.205762+00\"}]}";
+    "{\"action\":\"I\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+    "\"lsn\":\"0/152D3E0\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
+    "{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"},"
+    "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
+    "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-1\"},"
+    "{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"created\"},"
+    "{\"name\":\"payload\",\"type\":\"jsonb\","
+    "\"value\":\"{\\\"a\\\": \\\"x\\\\\\\"y\\\", \\\"b\\\": [1, 2.50]}\"},"
+    "{\"name\":\"headers\",\"type\":\"jsonb\","
+    "\"value\":\"{\\\"n\\\": 5, \\\"tr\\\": \\\"abc\\\"}\"},"
+    "{\"name\":\"created_at\",\"type\":\"timestamp with time zone\","
+    "\"value\":\"2026-11-22 03:07:11.205762+00\"}]}";
 
 /* --- building wal2json records ------------------------------------------- */
 
@@ -87,18 +87,27 @@ typedef struct col {
 	bool drop;
 } col;
 
-#define STR(n, t, v) {n, t, v, NULL, false}
-#define RAW(n, t, v) {n, t, NULL, v, false}
-#define DROP(n) {n, NULL, NULL, NULL, true}
+#define STR(n, t, v)                                                                               \
+	{                                                                                          \
+		n, t, v, NULL, false                                                               \
+	}
+#define RAW(n, t, v)                                                                               \
+	{                                                                                          \
+		n, t, NULL, v, false                                                               \
+	}
+#define DROP(n)                                                                                    \
+	{                                                                                          \
+		n, NULL, NULL, NULL, true                                                          \
+	}
 
 static const col base_cols[] = {
-	STR("id", "uuid", ID),
-	STR("aggregate_type", "text", "order"),
-	STR("aggregate_id", "text", "o-1"),
-	STR("event_type", "text", "created"),
-	STR("payload", "jsonb", PAYLOAD),
-	STR("headers", "jsonb", "{\"n\": 5, \"tr\": \"abc\"}"),
-	STR("created_at", "timestamp with time zone", "2026-11-22 03:07:11.205762+00"),
+    STR("id", "uuid", ID),
+    STR("aggregate_type", "text", "order"),
+    STR("aggregate_id", "text", "o-1"),
+    STR("event_type", "text", "created"),
+    STR("payload", "jsonb", PAYLOAD),
+    STR("headers", "jsonb", "{\"n\": 5, \"tr\": \"abc\"}"),
+    STR("created_at", "timestamp with time zone", "2026-11-22 03:07:11.205762+00"),
 };
 
 static void
@@ -226,12 +235,30 @@ typedef struct expect {
 	hdr headers[OB_EVENT_MAX_HEADERS + 1]; /* ends at name NULL */
 } expect;
 
-#define H_ID {"id", ID}
-#define H_TYPE {"type", "created"}
-#define H_N {"n", "5"}
-#define H_TR {"tr", "abc"}
-#define H_ERR(s) {"error", s}
-#define H_LSN(l) {"source-lsn", l}
+#define H_ID                                                                                       \
+	{                                                                                          \
+		"id", ID                                                                           \
+	}
+#define H_TYPE                                                                                     \
+	{                                                                                          \
+		"type", "created"                                                                  \
+	}
+#define H_N                                                                                        \
+	{                                                                                          \
+		"n", "5"                                                                           \
+	}
+#define H_TR                                                                                       \
+	{                                                                                          \
+		"tr", "abc"                                                                        \
+	}
+#define H_ERR(s)                                                                                   \
+	{                                                                                          \
+		"error", s                                                                         \
+	}
+#define H_LSN(l)                                                                                   \
+	{                                                                                          \
+		"source-lsn", l                                                                    \
+	}
 
 static void
 check_event(const char *name, ob_map_result got, const ob_event *ev, const expect *ex)
@@ -328,164 +355,448 @@ typedef struct row_case {
 	expect ex;
 } row_case;
 
-#define EVENT_BASIC(topic_, key_, value_, ts_, ...)                                        \
-	{                                                                                  \
-		OB_MAP_EVENT, NULL, topic_, key_, value_, 0, ts_, { __VA_ARGS__ }          \
+#define EVENT_BASIC(topic_, key_, value_, ts_, ...)                                                \
+	{                                                                                          \
+		OB_MAP_EVENT, NULL, topic_, key_, value_, 0, ts_,                                  \
+		{                                                                                  \
+			__VA_ARGS__                                                                \
+		}                                                                                  \
 	}
 
 static const row_case row_cases[] = {
-	{"basic", {NULL}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"text payload", {NULL}, NULL, NULL, {STR("payload", "text", "hello \"world\"\n")},
-	 EVENT_BASIC("outbox.event.order", "o-1", "hello \"world\"\n", CREATED_MS, H_ID, H_TYPE,
-		     H_N, H_TR)},
-	{"json payload kept as sent", {NULL}, NULL, NULL,
-	 {STR("payload", "json", "{\"z\": 1,  \"a\": [ ], \"u\": \"\\u00e9\"}")},
-	 EVENT_BASIC("outbox.event.order", "o-1", "{\"z\": 1,  \"a\": [ ], \"u\": \"\\u00e9\"}",
-		     CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"bytea payload", {NULL}, NULL, NULL, {STR("payload", "bytea", "deadbeef00ff")},
-	 {OB_MAP_EVENT, NULL, "outbox.event.order", "o-1", "\xde\xad\xbe\xef\x00\xff", 6,
-	  CREATED_MS, {H_ID, H_TYPE, H_N, H_TR}}},
-	{"bytea payload upper case", {NULL}, NULL, NULL, {STR("payload", "bytea", "DEADBEEF")},
-	 EVENT_BASIC("outbox.event.order", "o-1", "\xde\xad\xbe\xef", CREATED_MS, H_ID, H_TYPE, H_N,
-		     H_TR)},
-	{"empty bytea payload", {NULL}, NULL, NULL, {STR("payload", "bytea", "")},
-	 EVENT_BASIC("outbox.event.order", "o-1", "", CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"null payload is a tombstone", {NULL}, NULL, NULL, {RAW("payload", "jsonb", "null")},
-	 EVENT_BASIC("outbox.event.order", "o-1", NULL, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"headers of every JSON kind", {NULL}, NULL, NULL,
-	 {STR("headers", "jsonb",
-	      "{\"b\": true, \"f\": false, \"o\": {\"x\": 1, \"y\": [1, \"s\"]}, \"s\": \"str\", "
-	      "\"z\": null, \"arr\": [], \"esc\": \"q\\\"u\", \"neg\": -3, \"num\": \"7\"}")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, {"b", "true"},
-		     {"f", "false"}, {"o", "{\"x\": 1, \"y\": [1, \"s\"]}"}, {"s", "str"},
-		     {"z", "null"}, {"arr", "[]"}, {"esc", "q\"u"}, {"neg", "-3"}, {"num", "7"})},
-	{"headers in object order", {NULL}, NULL, NULL,
-	 {STR("headers", "json", "{\"z\": \"1\", \"a\": \"2\", \"m\": \"3\"}")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, {"z", "1"},
-		     {"a", "2"}, {"m", "3"})},
-	{"headers null", {NULL}, NULL, NULL, {RAW("headers", "jsonb", "null")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE)},
-	{"headers empty object", {NULL}, NULL, NULL, {STR("headers", "jsonb", "{}")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE)},
-	{"headers column absent", {NULL}, NULL, NULL, {DROP("headers")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE)},
-	{"type null", {NULL}, NULL, NULL, {RAW("event_type", "text", "null")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_N, H_TR)},
-	{"type and headers not mapped", {"outbox.type_column=", "outbox.headers_column="}, NULL,
-	 NULL, {{NULL}}, EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID)},
-	{"other id column", {"outbox.id_column=aggregate_type"}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, {"id", "order"}, H_TYPE, H_N,
-		     H_TR)},
-	{"timestamp from a bigint ms column", {"outbox.timestamp_column=created_ms"}, NULL, NULL,
-	 {RAW("created_ms", "bigint", "1795316831999")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, INT64_C(1795316831999), H_ID, H_TYPE,
-		     H_N, H_TR)},
-	{"timestamp null: commit time", {NULL}, NULL, NULL,
-	 {RAW("created_at", "timestamp with time zone", "null")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, COMMIT_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"timestamp without time zone is UTC", {NULL}, NULL, NULL,
-	 {STR("created_at", "timestamp without time zone", "2026-11-22 03:07:11.206737")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, INT64_C(1795316831206), H_ID, H_TYPE,
-		     H_N, H_TR)},
-	{"timestamp with an offset", {NULL}, NULL, NULL,
-	 {STR("created_at", "timestamp with time zone", "2026-11-22 03:07:11.206737+05:30")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, INT64_C(1795297031206), H_ID, H_TYPE,
-		     H_N, H_TR)},
-	{"timestamp column not configured", {"outbox.timestamp_column="}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, COMMIT_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"timestamp infinity: commit time", {NULL}, NULL, NULL,
-	 {STR("created_at", "timestamp with time zone", "infinity")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, COMMIT_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"integer key", {NULL}, NULL, NULL, {RAW("aggregate_id", "bigint", "42")},
-	 EVENT_BASIC("outbox.event.order", "42", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"topic with two placeholders", {"outbox.topic=t.{aggregate_type}.{event_type}"}, NULL,
-	 NULL, {{NULL}},
-	 EVENT_BASIC("t.order.created", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"topic without placeholders", {"outbox.topic=fixed-topic"}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("fixed-topic", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"topic placeholder only", {"outbox.topic={aggregate_type}"}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"topic prefix and suffix", {"outbox.topic=a-{aggregate_type}-z"}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("a-order-z", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"topic from a number column", {"outbox.topic=p.{version}"}, NULL, NULL,
-	 {RAW("version", "integer", "3")},
-	 EVENT_BASIC("p.3", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"table configured without schema", {"outbox.table=outbox"}, NULL, NULL, {{NULL}},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"configured schema and table", {"outbox.table=app.events"}, "app", "events", {{NULL}},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
-	{"other table", {NULL}, "public", "orders", {{NULL}}, {OB_MAP_SKIP}},
-	{"same table name, other schema", {NULL}, "audit", "outbox", {{NULL}}, {OB_MAP_SKIP}},
-	{"default table, configured elsewhere", {"outbox.table=app.events"}, NULL, NULL, {{NULL}},
-	 {OB_MAP_SKIP}},
+    {"basic",
+     {NULL},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"text payload",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "text", "hello \"world\"\n")},
+     EVENT_BASIC("outbox.event.order", "o-1", "hello \"world\"\n", CREATED_MS, H_ID, H_TYPE, H_N,
+		 H_TR)},
+    {"json payload kept as sent",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "json", "{\"z\": 1,  \"a\": [ ], \"u\": \"\\u00e9\"}")},
+     EVENT_BASIC("outbox.event.order", "o-1", "{\"z\": 1,  \"a\": [ ], \"u\": \"\\u00e9\"}",
+		 CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"bytea payload",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "deadbeef00ff")},
+     {OB_MAP_EVENT,
+      NULL,
+      "outbox.event.order",
+      "o-1",
+      "\xde\xad\xbe\xef\x00\xff",
+      6,
+      CREATED_MS,
+      {H_ID, H_TYPE, H_N, H_TR}}},
+    {"bytea payload upper case",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "DEADBEEF")},
+     EVENT_BASIC("outbox.event.order", "o-1", "\xde\xad\xbe\xef", CREATED_MS, H_ID, H_TYPE, H_N,
+		 H_TR)},
+    {"empty bytea payload",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "")},
+     EVENT_BASIC("outbox.event.order", "o-1", "", CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"null payload is a tombstone",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("payload", "jsonb", "null")},
+     EVENT_BASIC("outbox.event.order", "o-1", NULL, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"headers of every JSON kind",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb",
+	  "{\"b\": true, \"f\": false, \"o\": {\"x\": 1, \"y\": [1, \"s\"]}, \"s\": \"str\", "
+	  "\"z\": null, \"arr\": [], \"esc\": \"q\\\"u\", \"neg\": -3, \"num\": \"7\"}")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, {"b", "true"},
+		 {"f", "false"}, {"o", "{\"x\": 1, \"y\": [1, \"s\"]}"}, {"s", "str"},
+		 {"z", "null"}, {"arr", "[]"}, {"esc", "q\"u"}, {"neg", "-3"}, {"num", "7"})},
+    {"headers in object order",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "json", "{\"z\": \"1\", \"a\": \"2\", \"m\": \"3\"}")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, {"z", "1"},
+		 {"a", "2"}, {"m", "3"})},
+    {"headers null",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("headers", "jsonb", "null")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE)},
+    {"headers empty object",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb", "{}")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE)},
+    {"headers column absent",
+     {NULL},
+     NULL,
+     NULL,
+     {DROP("headers")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE)},
+    {"type null",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("event_type", "text", "null")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_N, H_TR)},
+    {"type and headers not mapped",
+     {"outbox.type_column=", "outbox.headers_column="},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID)},
+    {"other id column",
+     {"outbox.id_column=aggregate_type"},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, {"id", "order"}, H_TYPE, H_N,
+		 H_TR)},
+    {"timestamp from a bigint ms column",
+     {"outbox.timestamp_column=created_ms"},
+     NULL,
+     NULL,
+     {RAW("created_ms", "bigint", "1795316831999")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, INT64_C(1795316831999), H_ID, H_TYPE, H_N,
+		 H_TR)},
+    {"timestamp null: commit time",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("created_at", "timestamp with time zone", "null")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, COMMIT_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"timestamp without time zone is UTC",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("created_at", "timestamp without time zone", "2026-11-22 03:07:11.206737")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, INT64_C(1795316831206), H_ID, H_TYPE, H_N,
+		 H_TR)},
+    {"timestamp with an offset",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("created_at", "timestamp with time zone", "2026-11-22 03:07:11.206737+05:30")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, INT64_C(1795297031206), H_ID, H_TYPE, H_N,
+		 H_TR)},
+    {"timestamp column not configured",
+     {"outbox.timestamp_column="},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, COMMIT_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"timestamp infinity: commit time",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("created_at", "timestamp with time zone", "infinity")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, COMMIT_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"integer key",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("aggregate_id", "bigint", "42")},
+     EVENT_BASIC("outbox.event.order", "42", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"topic with two placeholders",
+     {"outbox.topic=t.{aggregate_type}.{event_type}"},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("t.order.created", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"topic without placeholders",
+     {"outbox.topic=fixed-topic"},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("fixed-topic", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"topic placeholder only",
+     {"outbox.topic={aggregate_type}"},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"topic prefix and suffix",
+     {"outbox.topic=a-{aggregate_type}-z"},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("a-order-z", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"topic from a number column",
+     {"outbox.topic=p.{version}"},
+     NULL,
+     NULL,
+     {RAW("version", "integer", "3")},
+     EVENT_BASIC("p.3", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"table configured without schema",
+     {"outbox.table=outbox"},
+     NULL,
+     NULL,
+     {{NULL}},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"configured schema and table",
+     {"outbox.table=app.events"},
+     "app",
+     "events",
+     {{NULL}},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR)},
+    {"other table", {NULL}, "public", "orders", {{NULL}}, {OB_MAP_SKIP}},
+    {"same table name, other schema", {NULL}, "audit", "outbox", {{NULL}}, {OB_MAP_SKIP}},
+    {"default table, configured elsewhere",
+     {"outbox.table=app.events"},
+     NULL,
+     NULL,
+     {{NULL}},
+     {OB_MAP_SKIP}},
 
-	/* Bad events: the dead-letter record keeps what could be read. */
-	{"null key", {NULL}, NULL, NULL, {RAW("aggregate_id", "text", "null")},
-	 {OB_MAP_DLQ, "missing-key", NULL, NULL, PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"missing key column", {NULL}, NULL, NULL, {DROP("aggregate_id")},
-	 {OB_MAP_DLQ, "missing-key", NULL, NULL, PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("missing"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"null key and tombstone", {NULL}, NULL, NULL,
-	 {RAW("aggregate_id", "text", "null"), RAW("payload", "jsonb", "null")},
-	 {OB_MAP_DLQ, "missing-key", NULL, NULL, NULL, 0, CREATED_MS,
-	  {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"null id", {NULL}, NULL, NULL, {RAW("id", "uuid", "null")},
-	 {OB_MAP_DLQ, "missing-id", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
-	{"missing id column", {NULL}, NULL, NULL, {DROP("id")},
-	 {OB_MAP_DLQ, "missing-id", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("missing"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
-	{"null key and null id", {NULL}, NULL, NULL,
-	 {RAW("aggregate_id", "text", "null"), RAW("id", "uuid", "null")},
-	 {OB_MAP_DLQ, "missing-key", NULL, NULL, PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
-	{"invalid bytea hex", {NULL}, NULL, NULL, {STR("payload", "bytea", "zz11")},
-	 {OB_MAP_DLQ, "bad-payload", NULL, "o-1", "zz11", 0, CREATED_MS,
-	  {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"odd-length bytea hex", {NULL}, NULL, NULL, {STR("payload", "bytea", "abc")},
-	 {OB_MAP_DLQ, "bad-payload", NULL, "o-1", "abc", 0, CREATED_MS,
-	  {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"bytea with the \\x prefix", {NULL}, NULL, NULL, {STR("payload", "bytea", "\\xdead")},
-	 {OB_MAP_DLQ, "bad-payload", NULL, "o-1", "\\xdead", 0, CREATED_MS,
-	  {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"headers an array", {NULL}, NULL, NULL, {STR("headers", "jsonb", "[1, 2]")},
-	 {OB_MAP_DLQ, "bad-headers", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
-	{"headers a string", {NULL}, NULL, NULL, {STR("headers", "jsonb", "\"x\"")},
-	 {OB_MAP_DLQ, "bad-headers", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
-	{"headers a number", {NULL}, NULL, NULL, {STR("headers", "jsonb", "5")},
-	 {OB_MAP_DLQ, "bad-headers", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
-	{"headers not JSON", {NULL}, NULL, NULL, {STR("headers", "text", "{bad")},
-	 {OB_MAP_DLQ, "bad-headers", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
-	{"bad payload and bad headers", {NULL}, NULL, NULL,
-	 {STR("payload", "bytea", "xyz0"), STR("headers", "jsonb", "[]")},
-	 {OB_MAP_DLQ, "bad-payload", NULL, "o-1", "xyz0", 0, CREATED_MS,
-	  {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
-	{"topic column null", {NULL}, NULL, NULL, {RAW("aggregate_type", "text", "null")},
-	 {OB_MAP_DLQ, "missing-topic-column", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("aggregate_type"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"topic column missing", {"outbox.topic=x.{nosuch}"}, NULL, NULL, {{NULL}},
-	 {OB_MAP_DLQ, "missing-topic-column", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("nosuch"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
-	{"dlq topic configured", {"outbox.dlq_topic=dead.letters"}, NULL, NULL,
-	 {RAW("aggregate_id", "text", "null")},
-	 {OB_MAP_DLQ, "missing-key", "dead.letters", NULL, PAYLOAD, 0, CREATED_MS,
-	  {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    /* Bad events: the dead-letter record keeps what could be read. */
+    {"null key",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("aggregate_id", "text", "null")},
+     {OB_MAP_DLQ,
+      "missing-key",
+      NULL,
+      NULL,
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"missing key column",
+     {NULL},
+     NULL,
+     NULL,
+     {DROP("aggregate_id")},
+     {OB_MAP_DLQ,
+      "missing-key",
+      NULL,
+      NULL,
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("missing"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"null key and tombstone",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("aggregate_id", "text", "null"), RAW("payload", "jsonb", "null")},
+     {OB_MAP_DLQ,
+      "missing-key",
+      NULL,
+      NULL,
+      NULL,
+      0,
+      CREATED_MS,
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"null id",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("id", "uuid", "null")},
+     {OB_MAP_DLQ,
+      "missing-id",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
+    {"missing id column",
+     {NULL},
+     NULL,
+     NULL,
+     {DROP("id")},
+     {OB_MAP_DLQ,
+      "missing-id",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("missing"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
+    {"null key and null id",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("aggregate_id", "text", "null"), RAW("id", "uuid", "null")},
+     {OB_MAP_DLQ,
+      "missing-key",
+      NULL,
+      NULL,
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
+    {"invalid bytea hex",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "zz11")},
+     {OB_MAP_DLQ,
+      "bad-payload",
+      NULL,
+      "o-1",
+      "zz11",
+      0,
+      CREATED_MS,
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"odd-length bytea hex",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "abc")},
+     {OB_MAP_DLQ,
+      "bad-payload",
+      NULL,
+      "o-1",
+      "abc",
+      0,
+      CREATED_MS,
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"bytea with the \\x prefix",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "\\xdead")},
+     {OB_MAP_DLQ,
+      "bad-payload",
+      NULL,
+      "o-1",
+      "\\xdead",
+      0,
+      CREATED_MS,
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"headers an array",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb", "[1, 2]")},
+     {OB_MAP_DLQ,
+      "bad-headers",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+    {"headers a string",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb", "\"x\"")},
+     {OB_MAP_DLQ,
+      "bad-headers",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+    {"headers a number",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb", "5")},
+     {OB_MAP_DLQ,
+      "bad-headers",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+    {"headers not JSON",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "text", "{bad")},
+     {OB_MAP_DLQ,
+      "bad-headers",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+    {"bad payload and bad headers",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("payload", "bytea", "xyz0"), STR("headers", "jsonb", "[]")},
+     {OB_MAP_DLQ,
+      "bad-payload",
+      NULL,
+      "o-1",
+      "xyz0",
+      0,
+      CREATED_MS,
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+    {"topic column null",
+     {NULL},
+     NULL,
+     NULL,
+     {RAW("aggregate_type", "text", "null")},
+     {OB_MAP_DLQ,
+      "missing-topic-column",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("aggregate_type"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"topic column missing",
+     {"outbox.topic=x.{nosuch}"},
+     NULL,
+     NULL,
+     {{NULL}},
+     {OB_MAP_DLQ,
+      "missing-topic-column",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("nosuch"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"dlq topic configured",
+     {"outbox.dlq_topic=dead.letters"},
+     NULL,
+     NULL,
+     {RAW("aggregate_id", "text", "null")},
+     {OB_MAP_DLQ,
+      "missing-key",
+      "dead.letters",
+      NULL,
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
 };
 
-typedef ob_map_result (*map_fn)(const ob_mapper *, const ob_w2j_record *, int64_t,
-				 ob_event *);
+typedef ob_map_result (*map_fn)(const ob_mapper *, const ob_w2j_record *, int64_t, ob_event *);
 
 /* Map the wal2json record json (freed here) with map under the overrides
  * and check the result against ex. */
 static void
-run_mapping(const char *name, const char *const *overrides, size_t n_overrides, char *json, map_fn map,
-	    const expect *ex)
+run_mapping(const char *name, const char *const *overrides, size_t n_overrides, char *json,
+	    map_fn map, const expect *ex)
 {
 	ob_config *cfg = make_config(overrides, n_overrides);
 	ob_mapper m;
@@ -505,10 +816,10 @@ run_mapping(const char *name, const char *const *overrides, size_t n_overrides, 
 static void
 run_row_case(const row_case *c)
 {
-	run_mapping(c->name, c->overrides, OB_ARRAY_LEN(c->overrides),
-		    build_insert(c->schema ? c->schema : "public", c->table ? c->table : "outbox",
-				 c->cols),
-		    ob_mapper_map_insert, &c->ex);
+	run_mapping(
+	    c->name, c->overrides, OB_ARRAY_LEN(c->overrides),
+	    build_insert(c->schema ? c->schema : "public", c->table ? c->table : "outbox", c->cols),
+	    ob_mapper_map_insert, &c->ex);
 }
 
 static void
@@ -525,8 +836,8 @@ test_rows_table(void **state)
 static void
 test_verbatim_record(void **state)
 {
-	static const expect ex = EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID,
-					     H_TYPE, H_N, H_TR);
+	static const expect ex =
+	    EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, H_N, H_TR);
 	ob_config *cfg = make_config(NULL, 0);
 	ob_mapper m;
 	ob_w2j_record rec;
@@ -617,118 +928,322 @@ typedef struct msg_case {
 	expect ex;
 } msg_case;
 
-#define MSG_ROW                                                                            \
-	"\"id\":\"m1\",\"aggregate_type\":\"order\",\"aggregate_id\":\"o-1\","            \
+#define MSG_ROW                                                                                    \
+	"\"id\":\"m1\",\"aggregate_type\":\"order\",\"aggregate_id\":\"o-1\","                     \
 	"\"event_type\":\"created\""
 
 static const msg_case msg_cases[] = {
-	{"row-like message", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":{\"a\":\"x\\\"y\",\"b\":[1,2]},\"headers\":{\"n\":5,"
-	 "\"tr\":\"abc\"},\"created_at\":\"2026-11-22 03:07:11.205762+00\"}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "{\"a\":\"x\\\"y\",\"b\":[1,2]}", CREATED_MS,
-		     {"id", "m1"}, H_TYPE, H_N, H_TR)},
-	/* A member's JSON text is published as written, white space included. */
-	{"object payload keeps its text", {NULL}, MSG_LSN, true, "outbox",
-	 "{ " MSG_ROW ", \"payload\" : { \"b\" : [ 1 , true , null ] , \"a\" : { } } }",
-	 EVENT_BASIC("outbox.event.order", "o-1", "{ \"b\" : [ 1 , true , null ] , \"a\" : { } }",
-		     COMMIT_MS, {"id", "m1"}, H_TYPE)},
-	{"string payload as is", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":\"plain \\\"text\\\"\"}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "plain \"text\"", COMMIT_MS, {"id", "m1"},
-		     H_TYPE)},
-	{"array payload", {NULL}, MSG_LSN, true, "outbox", "{" MSG_ROW ",\"payload\":[1, \"a\"]}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "[1, \"a\"]", COMMIT_MS, {"id", "m1"}, H_TYPE)},
-	{"null payload is a tombstone", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":null}",
-	 EVENT_BASIC("outbox.event.order", "o-1", NULL, COMMIT_MS, {"id", "m1"}, H_TYPE)},
-	{"numbers as text", {NULL}, MSG_LSN, true, "outbox",
-	 "{\"id\":7,\"aggregate_type\":\"order\",\"aggregate_id\":42,\"event_type\":\"created\","
-	 "\"payload\":{},\"headers\":{\"n\":5,\"ok\":false}}",
-	 EVENT_BASIC("outbox.event.order", "42", "{}", COMMIT_MS, {"id", "7"}, H_TYPE, H_N,
-		     {"ok", "false"})},
-	{"timestamp as epoch ms", {"outbox.timestamp_column=ts"}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":{},\"ts\":1795316831999}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "{}", INT64_C(1795316831999), {"id", "m1"},
-		     H_TYPE)},
-	{"configured prefix", {"outbox.message_prefix=evt"}, MSG_LSN, true, "evt",
-	 "{" MSG_ROW ",\"payload\":{}}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "{}", COMMIT_MS, {"id", "m1"}, H_TYPE)},
-	{"other prefix", {NULL}, MSG_LSN, true, "audit", "{" MSG_ROW ",\"payload\":{}}",
-	 {OB_MAP_SKIP}},
-	{"prefix that only starts the same", {NULL}, MSG_LSN, true, "outbox2",
-	 "{" MSG_ROW ",\"payload\":{}}", {OB_MAP_SKIP}},
-	{"messages disabled", {"outbox.message_prefix="}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":{}}", {OB_MAP_SKIP}},
-	{"other prefix, non-transactional", {NULL}, "0/152D630", false, "audit", "nt",
-	 {OB_MAP_SKIP}},
+    {"row-like message",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{\"a\":\"x\\\"y\",\"b\":[1,2]},\"headers\":{\"n\":5,"
+     "\"tr\":\"abc\"},\"created_at\":\"2026-11-22 03:07:11.205762+00\"}",
+     EVENT_BASIC("outbox.event.order", "o-1", "{\"a\":\"x\\\"y\",\"b\":[1,2]}", CREATED_MS,
+		 {"id", "m1"}, H_TYPE, H_N, H_TR)},
+    /* A member's JSON text is published as written, white space included. */
+    {"object payload keeps its text",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{ " MSG_ROW ", \"payload\" : { \"b\" : [ 1 , true , null ] , \"a\" : { } } }",
+     EVENT_BASIC("outbox.event.order", "o-1", "{ \"b\" : [ 1 , true , null ] , \"a\" : { } }",
+		 COMMIT_MS, {"id", "m1"}, H_TYPE)},
+    {"string payload as is",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":\"plain \\\"text\\\"\"}",
+     EVENT_BASIC("outbox.event.order", "o-1", "plain \"text\"", COMMIT_MS, {"id", "m1"}, H_TYPE)},
+    {"array payload",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":[1, \"a\"]}",
+     EVENT_BASIC("outbox.event.order", "o-1", "[1, \"a\"]", COMMIT_MS, {"id", "m1"}, H_TYPE)},
+    {"null payload is a tombstone",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":null}",
+     EVENT_BASIC("outbox.event.order", "o-1", NULL, COMMIT_MS, {"id", "m1"}, H_TYPE)},
+    {"numbers as text",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{\"id\":7,\"aggregate_type\":\"order\",\"aggregate_id\":42,\"event_type\":\"created\","
+     "\"payload\":{},\"headers\":{\"n\":5,\"ok\":false}}",
+     EVENT_BASIC("outbox.event.order", "42", "{}", COMMIT_MS, {"id", "7"}, H_TYPE, H_N,
+		 {"ok", "false"})},
+    {"timestamp as epoch ms",
+     {"outbox.timestamp_column=ts"},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{},\"ts\":1795316831999}",
+     EVENT_BASIC("outbox.event.order", "o-1", "{}", INT64_C(1795316831999), {"id", "m1"}, H_TYPE)},
+    {"configured prefix",
+     {"outbox.message_prefix=evt"},
+     MSG_LSN,
+     true,
+     "evt",
+     "{" MSG_ROW ",\"payload\":{}}",
+     EVENT_BASIC("outbox.event.order", "o-1", "{}", COMMIT_MS, {"id", "m1"}, H_TYPE)},
+    {"other prefix", {NULL}, MSG_LSN, true, "audit", "{" MSG_ROW ",\"payload\":{}}", {OB_MAP_SKIP}},
+    {"prefix that only starts the same",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox2",
+     "{" MSG_ROW ",\"payload\":{}}",
+     {OB_MAP_SKIP}},
+    {"messages disabled",
+     {"outbox.message_prefix="},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{}}",
+     {OB_MAP_SKIP}},
+    {"other prefix, non-transactional", {NULL}, "0/152D630", false, "audit", "nt", {OB_MAP_SKIP}},
 
-	{"escapes decoded in names and strings", {NULL}, MSG_LSN, true, "outbox",
-	 "{\"id\":\"m\\u0031\",\"aggregate\\u005ftype\":\"order\",\"aggregate_id\":\"o\\\"1\","
-	 "\"event_type\":\"created\",\"payload\":\"caf\\u00e9 \\ud83d\\ude00\\n\","
-	 "\"headers\":{\"k\\u0021\":\"v\\/w\"}}",
-	 EVENT_BASIC("outbox.event.order", "o\"1", "caf\xc3\xa9 \xf0\x9f\x98\x80\n", COMMIT_MS,
-		     {"id", "m1"}, H_TYPE, {"k!", "v/w"})},
-	{"header values of every JSON kind keep their text", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":{},\"headers\":{\"n\": 5, \"d\": 2.50, "
-	 "\"o\": {\"k\": [1, 2.50]}, \"b\": true, \"z\": null, \"s\": \"x\"}}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "{}", COMMIT_MS, {"id", "m1"}, H_TYPE, {"n", "5"},
-		     {"d", "2.50"}, {"o", "{\"k\": [1, 2.50]}"}, {"b", "true"}, {"z", "null"},
-		     {"s", "x"})},
-	{"first of duplicate members", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":\"first\",\"payload\":\"second\"}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "first", COMMIT_MS, {"id", "m1"}, H_TYPE)},
+    {"escapes decoded in names and strings",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{\"id\":\"m\\u0031\",\"aggregate\\u005ftype\":\"order\",\"aggregate_id\":\"o\\\"1\","
+     "\"event_type\":\"created\",\"payload\":\"caf\\u00e9 \\ud83d\\ude00\\n\","
+     "\"headers\":{\"k\\u0021\":\"v\\/w\"}}",
+     EVENT_BASIC("outbox.event.order", "o\"1", "caf\xc3\xa9 \xf0\x9f\x98\x80\n", COMMIT_MS,
+		 {"id", "m1"}, H_TYPE, {"k!", "v/w"})},
+    {"header values of every JSON kind keep their text",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{},\"headers\":{\"n\": 5, \"d\": 2.50, "
+     "\"o\": {\"k\": [1, 2.50]}, \"b\": true, \"z\": null, \"s\": \"x\"}}",
+     EVENT_BASIC("outbox.event.order", "o-1", "{}", COMMIT_MS, {"id", "m1"}, H_TYPE, {"n", "5"},
+		 {"d", "2.50"}, {"o", "{\"k\": [1, 2.50]}"}, {"b", "true"}, {"z", "null"},
+		 {"s", "x"})},
+    {"first of duplicate members",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":\"first\",\"payload\":\"second\"}",
+     EVENT_BASIC("outbox.event.order", "o-1", "first", COMMIT_MS, {"id", "m1"}, H_TYPE)},
 
-	/* Bad messages. */
-	{"bad escape in the payload", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":\"bad \\q escape\"}",
-	 {OB_MAP_DLQ, "bad-payload", NULL, "o-1", "bad \\q escape", 0, COMMIT_MS,
-	  {H_ERR("payload"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE}}},
-	{"trailing comma", {NULL}, MSG_LSN, true, "outbox", "{" MSG_ROW ",}",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "{" MSG_ROW ",}", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"text after the object", {NULL}, MSG_LSN, true, "outbox", "{" MSG_ROW "} x",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "{" MSG_ROW "} x", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"unbalanced brackets", {NULL}, MSG_LSN, true, "outbox", "{" MSG_ROW ",\"payload\":[1}",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "{" MSG_ROW ",\"payload\":[1}", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"only an id", {NULL}, MSG_LSN, true, "outbox", "{\"id\":\"m1\"}",
-	 {OB_MAP_DLQ, "missing-key", NULL, NULL, NULL, 0, COMMIT_MS,
-	  {H_ERR("aggregate_id"), H_LSN(MSG_LSN), {"id", "m1"}}}},
-	{"non-transactional", {NULL}, "0/152D630", false, "outbox", "nt",
-	 {OB_MAP_DLQ, "non-transactional-message", NULL, NULL, "nt", 0, COMMIT_MS,
-	  {H_ERR("transactional"), H_LSN("0/152D630")}}},
-	{"non-transactional object", {NULL}, "0/152D630", false, "outbox",
-	 "{" MSG_ROW ",\"payload\":{}}",
-	 {OB_MAP_DLQ, "non-transactional-message", NULL, NULL, "{" MSG_ROW ",\"payload\":{}}", 0,
-	  COMMIT_MS, {H_ERR("transactional"), H_LSN("0/152D630")}}},
-	{"content not JSON", {NULL}, MSG_LSN, true, "outbox", "nt",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "nt", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"content an array", {NULL}, MSG_LSN, true, "outbox", "[1, 2]",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "[1, 2]", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"content a number", {NULL}, MSG_LSN, true, "outbox", "42",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "42", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"content cut short", {NULL}, MSG_LSN, true, "outbox", "{\"id\":",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "{\"id\":", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"content empty", {NULL}, MSG_LSN, true, "outbox", "",
-	 {OB_MAP_DLQ, "bad-message", NULL, NULL, "", 0, COMMIT_MS,
-	  {H_ERR("object"), H_LSN(MSG_LSN)}}},
-	{"message without topic field", {NULL}, MSG_LSN, true, "outbox",
-	 "{\"id\":\"m1\",\"aggregate_id\":\"o-1\",\"payload\":{\"a\":1}}",
-	 {OB_MAP_DLQ, "missing-topic-column", NULL, "o-1", "{\"a\":1}", 0, COMMIT_MS,
-	  {H_ERR("aggregate_type"), H_LSN(MSG_LSN), {"id", "m1"}}}},
-	{"message headers not an object", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":{},\"headers\":[1]}",
-	 {OB_MAP_DLQ, "bad-headers", NULL, "o-1", "{}", 0, COMMIT_MS,
-	  {H_ERR("headers"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE}}},
-	{"message with a null key", {NULL}, MSG_LSN, true, "outbox",
-	 "{\"id\":\"m1\",\"aggregate_type\":\"order\",\"aggregate_id\":null,\"payload\":\"p\"}",
-	 {OB_MAP_DLQ, "missing-key", NULL, NULL, "p", 0, COMMIT_MS,
-	  {H_ERR("aggregate_id"), H_LSN(MSG_LSN), {"id", "m1"}}}},
+    /* Bad messages. */
+    {"bad escape in the payload",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":\"bad \\q escape\"}",
+     {OB_MAP_DLQ,
+      "bad-payload",
+      NULL,
+      "o-1",
+      "bad \\q escape",
+      0,
+      COMMIT_MS,
+      {H_ERR("payload"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE}}},
+    {"trailing comma",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",}",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "{" MSG_ROW ",}",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"text after the object",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW "} x",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "{" MSG_ROW "} x",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"unbalanced brackets",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":[1}",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "{" MSG_ROW ",\"payload\":[1}",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"only an id",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{\"id\":\"m1\"}",
+     {OB_MAP_DLQ,
+      "missing-key",
+      NULL,
+      NULL,
+      NULL,
+      0,
+      COMMIT_MS,
+      {H_ERR("aggregate_id"), H_LSN(MSG_LSN), {"id", "m1"}}}},
+    {"non-transactional",
+     {NULL},
+     "0/152D630",
+     false,
+     "outbox",
+     "nt",
+     {OB_MAP_DLQ,
+      "non-transactional-message",
+      NULL,
+      NULL,
+      "nt",
+      0,
+      COMMIT_MS,
+      {H_ERR("transactional"), H_LSN("0/152D630")}}},
+    {"non-transactional object",
+     {NULL},
+     "0/152D630",
+     false,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{}}",
+     {OB_MAP_DLQ,
+      "non-transactional-message",
+      NULL,
+      NULL,
+      "{" MSG_ROW ",\"payload\":{}}",
+      0,
+      COMMIT_MS,
+      {H_ERR("transactional"), H_LSN("0/152D630")}}},
+    {"content not JSON",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "nt",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "nt",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"content an array",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "[1, 2]",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "[1, 2]",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"content a number",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "42",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "42",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"content cut short",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{\"id\":",
+     {OB_MAP_DLQ,
+      "bad-message",
+      NULL,
+      NULL,
+      "{\"id\":",
+      0,
+      COMMIT_MS,
+      {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"content empty",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "",
+     {OB_MAP_DLQ, "bad-message", NULL, NULL, "", 0, COMMIT_MS, {H_ERR("object"), H_LSN(MSG_LSN)}}},
+    {"message without topic field",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{\"id\":\"m1\",\"aggregate_id\":\"o-1\",\"payload\":{\"a\":1}}",
+     {OB_MAP_DLQ,
+      "missing-topic-column",
+      NULL,
+      "o-1",
+      "{\"a\":1}",
+      0,
+      COMMIT_MS,
+      {H_ERR("aggregate_type"), H_LSN(MSG_LSN), {"id", "m1"}}}},
+    {"message headers not an object",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{},\"headers\":[1]}",
+     {OB_MAP_DLQ,
+      "bad-headers",
+      NULL,
+      "o-1",
+      "{}",
+      0,
+      COMMIT_MS,
+      {H_ERR("headers"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE}}},
+    {"message with a null key",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{\"id\":\"m1\",\"aggregate_type\":\"order\",\"aggregate_id\":null,\"payload\":\"p\"}",
+     {OB_MAP_DLQ,
+      "missing-key",
+      NULL,
+      NULL,
+      "p",
+      0,
+      COMMIT_MS,
+      {H_ERR("aggregate_id"), H_LSN(MSG_LSN), {"id", "m1"}}}},
 };
 
 static void
@@ -847,10 +1362,10 @@ static void
 test_wrong_record_kind_skipped(void **state)
 {
 	static const char *const records[] = {
-		"{\"action\":\"B\",\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}",
-		"{\"action\":\"C\",\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}",
-		"{\"action\":\"D\",\"lsn\":\"0/1\",\"schema\":\"public\",\"table\":\"outbox\"}",
-		"{\"action\":\"T\",\"lsn\":\"0/1\",\"schema\":\"public\",\"table\":\"outbox\"}",
+	    "{\"action\":\"B\",\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}",
+	    "{\"action\":\"C\",\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}",
+	    "{\"action\":\"D\",\"lsn\":\"0/1\",\"schema\":\"public\",\"table\":\"outbox\"}",
+	    "{\"action\":\"T\",\"lsn\":\"0/1\",\"schema\":\"public\",\"table\":\"outbox\"}",
 	};
 	ob_config *cfg = make_config(NULL, 0);
 	ob_mapper m;
@@ -887,20 +1402,29 @@ test_wrong_record_kind_skipped(void **state)
  * beyond 64 bits are valid jsonb.
  */
 static const row_case number_row_cases[] = {
-	{"decimal header", {NULL}, NULL, NULL, {STR("headers", "jsonb", "{\"price\": 0.1}")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE,
-		     {"price", "0.1"})},
-	{"big integer header", {NULL}, NULL, NULL,
-	 {STR("headers", "jsonb", "{\"big\": 12345678901234567890}")},
-	 EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE,
-		     {"big", "12345678901234567890"})},
+    {"decimal header",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb", "{\"price\": 0.1}")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE, {"price", "0.1"})},
+    {"big integer header",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("headers", "jsonb", "{\"big\": 12345678901234567890}")},
+     EVENT_BASIC("outbox.event.order", "o-1", PAYLOAD, CREATED_MS, H_ID, H_TYPE,
+		 {"big", "12345678901234567890"})},
 };
 
 static const msg_case number_msg_cases[] = {
-	{"decimal in a message payload", {NULL}, MSG_LSN, true, "outbox",
-	 "{" MSG_ROW ",\"payload\":{\"amount\":0.1}}",
-	 EVENT_BASIC("outbox.event.order", "o-1", "{\"amount\":0.1}", COMMIT_MS, {"id", "m1"},
-		     H_TYPE)},
+    {"decimal in a message payload",
+     {NULL},
+     MSG_LSN,
+     true,
+     "outbox",
+     "{" MSG_ROW ",\"payload\":{\"amount\":0.1}}",
+     EVENT_BASIC("outbox.event.order", "o-1", "{\"amount\":0.1}", COMMIT_MS, {"id", "m1"}, H_TYPE)},
 };
 
 static void
@@ -955,9 +1479,20 @@ test_build_dlq(void **state)
 
 	/* Too large: headers only, with the size. */
 	{
-		const expect ex = {OB_MAP_DLQ, "too-large", NULL, "o-1", NULL, 0, CREATED_MS,
-				   {H_ERR("Message size too large"), H_LSN("0/152D660"),
-				    {"payload-size", size}, H_ID, H_TYPE, H_N, H_TR}};
+		const expect ex = {OB_MAP_DLQ,
+				   "too-large",
+				   NULL,
+				   "o-1",
+				   NULL,
+				   0,
+				   CREATED_MS,
+				   {H_ERR("Message size too large"),
+				    H_LSN("0/152D660"),
+				    {"payload-size", size},
+				    H_ID,
+				    H_TYPE,
+				    H_N,
+				    H_TR}};
 
 		ob_event_build_dlq(&out, cfg, "too-large", "Broker: Message size too large",
 				   0x152D660, &view, true);
@@ -965,9 +1500,15 @@ test_build_dlq(void **state)
 	}
 	/* Refused for another reason: the value is kept. */
 	{
-		const expect ex = {OB_MAP_DLQ, "refused", NULL, "o-1", PAYLOAD, 0, CREATED_MS,
-				   {H_ERR("Topic authorization failed"), H_LSN("1/0"), H_ID, H_TYPE,
-				    H_N, H_TR}};
+		const expect ex = {
+		    OB_MAP_DLQ,
+		    "refused",
+		    NULL,
+		    "o-1",
+		    PAYLOAD,
+		    0,
+		    CREATED_MS,
+		    {H_ERR("Topic authorization failed"), H_LSN("1/0"), H_ID, H_TYPE, H_N, H_TR}};
 
 		ob_event_build_dlq(&out, cfg, "refused", "Broker: Topic authorization failed",
 				   UINT64_C(0x100000000), &view, false);
@@ -983,8 +1524,8 @@ test_build_dlq(void **state)
 	/* A keyless tombstone stays keyless, without a value. */
 	{
 		ob_record_view bare;
-		const expect ex = {OB_MAP_DLQ, "refused", NULL, NULL, NULL, 0, 5,
-				   {H_ERR("x"), H_LSN("0/10")}};
+		const expect ex = {OB_MAP_DLQ, "refused", NULL, NULL,
+				   NULL,       0,         5,    {H_ERR("x"), H_LSN("0/10")}};
 
 		memset(&bare, 0, sizeof(bare));
 		bare.topic = "t";
@@ -996,8 +1537,10 @@ test_build_dlq(void **state)
 	/* A too-large record with no value says so: size 0, no value. */
 	{
 		ob_record_view bare;
-		const expect ex = {OB_MAP_DLQ, "too-large", NULL, NULL, NULL, 0, 5,
-				   {H_ERR("x"), H_LSN("0/10"), {"payload-size", "0"}}};
+		const expect ex = {OB_MAP_DLQ, "too-large",
+				   NULL,       NULL,
+				   NULL,       0,
+				   5,          {H_ERR("x"), H_LSN("0/10"), {"payload-size", "0"}}};
 
 		memset(&bare, 0, sizeof(bare));
 		bare.timestamp_ms = 5;
@@ -1049,8 +1592,10 @@ test_begin_dlq_resets(void **state)
 {
 	ob_config *cfg = make_config(NULL, 0);
 	ob_event ev;
-	const expect ex = {OB_MAP_DLQ, "bad-record", NULL, NULL, NULL, 0, 0,
-			   {H_ERR("could not parse"), H_LSN("16/B374D848")}};
+	const expect ex = {OB_MAP_DLQ, "bad-record",
+			   NULL,       NULL,
+			   NULL,       0,
+			   0,          {H_ERR("could not parse"), H_LSN("16/B374D848")}};
 
 	(void)state;
 	ob_event_init(&ev);
@@ -1113,15 +1658,15 @@ test_event_reuse(void **state)
 	{
 		const col c0[] = {{NULL}};
 		const col c1[] = {STR("payload", "bytea", "00ff10"), {NULL}};
-		const col c2[] = {RAW("payload", "jsonb", "null"),
-				  RAW("event_type", "text", "null"), {NULL}};
+		const col c2[] = {
+		    RAW("payload", "jsonb", "null"), RAW("event_type", "text", "null"), {NULL}};
 		const col c3[] = {RAW("aggregate_id", "text", "null"), {NULL}};
 		const col c4[] = {STR("payload", "bytea", big), {NULL}};
 		const col c5[] = {STR("payload", "bytea", "nothex"), {NULL}};
 		const col c6[] = {
-			STR("headers", "jsonb", "{\"k\": {\"deep\": [1, {\"x\": null}]}}"),
-			STR("aggregate_type", "text", "a-much-longer-aggregate-type-name"),
-			{NULL},
+		    STR("headers", "jsonb", "{\"k\": {\"deep\": [1, {\"x\": null}]}}"),
+		    STR("aggregate_type", "text", "a-much-longer-aggregate-type-name"),
+		    {NULL},
 		};
 
 		inputs[n++] = (reuse_input){false, build_insert("public", "outbox", c0)};
@@ -1131,10 +1676,10 @@ test_event_reuse(void **state)
 		inputs[n++] = (reuse_input){false, build_insert("public", "outbox", c4)};
 		inputs[n++] = (reuse_input){false, build_insert("public", "outbox", c5)};
 		inputs[n++] = (reuse_input){false, build_insert("public", "outbox", c6)};
-		inputs[n++] = (reuse_input){
-			true, build_message(MSG_LSN, true, "outbox",
-					    "{" MSG_ROW ",\"payload\":{\"q\":[1,2,3]},"
-					    "\"headers\":{\"h\":\"v\"}}")};
+		inputs[n++] =
+		    (reuse_input){true, build_message(MSG_LSN, true, "outbox",
+						      "{" MSG_ROW ",\"payload\":{\"q\":[1,2,3]},"
+						      "\"headers\":{\"h\":\"v\"}}")};
 		inputs[n++] = (reuse_input){true, build_message("0/99", false, "outbox", "nt")};
 		inputs[n++] = (reuse_input){true, build_message(MSG_LSN, true, "outbox", "[1]")};
 	}
@@ -1192,20 +1737,20 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rows_table),
-		cmocka_unit_test(test_verbatim_record),
-		cmocka_unit_test(test_header_limit),
-		cmocka_unit_test(test_messages_table),
-		cmocka_unit_test(test_message_member_limit),
-		cmocka_unit_test(test_message_maps_like_row),
-		cmocka_unit_test(test_wrong_record_kind_skipped),
-		cmocka_unit_test(test_build_dlq),
-		cmocka_unit_test(test_build_dlq_header_overflow),
-		cmocka_unit_test(test_begin_dlq_resets),
-		cmocka_unit_test(test_event_reuse),
-		cmocka_unit_test(test_header_decimal_keeps_text),
-		cmocka_unit_test(test_header_big_integer_keeps_text),
-		cmocka_unit_test(test_message_decimal_keeps_text),
+	    cmocka_unit_test(test_rows_table),
+	    cmocka_unit_test(test_verbatim_record),
+	    cmocka_unit_test(test_header_limit),
+	    cmocka_unit_test(test_messages_table),
+	    cmocka_unit_test(test_message_member_limit),
+	    cmocka_unit_test(test_message_maps_like_row),
+	    cmocka_unit_test(test_wrong_record_kind_skipped),
+	    cmocka_unit_test(test_build_dlq),
+	    cmocka_unit_test(test_build_dlq_header_overflow),
+	    cmocka_unit_test(test_begin_dlq_resets),
+	    cmocka_unit_test(test_event_reuse),
+	    cmocka_unit_test(test_header_decimal_keeps_text),
+	    cmocka_unit_test(test_header_big_integer_keeps_text),
+	    cmocka_unit_test(test_message_decimal_keeps_text),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

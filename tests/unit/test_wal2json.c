@@ -20,65 +20,65 @@
 #define TS_725 INT64_C(1795316831206)
 
 static const char rec_begin[] =
-	"{\"action\":\"B\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	"\"lsn\":\"0/152D630\",\"nextlsn\":\"0/152D660\"}";
+    "{\"action\":\"B\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+    "\"lsn\":\"0/152D630\",\"nextlsn\":\"0/152D660\"}";
 
 static const char rec_insert[] =
-	"{\"action\":\"I\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	"\"lsn\":\"0/152D3E0\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
-	"{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"},"
-	"{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
-	"{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-1\"},"
-	"{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"created\"},"
-	"{\"name\":\"payload\",\"type\":\"jsonb\","
-	"\"value\":\"{\\\"a\\\": \\\"x\\\\\\\"y\\\", \\\"b\\\": [1, 2.50]}\"},"
-	"{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":\"{\\\"n\\\": 5, \\\"tr\\\": "
-	"\\\"abc\\\"}\"},"
-	"{\"name\":\"created_at\",\"type\":\"timestamp with time zone\","
-	"\"value\":\"2026-11-22 03:07:11.205762+00\"}]}";
+    "{\"action\":\"I\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+    "\"lsn\":\"0/152D3E0\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
+    "{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"},"
+    "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
+    "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-1\"},"
+    "{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"created\"},"
+    "{\"name\":\"payload\",\"type\":\"jsonb\","
+    "\"value\":\"{\\\"a\\\": \\\"x\\\\\\\"y\\\", \\\"b\\\": [1, 2.50]}\"},"
+    "{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":\"{\\\"n\\\": 5, \\\"tr\\\": "
+    "\\\"abc\\\"}\"},"
+    "{\"name\":\"created_at\",\"type\":\"timestamp with time zone\","
+    "\"value\":\"2026-11-22 03:07:11.205762+00\"}]}";
 
 static const char rec_message[] =
-	"{\"action\":\"M\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	"\"lsn\":\"0/152D5F0\",\"transactional\":true,\"prefix\":\"outbox\","
-	"\"content\":\"{\\\"id\\\":\\\"m1\\\"}\"}";
+    "{\"action\":\"M\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+    "\"lsn\":\"0/152D5F0\",\"transactional\":true,\"prefix\":\"outbox\","
+    "\"content\":\"{\\\"id\\\":\\\"m1\\\"}\"}";
 
 static const char rec_message_nontx[] =
-	"{\"action\":\"M\",\"xid\":null,\"timestamp\":null,\"lsn\":\"0/152D630\","
-	"\"transactional\":false,\"prefix\":\"outbox\",\"content\":\"nt\"}";
+    "{\"action\":\"M\",\"xid\":null,\"timestamp\":null,\"lsn\":\"0/152D630\","
+    "\"transactional\":false,\"prefix\":\"outbox\",\"content\":\"nt\"}";
 
 static const char rec_commit[] =
-	"{\"action\":\"C\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	"\"lsn\":\"0/152D630\",\"nextlsn\":\"0/152D660\"}";
+    "{\"action\":\"C\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+    "\"lsn\":\"0/152D630\",\"nextlsn\":\"0/152D660\"}";
 
 static const char rec_update[] =
-	"{\"action\":\"U\",\"xid\":726,\"timestamp\":\"2026-11-22 03:07:12.000001+00\","
-	"\"lsn\":\"0/152D700\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
-	"{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"},"
-	"{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-2\"}],"
-	"\"identity\":[{\"name\":\"id\",\"type\":\"uuid\","
-	"\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"}]}";
+    "{\"action\":\"U\",\"xid\":726,\"timestamp\":\"2026-11-22 03:07:12.000001+00\","
+    "\"lsn\":\"0/152D700\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
+    "{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"},"
+    "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-2\"}],"
+    "\"identity\":[{\"name\":\"id\",\"type\":\"uuid\","
+    "\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"}]}";
 
 static const char rec_delete[] =
-	"{\"action\":\"D\",\"xid\":726,\"timestamp\":\"2026-11-22 03:07:12.000001+00\","
-	"\"lsn\":\"0/152D780\",\"schema\":\"public\",\"table\":\"outbox\","
-	"\"identity\":[{\"name\":\"id\",\"type\":\"uuid\","
-	"\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"}]}";
+    "{\"action\":\"D\",\"xid\":726,\"timestamp\":\"2026-11-22 03:07:12.000001+00\","
+    "\"lsn\":\"0/152D780\",\"schema\":\"public\",\"table\":\"outbox\","
+    "\"identity\":[{\"name\":\"id\",\"type\":\"uuid\","
+    "\"value\":\"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a\"}]}";
 
 static const char rec_truncate[] =
-	"{\"action\":\"T\",\"xid\":727,\"timestamp\":\"2026-11-22 03:07:13.5+00\","
-	"\"lsn\":\"0/152D800\",\"schema\":\"public\",\"table\":\"outbox\"}";
+    "{\"action\":\"T\",\"xid\":727,\"timestamp\":\"2026-11-22 03:07:13.5+00\","
+    "\"lsn\":\"0/152D800\",\"schema\":\"public\",\"table\":\"outbox\"}";
 
 /* An insert with the other value shapes wal2json produces: bytea as bare
  * hex, a bigint as a JSON number, SQL NULL, and a column without "type"
  * or "value" keys. */
 static const char rec_insert_shapes[] =
-	"{\"action\":\"I\",\"xid\":730,\"timestamp\":\"2026-11-22 03:07:14+00\","
-	"\"lsn\":\"1/10\",\"schema\":\"app\",\"table\":\"events\",\"columns\":["
-	"{\"name\":\"blob\",\"type\":\"bytea\",\"value\":\"deadbeef\"},"
-	"{\"name\":\"ms\",\"type\":\"bigint\",\"value\":1795316831999},"
-	"{\"name\":\"nothing\",\"type\":\"text\",\"value\":null},"
-	"{\"name\":\"untyped\",\"value\":\"u\"},"
-	"{\"name\":\"novalue\",\"type\":\"text\"}]}";
+    "{\"action\":\"I\",\"xid\":730,\"timestamp\":\"2026-11-22 03:07:14+00\","
+    "\"lsn\":\"1/10\",\"schema\":\"app\",\"table\":\"events\",\"columns\":["
+    "{\"name\":\"blob\",\"type\":\"bytea\",\"value\":\"deadbeef\"},"
+    "{\"name\":\"ms\",\"type\":\"bigint\",\"value\":1795316831999},"
+    "{\"name\":\"nothing\",\"type\":\"text\",\"value\":null},"
+    "{\"name\":\"untyped\",\"value\":\"u\"},"
+    "{\"name\":\"novalue\",\"type\":\"text\"}]}";
 
 /* What a successfully parsed record must contain. */
 typedef struct record_case {
@@ -98,29 +98,29 @@ typedef struct record_case {
 } record_case;
 
 static const record_case record_cases[] = {
-	{"begin", rec_begin, OB_W2J_BEGIN, 0x152D630, 0x152D660, true, TS_725},
-	{"insert", rec_insert, OB_W2J_INSERT, 0x152D3E0, 0, true, TS_725, "public", "outbox", 7},
-	{"message", rec_message, OB_W2J_MESSAGE, 0x152D5F0, 0, true, TS_725, .transactional = true,
-	 .prefix = "outbox", .content = "{\"id\":\"m1\"}"},
-	{"message-nontx", rec_message_nontx, OB_W2J_MESSAGE, 0x152D630, 0, false, 0,
-	 .transactional = false, .prefix = "outbox", .content = "nt"},
-	{"commit", rec_commit, OB_W2J_COMMIT, 0x152D630, 0x152D660, true, TS_725},
-	{"update", rec_update, OB_W2J_OTHER, 0x152D700, 0, true, INT64_C(1795316832000)},
-	{"delete", rec_delete, OB_W2J_OTHER, 0x152D780, 0, true, INT64_C(1795316832000)},
-	{"truncate", rec_truncate, OB_W2J_OTHER, 0x152D800, 0, true, INT64_C(1795316833500)},
-	{"insert-shapes", rec_insert_shapes, OB_W2J_INSERT, UINT64_C(0x100000010), 0, true,
-	 INT64_C(1795316834000), "app", "events", 5},
-	/* Actions outboxd does not know are ignored, not errors. */
-	{"action-multi-letter", "{\"action\":\"BB\",\"lsn\":\"0/1\"}", OB_W2J_OTHER, 1, 0},
-	{"action-empty", "{\"action\":\"\"}", OB_W2J_OTHER, 0, 0},
-	{"action-lowercase", "{\"action\":\"i\",\"lsn\":\"0/2\"}", OB_W2J_OTHER, 2, 0},
-	/* A timestamp that does not parse is left out, not an error. */
-	{"begin-bad-timestamp",
-	 "{\"action\":\"B\",\"timestamp\":\"yesterday\",\"lsn\":\"0/5\",\"nextlsn\":\"0/6\"}",
-	 OB_W2J_BEGIN, 5, 6, false, 0},
-	{"begin-no-lsn", "{\"action\":\"B\",\"nextlsn\":\"0/6\"}", OB_W2J_BEGIN, 0, 6, false, 0},
-	{"begin-lsn-null", "{\"action\":\"B\",\"lsn\":null,\"nextlsn\":\"0/6\"}", OB_W2J_BEGIN, 0,
-	 6, false, 0},
+    {"begin", rec_begin, OB_W2J_BEGIN, 0x152D630, 0x152D660, true, TS_725},
+    {"insert", rec_insert, OB_W2J_INSERT, 0x152D3E0, 0, true, TS_725, "public", "outbox", 7},
+    {"message", rec_message, OB_W2J_MESSAGE, 0x152D5F0, 0, true, TS_725, .transactional = true,
+     .prefix = "outbox", .content = "{\"id\":\"m1\"}"},
+    {"message-nontx", rec_message_nontx, OB_W2J_MESSAGE, 0x152D630, 0, false, 0,
+     .transactional = false, .prefix = "outbox", .content = "nt"},
+    {"commit", rec_commit, OB_W2J_COMMIT, 0x152D630, 0x152D660, true, TS_725},
+    {"update", rec_update, OB_W2J_OTHER, 0x152D700, 0, true, INT64_C(1795316832000)},
+    {"delete", rec_delete, OB_W2J_OTHER, 0x152D780, 0, true, INT64_C(1795316832000)},
+    {"truncate", rec_truncate, OB_W2J_OTHER, 0x152D800, 0, true, INT64_C(1795316833500)},
+    {"insert-shapes", rec_insert_shapes, OB_W2J_INSERT, UINT64_C(0x100000010), 0, true,
+     INT64_C(1795316834000), "app", "events", 5},
+    /* Actions outboxd does not know are ignored, not errors. */
+    {"action-multi-letter", "{\"action\":\"BB\",\"lsn\":\"0/1\"}", OB_W2J_OTHER, 1, 0},
+    {"action-empty", "{\"action\":\"\"}", OB_W2J_OTHER, 0, 0},
+    {"action-lowercase", "{\"action\":\"i\",\"lsn\":\"0/2\"}", OB_W2J_OTHER, 2, 0},
+    /* A timestamp that does not parse is left out, not an error. */
+    {"begin-bad-timestamp",
+     "{\"action\":\"B\",\"timestamp\":\"yesterday\",\"lsn\":\"0/5\",\"nextlsn\":\"0/6\"}",
+     OB_W2J_BEGIN, 5, 6, false, 0},
+    {"begin-no-lsn", "{\"action\":\"B\",\"nextlsn\":\"0/6\"}", OB_W2J_BEGIN, 0, 6, false, 0},
+    {"begin-lsn-null", "{\"action\":\"B\",\"lsn\":null,\"nextlsn\":\"0/6\"}", OB_W2J_BEGIN, 0, 6,
+     false, 0},
 };
 
 static void
@@ -176,39 +176,39 @@ typedef struct bad_case {
 } bad_case;
 
 static const bad_case bad_cases[] = {
-	{"empty", ""},
-	{"not-json", "not json"},
-	{"truncated", "{\"action\":\"B\",\"lsn\":\"0/1\""},
-	{"trailing-garbage", "{\"action\":\"B\",\"nextlsn\":\"0/1\"} x"},
-	{"array", "[\"action\",\"B\"]"},
-	{"string", "\"B\""},
-	{"missing-action", "{\"xid\":725,\"lsn\":\"0/152D630\",\"nextlsn\":\"0/152D660\"}"},
-	{"action-number", "{\"action\":1,\"nextlsn\":\"0/1\"}"},
-	{"action-null", "{\"action\":null,\"nextlsn\":\"0/1\"}"},
-	{"duplicate-key", "{\"action\":\"B\",\"action\":\"C\",\"nextlsn\":\"0/1\"}"},
-	{"begin-without-nextlsn",
-	 "{\"action\":\"B\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	 "\"lsn\":\"0/152D630\"}"},
-	{"commit-without-nextlsn",
-	 "{\"action\":\"C\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
-	 "\"lsn\":\"0/152D630\"}"},
-	{"begin-nextlsn-null", "{\"action\":\"B\",\"lsn\":\"0/1\",\"nextlsn\":null}"},
-	{"begin-nextlsn-zero", "{\"action\":\"B\",\"lsn\":\"0/1\",\"nextlsn\":\"0/0\"}"},
-	{"bad-lsn", "{\"action\":\"I\",\"lsn\":\"xyz\",\"table\":\"t\",\"columns\":[]}"},
-	{"lsn-number", "{\"action\":\"M\",\"lsn\":5,\"prefix\":\"p\",\"content\":\"c\"}"},
-	{"bad-nextlsn", "{\"action\":\"C\",\"lsn\":\"0/1\",\"nextlsn\":\"0/1x\"}"},
-	{"insert-without-columns", "{\"action\":\"I\",\"lsn\":\"0/1\",\"schema\":\"public\","
-				   "\"table\":\"outbox\"}"},
-	{"insert-columns-object", "{\"action\":\"I\",\"lsn\":\"0/1\",\"schema\":\"public\","
-				  "\"table\":\"outbox\",\"columns\":{}}"},
-	{"insert-without-table", "{\"action\":\"I\",\"lsn\":\"0/1\",\"schema\":\"public\","
-				 "\"columns\":[]}"},
-	{"message-without-prefix", "{\"action\":\"M\",\"lsn\":\"0/1\",\"transactional\":true,"
-				   "\"content\":\"x\"}"},
-	{"message-without-content", "{\"action\":\"M\",\"lsn\":\"0/1\",\"transactional\":true,"
-				    "\"prefix\":\"outbox\"}"},
-	{"message-content-object", "{\"action\":\"M\",\"lsn\":\"0/1\",\"transactional\":true,"
-				   "\"prefix\":\"outbox\",\"content\":{\"id\":1}}"},
+    {"empty", ""},
+    {"not-json", "not json"},
+    {"truncated", "{\"action\":\"B\",\"lsn\":\"0/1\""},
+    {"trailing-garbage", "{\"action\":\"B\",\"nextlsn\":\"0/1\"} x"},
+    {"array", "[\"action\",\"B\"]"},
+    {"string", "\"B\""},
+    {"missing-action", "{\"xid\":725,\"lsn\":\"0/152D630\",\"nextlsn\":\"0/152D660\"}"},
+    {"action-number", "{\"action\":1,\"nextlsn\":\"0/1\"}"},
+    {"action-null", "{\"action\":null,\"nextlsn\":\"0/1\"}"},
+    {"duplicate-key", "{\"action\":\"B\",\"action\":\"C\",\"nextlsn\":\"0/1\"}"},
+    {"begin-without-nextlsn",
+     "{\"action\":\"B\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+     "\"lsn\":\"0/152D630\"}"},
+    {"commit-without-nextlsn",
+     "{\"action\":\"C\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
+     "\"lsn\":\"0/152D630\"}"},
+    {"begin-nextlsn-null", "{\"action\":\"B\",\"lsn\":\"0/1\",\"nextlsn\":null}"},
+    {"begin-nextlsn-zero", "{\"action\":\"B\",\"lsn\":\"0/1\",\"nextlsn\":\"0/0\"}"},
+    {"bad-lsn", "{\"action\":\"I\",\"lsn\":\"xyz\",\"table\":\"t\",\"columns\":[]}"},
+    {"lsn-number", "{\"action\":\"M\",\"lsn\":5,\"prefix\":\"p\",\"content\":\"c\"}"},
+    {"bad-nextlsn", "{\"action\":\"C\",\"lsn\":\"0/1\",\"nextlsn\":\"0/1x\"}"},
+    {"insert-without-columns", "{\"action\":\"I\",\"lsn\":\"0/1\",\"schema\":\"public\","
+			       "\"table\":\"outbox\"}"},
+    {"insert-columns-object", "{\"action\":\"I\",\"lsn\":\"0/1\",\"schema\":\"public\","
+			      "\"table\":\"outbox\",\"columns\":{}}"},
+    {"insert-without-table", "{\"action\":\"I\",\"lsn\":\"0/1\",\"schema\":\"public\","
+			     "\"columns\":[]}"},
+    {"message-without-prefix", "{\"action\":\"M\",\"lsn\":\"0/1\",\"transactional\":true,"
+			       "\"content\":\"x\"}"},
+    {"message-without-content", "{\"action\":\"M\",\"lsn\":\"0/1\",\"transactional\":true,"
+				"\"prefix\":\"outbox\"}"},
+    {"message-content-object", "{\"action\":\"M\",\"lsn\":\"0/1\",\"transactional\":true,"
+			       "\"prefix\":\"outbox\",\"content\":{\"id\":1}}"},
 };
 
 static void
@@ -239,10 +239,10 @@ test_record_timestamp_us(void **state)
 		const char *json;
 		int64_t us;
 	} cases[] = {
-		{rec_begin, INT64_C(1795316831206737)},
-		{rec_commit, INT64_C(1795316831206737)},
-		{rec_update, INT64_C(1795316832000001)},
-		{rec_truncate, INT64_C(1795316833500000)},
+	    {rec_begin, INT64_C(1795316831206737)},
+	    {rec_commit, INT64_C(1795316831206737)},
+	    {rec_update, INT64_C(1795316832000001)},
+	    {rec_truncate, INT64_C(1795316833500000)},
 	};
 
 	(void)state;
@@ -250,8 +250,8 @@ test_record_timestamp_us(void **state)
 		ob_w2j_record rec;
 		char err[256];
 
-		assert_true(ob_w2j_parse(cases[i].json, strlen(cases[i].json), &rec, err,
-					 sizeof(err)));
+		assert_true(
+		    ob_w2j_parse(cases[i].json, strlen(cases[i].json), &rec, err, sizeof(err)));
 		assert_true(rec.has_timestamp);
 		assert_int_equal(rec.timestamp_us, cases[i].us);
 		ob_w2j_record_clear(&rec);
@@ -291,24 +291,23 @@ typedef struct column_case {
 } column_case;
 
 static const column_case column_cases[] = {
-	{rec_insert, "id", true, "uuid", JSON_STRING, "38a18a3a-8de4-4a2c-8a64-91f9bf2d053a"},
-	{rec_insert, "aggregate_type", true, "text", JSON_STRING, "order"},
-	{rec_insert, "aggregate_id", true, "text", JSON_STRING, "o-1"},
-	{rec_insert, "event_type", true, "text", JSON_STRING, "created"},
-	/* jsonb arrives as a JSON string holding the JSON text, unescaped once. */
-	{rec_insert, "payload", true, "jsonb", JSON_STRING,
-	 "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}"},
-	{rec_insert, "headers", true, "jsonb", JSON_STRING, "{\"n\": 5, \"tr\": \"abc\"}"},
-	{rec_insert, "created_at", true, "timestamp with time zone", JSON_STRING,
-	 "2026-11-22 03:07:11.205762+00"},
-	{rec_insert, "missing", false},
-	{rec_insert, "ID", false},
-	{rec_insert, "", false},
-	{rec_insert_shapes, "blob", true, "bytea", JSON_STRING, "deadbeef"},
-	{rec_insert_shapes, "ms", true, "bigint", JSON_INTEGER, NULL, INT64_C(1795316831999)},
-	{rec_insert_shapes, "nothing", true, "text", JSON_NULL},
-	{rec_insert_shapes, "untyped", true, NULL, JSON_STRING, "u"},
-	{rec_insert_shapes, "novalue", true, "text", JSON_NULL},
+    {rec_insert, "id", true, "uuid", JSON_STRING, "38a18a3a-8de4-4a2c-8a64-91f9bf2d053a"},
+    {rec_insert, "aggregate_type", true, "text", JSON_STRING, "order"},
+    {rec_insert, "aggregate_id", true, "text", JSON_STRING, "o-1"},
+    {rec_insert, "event_type", true, "text", JSON_STRING, "created"},
+    /* jsonb arrives as a JSON string holding the JSON text, unescaped once. */
+    {rec_insert, "payload", true, "jsonb", JSON_STRING, "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}"},
+    {rec_insert, "headers", true, "jsonb", JSON_STRING, "{\"n\": 5, \"tr\": \"abc\"}"},
+    {rec_insert, "created_at", true, "timestamp with time zone", JSON_STRING,
+     "2026-11-22 03:07:11.205762+00"},
+    {rec_insert, "missing", false},
+    {rec_insert, "ID", false},
+    {rec_insert, "", false},
+    {rec_insert_shapes, "blob", true, "bytea", JSON_STRING, "deadbeef"},
+    {rec_insert_shapes, "ms", true, "bigint", JSON_INTEGER, NULL, INT64_C(1795316831999)},
+    {rec_insert_shapes, "nothing", true, "text", JSON_NULL},
+    {rec_insert_shapes, "untyped", true, NULL, JSON_STRING, "u"},
+    {rec_insert_shapes, "novalue", true, "text", JSON_NULL},
 };
 
 static void
@@ -352,53 +351,53 @@ typedef struct ts_case {
 } ts_case;
 
 static const ts_case ts_cases[] = {
-	{"2026-11-22 03:07:11.206737+00", true, INT64_C(1795316831206)},
-	{"2026-11-22 03:07:11.205762+00", true, INT64_C(1795316831205)},
-	{"2026-11-22 03:07:11.206737+05:30", true, INT64_C(1795297031206)},
-	{"2026-11-22 03:07:11.206737-08", true, INT64_C(1795345631206)},
-	{"2026-11-22 03:07:11.999999-00:30", true, INT64_C(1795318631999)},
-	/* Postgres prints seconds in offsets of historical zones. */
-	{"2026-11-22 03:07:11+05:30:15", true, INT64_C(1795297016000)},
-	/* No offset: UTC (timestamp without time zone). */
-	{"2026-11-22 03:07:11.206737", true, INT64_C(1795316831206)},
-	{"2026-11-22T03:07:11.206737+00", true, INT64_C(1795316831206)},
-	{"2026-11-22T03:07:11.206737Z", true, INT64_C(1795316831206)},
-	{"2026-11-22 03:07:11+00", true, INT64_C(1795316831000)},
-	{"2026-11-22 03:07:11.1+00", true, INT64_C(1795316831100)},
-	/* More than microseconds: the extra digits are dropped. */
-	{"2026-11-22 03:07:11.2067379+00", true, INT64_C(1795316831206)},
-	{"1970-01-01 00:00:00+00", true, 0},
-	{"1970-01-01 01:00:00+01", true, 0},
-	{"1969-12-31 23:59:59.5+00", true, -500},
-	/* Before 1970, milliseconds round down like after it. */
-	{"1969-12-31 23:59:59.9995+00", true, -1},
-	{"1969-12-31 23:59:59.999999+00", true, -1},
-	{"2000-02-29 12:00:00+00", true, INT64_C(951825600000)},
-	{"2024-12-31 23:59:59.999+00", true, INT64_C(1735689599999)},
-	{"", false, 0},
-	{"2026", false, 0},
-	{"2026-11-22", false, 0},
-	{"2026-11-22 03:07", false, 0},
-	{"2026-11-22 03:07:1", false, 0},
-	{"2026/11/22 03:07:11", false, 0},
-	{"26-11-22 03:07:11", false, 0},
-	{"2026-11-22  03:07:11", false, 0},
-	{"2026-11-22_03:07:11", false, 0},
-	{"2026-13-01 00:00:00", false, 0},
-	{"2026-00-01 00:00:00", false, 0},
-	{"2026-11-32 00:00:00", false, 0},
-	{"2026-11-00 00:00:00", false, 0},
-	{"2026-11-22 25:00:00", false, 0},
-	{"2026-11-22 03:60:00", false, 0},
-	{"2026-11-22 03:07:61", false, 0},
-	{"2026-11-22 03:07:11.+00", false, 0},
-	{"2026-11-22 03:07:11+5", false, 0},
-	{"2026-11-22 03:07:11+05:3", false, 0},
-	{"2026-11-22 03:07:11 +00", false, 0},
-	{"2026-11-22 03:07:11+00x", false, 0},
-	{"2026-11-22 03:07:11.206737+00 BC", false, 0},
-	{"infinity", false, 0},
-	{"-infinity", false, 0},
+    {"2026-11-22 03:07:11.206737+00", true, INT64_C(1795316831206)},
+    {"2026-11-22 03:07:11.205762+00", true, INT64_C(1795316831205)},
+    {"2026-11-22 03:07:11.206737+05:30", true, INT64_C(1795297031206)},
+    {"2026-11-22 03:07:11.206737-08", true, INT64_C(1795345631206)},
+    {"2026-11-22 03:07:11.999999-00:30", true, INT64_C(1795318631999)},
+    /* Postgres prints seconds in offsets of historical zones. */
+    {"2026-11-22 03:07:11+05:30:15", true, INT64_C(1795297016000)},
+    /* No offset: UTC (timestamp without time zone). */
+    {"2026-11-22 03:07:11.206737", true, INT64_C(1795316831206)},
+    {"2026-11-22T03:07:11.206737+00", true, INT64_C(1795316831206)},
+    {"2026-11-22T03:07:11.206737Z", true, INT64_C(1795316831206)},
+    {"2026-11-22 03:07:11+00", true, INT64_C(1795316831000)},
+    {"2026-11-22 03:07:11.1+00", true, INT64_C(1795316831100)},
+    /* More than microseconds: the extra digits are dropped. */
+    {"2026-11-22 03:07:11.2067379+00", true, INT64_C(1795316831206)},
+    {"1970-01-01 00:00:00+00", true, 0},
+    {"1970-01-01 01:00:00+01", true, 0},
+    {"1969-12-31 23:59:59.5+00", true, -500},
+    /* Before 1970, milliseconds round down like after it. */
+    {"1969-12-31 23:59:59.9995+00", true, -1},
+    {"1969-12-31 23:59:59.999999+00", true, -1},
+    {"2000-02-29 12:00:00+00", true, INT64_C(951825600000)},
+    {"2024-12-31 23:59:59.999+00", true, INT64_C(1735689599999)},
+    {"", false, 0},
+    {"2026", false, 0},
+    {"2026-11-22", false, 0},
+    {"2026-11-22 03:07", false, 0},
+    {"2026-11-22 03:07:1", false, 0},
+    {"2026/11/22 03:07:11", false, 0},
+    {"26-11-22 03:07:11", false, 0},
+    {"2026-11-22  03:07:11", false, 0},
+    {"2026-11-22_03:07:11", false, 0},
+    {"2026-13-01 00:00:00", false, 0},
+    {"2026-00-01 00:00:00", false, 0},
+    {"2026-11-32 00:00:00", false, 0},
+    {"2026-11-00 00:00:00", false, 0},
+    {"2026-11-22 25:00:00", false, 0},
+    {"2026-11-22 03:60:00", false, 0},
+    {"2026-11-22 03:07:61", false, 0},
+    {"2026-11-22 03:07:11.+00", false, 0},
+    {"2026-11-22 03:07:11+5", false, 0},
+    {"2026-11-22 03:07:11+05:3", false, 0},
+    {"2026-11-22 03:07:11 +00", false, 0},
+    {"2026-11-22 03:07:11+00x", false, 0},
+    {"2026-11-22 03:07:11.206737+00 BC", false, 0},
+    {"infinity", false, 0},
+    {"-infinity", false, 0},
 };
 
 static void
@@ -425,14 +424,14 @@ typedef struct us_case {
 } us_case;
 
 static const us_case us_cases[] = {
-	{"2026-11-22 03:07:11.206737+00", INT64_C(1795316831206737)},
-	{"2026-11-22 03:07:11.206737+05:30", INT64_C(1795297031206737)},
-	{"2026-11-22 03:07:11.206737-08", INT64_C(1795345631206737)},
-	{"2026-11-22T03:07:11.5Z", INT64_C(1795316831500000)},
-	{"2026-11-22 03:07:11", INT64_C(1795316831000000)},
-	{"1970-01-01 00:00:00.000001+00", 1},
-	{"1969-12-31 23:59:59.999999+00", -1},
-	{"1969-12-31 23:59:59.5+00", -500000},
+    {"2026-11-22 03:07:11.206737+00", INT64_C(1795316831206737)},
+    {"2026-11-22 03:07:11.206737+05:30", INT64_C(1795297031206737)},
+    {"2026-11-22 03:07:11.206737-08", INT64_C(1795345631206737)},
+    {"2026-11-22T03:07:11.5Z", INT64_C(1795316831500000)},
+    {"2026-11-22 03:07:11", INT64_C(1795316831000000)},
+    {"1970-01-01 00:00:00.000001+00", 1},
+    {"1969-12-31 23:59:59.999999+00", -1},
+    {"1969-12-31 23:59:59.5+00", -500000},
 };
 
 static void
@@ -459,13 +458,10 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_records_table),
-		cmocka_unit_test(test_bad_records_table),
-		cmocka_unit_test(test_record_timestamp_us),
-		cmocka_unit_test(test_parse_uses_len),
-		cmocka_unit_test(test_column_lookup_table),
-		cmocka_unit_test(test_timestamp_table),
-		cmocka_unit_test(test_timestamp_us_table),
+	    cmocka_unit_test(test_records_table),       cmocka_unit_test(test_bad_records_table),
+	    cmocka_unit_test(test_record_timestamp_us), cmocka_unit_test(test_parse_uses_len),
+	    cmocka_unit_test(test_column_lookup_table), cmocka_unit_test(test_timestamp_table),
+	    cmocka_unit_test(test_timestamp_us_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
