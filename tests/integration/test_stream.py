@@ -187,6 +187,24 @@ def check_records_match_rows(records, rows):
 # tests
 
 
+
+def commit_transactions(conn, agg, n_txns, n_keys, per_txn=20):
+    """Commits n_txns transactions of per_txn events over n_keys keys on
+    conn; returns the event ids and the transactions' xids, in order."""
+    ids, xids = [], []
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        for t in range(n_txns):
+            rows = [make_event(agg, "k%d" % (i % n_keys), t * per_txn + i)
+                    for i in range(per_txn)]
+            insert_events(cur, rows)
+            cur.execute("SELECT txid_current()")
+            xids.append(cur.fetchone()[0])
+            conn.commit()
+            ids += [r["id"] for r in rows]
+    conn.autocommit = True
+    return ids, xids
+
 def test_events_exactly_once_keyed_and_ordered(pg, broker, consumer,
                                                outboxd_factory, slot_name,
                                                test_id):
@@ -358,18 +376,7 @@ def test_no_confirm_past_unacked_events_while_kafka_down(
         broker.cmd("down all")
         time.sleep(0.5)
         before = pg.slot(slot_name)["confirmed_flush_lsn_int"]
-        xids, ids = [], []
-        conn.autocommit = False
-        with conn.cursor() as cur:
-            for t in range(5):
-                rows = [make_event(agg, "k%d" % (i % 9), t * 20 + i)
-                        for i in range(20)]
-                insert_events(cur, rows)
-                cur.execute("SELECT txid_current()")
-                xids.append(cur.fetchone()[0])
-                conn.commit()
-                ids += [r["id"] for r in rows]
-        conn.autocommit = True
+        ids, xids = commit_transactions(conn, agg, 5, 9)
         commits = wait_until(
             lambda: (lambda c: c if all(x in c for x in xids) else None)(
                 probe.commits()), 10, 0.2, "probe saw the commits")
@@ -417,18 +424,8 @@ def test_sigterm_exits_0_and_restart_republishes_nothing(
     wait_slot_active(pg, slot_name)
     probe = WalProbe(pg, "probe_%s" % slot_name)
     try:
-        ids, xids = [], []
         conn = pg.connect()
-        conn.autocommit = False
-        with conn.cursor() as cur:
-            for t in range(10):
-                rows = [make_event(agg, "k%d" % (i % 13), t * 20 + i)
-                        for i in range(20)]
-                insert_events(cur, rows)
-                cur.execute("SELECT txid_current()")
-                xids.append(cur.fetchone()[0])
-                conn.commit()
-                ids += [r["id"] for r in rows]
+        ids, xids = commit_transactions(conn, agg, 10, 13)
         conn.close()
         recs = consumer.collect([topic], len(ids), timeout=60, settle=1)
         assert_exactly_once(recs, ids)
