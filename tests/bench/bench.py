@@ -1,0 +1,1011 @@
+#!/usr/bin/env python3
+"""outboxd benchmark (DESIGN.md §5); run it through tests/bench/run.sh.
+
+Method. One throwaway PostgreSQL 15 cluster and one mock Kafka broker. For
+each mode (table rows, then logical messages) one wal2json slot per (tool,
+round) is created BEFORE the backlog is written, so every drain decodes the
+same WAL from the same start. Then the drains alternate: pg_recvlogical
+round 1, outboxd round 1, pg_recvlogical round 2, ...
+
+- pg_recvlogical (the reference: the walsender's decode speed is the limit
+  on one slot) runs with exactly the wal2json options outboxd sends
+  (src/pgrepl.c ob_pgrepl_start), writes to /dev/null and stops by itself at
+  --endpos = the WAL end recorded after the fill. Wall time is process start
+  to exit; CPU and max RSS come from wait4's rusage.
+- outboxd streams its slot to the broker; it is timed from process start
+  until the slot's confirmed_flush_lsn reaches the same end LSN (polled every
+  50 ms; outboxd confirms at most every 100 ms), then stopped with SIGTERM.
+  CPU (utime+stime of all threads) and peak RSS (VmHWM) are read from /proc
+  just before the SIGTERM.
+- For both, the walsender's CPU (the server side of the slot, found through
+  pg_replication_slots.active_pid) is sampled from /proc as well: the decode
+  work is the same for both tools, so it shows how much of a difference is
+  the server's.
+
+Latency: outboxd streams (with outbox.timestamp_column empty, so a record's
+timestamp is its commit time) while a writer commits 50-row transactions on
+a fixed schedule (rate E/s, synchronous_commit on: the walsender sends only
+flushed WAL). Commit -> broker-ack latency comes from the
+outboxd_publish_latency_seconds histogram, diffed over the window. Window A
+has nothing else reading; in window B a Kafka consumer adds the commit ->
+consume view (its clock minus the record timestamp) and its own CPU load.
+The latency target is judged on window A.
+
+--profile: one outboxd drain under `perf record --call-graph dwarf`,
+reported by thread, by library, by function (self) and by outboxd function
+(inclusive, so library time is charged to the outboxd code that called it).
+
+Absolute numbers on a shared 2-core machine are noise; the ratios are what
+to look at.
+"""
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+import harness  # noqa: E402
+from harness import int_to_lsn, wait_until  # noqa: E402
+
+PG_BIN = harness.PG_BIN
+TXN_ROWS = 100
+LAT_WARMUP = 3.0
+AGG_TYPES = ("order", "customer", "payment", "shipment")
+PARTITIONS = 4
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# Exactly the options ob_pgrepl_start() passes with the default [outbox]
+# settings (table public.outbox, message_prefix outbox).
+WAL2JSON_OPTS = [
+    ("format-version", "2"),
+    ("include-xids", "1"),
+    ("include-timestamp", "1"),
+    ("include-lsn", "1"),
+    ("include-types", "1"),
+    ("include-typmod", "0"),
+    ("include-transaction", "1"),
+    ("add-tables", "public.outbox"),
+    ("actions", "insert"),
+    ("add-msg-prefixes", "outbox"),
+]
+
+PG_CONF = {
+    "shared_buffers": "256MB",
+    "wal_buffers": "16MB",
+    "max_wal_size": "4GB",
+    "checkpoint_timeout": "30min",
+    "autovacuum": "off",            # no vacuum WAL in the middle of a drain
+    "max_replication_slots": "40",
+    "max_wal_senders": "40",
+    "log_min_messages": "warning",
+    "log_replication_commands": "off",
+}
+
+# Event generator, server side: g -> one event. Payload ~400 bytes of JSON,
+# headers a small object (traceparent, tenant).
+SETUP_SQL = """
+CREATE OR REPLACE FUNCTION bench_agg_type(g bigint) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT (ARRAY['order','customer','payment','shipment'])[1 + (g % 4)::int]
+$$;
+CREATE OR REPLACE FUNCTION bench_agg_id(g bigint) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT bench_agg_type(g) || '-' || (g % 20000)
+$$;
+CREATE OR REPLACE FUNCTION bench_payload(g bigint) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT jsonb_build_object(
+    'order_id', 'ord-' || g,
+    'customer_id', 'cust-' || (g % 5000),
+    'status', 'created',
+    'currency', 'EUR',
+    'total', round((g % 10000) * 1.37, 2),
+    'created_by', 'bench',
+    'lines', jsonb_build_array(
+       jsonb_build_object('sku', 'sku-' || (g % 997), 'qty', 1 + g % 5,
+                          'price', 19.99),
+       jsonb_build_object('sku', 'sku-' || (g % 991), 'qty', 1 + g % 3,
+                          'price', 5.25)),
+    'shipping', jsonb_build_object('street', md5(g::text),
+                                   'city', 'Springfield',
+                                   'zip', lpad((g % 99999)::text, 5, '0'),
+                                   'country', 'DE'),
+    'note', md5((g * 7)::text) || md5((g * 13)::text) || md5((g * 17)::text))
+$$;
+CREATE OR REPLACE FUNCTION bench_headers(g bigint) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT jsonb_build_object(
+    'traceparent', '00-' || md5(g::text) || '-'
+                   || substr(md5((g + 1)::text), 1, 16) || '-01',
+    'tenant', 'tenant-' || (g % 50))
+$$;
+"""
+
+ROW_SELECT = """
+SELECT bench_agg_type(g), bench_agg_id(g), bench_agg_type(g) || '.created',
+       bench_payload(g), bench_headers(g)
+FROM generate_series({lo}::bigint, {hi}::bigint) AS g"""
+
+INSERT_ROWS = ("INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+               "event_type, payload, headers)" + ROW_SELECT)
+
+EMIT_MESSAGES = """
+PERFORM pg_logical_emit_message(true, 'outbox', json_build_object(
+          'id', gen_random_uuid(),
+          'aggregate_type', bench_agg_type(g),
+          'aggregate_id', bench_agg_id(g),
+          'event_type', bench_agg_type(g) || '.created',
+          'payload', bench_payload(g),
+          'headers', bench_headers(g))::text)
+FROM generate_series({lo}::bigint, {hi}::bigint) AS g"""
+
+
+def log(msg):
+    print("[%6.1fs] %s" % (time.monotonic() - T_START, msg), flush=True)
+
+
+T_START = time.monotonic()
+
+
+# ---------------------------------------------------------------------------
+# /proc
+
+
+def proc_cpu(pid):
+    """utime+stime in seconds of process pid (all its threads), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_busy():
+    """(busy jiffies, total jiffies) of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
+def proc_status_kb(pid, key):
+    """A 'kB' field (VmHWM, VmRSS) of /proc/pid/status, or None."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# ---------------------------------------------------------------------------
+# metrics
+
+
+def scrape(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                timeout=5) as r:
+        return r.read().decode()
+
+
+def parse_metrics(text):
+    """-> (published total, {le: cumulative count}, sum, count)"""
+    published = 0.0
+    buckets = {}
+    lsum = lcount = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, _, value = line.rpartition(" ")
+        if name.startswith("outboxd_events_published_total"):
+            published += float(value)
+        elif name.startswith("outboxd_publish_latency_seconds_bucket"):
+            le = re.search(r'le="([^"]+)"', name).group(1)
+            buckets[float("inf") if le == "+Inf" else float(le)] = float(value)
+        elif name == "outboxd_publish_latency_seconds_sum":
+            lsum = float(value)
+        elif name == "outboxd_publish_latency_seconds_count":
+            lcount = float(value)
+    return published, buckets, lsum, lcount
+
+
+def hist_quantile(q, cum):
+    """Prometheus histogram_quantile over {upper bound: cumulative count}:
+    linear interpolation inside the bucket; None if empty."""
+    bounds = sorted(cum)
+    total = cum[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_b, prev_c = 0.0, 0.0
+    for b in bounds:
+        c = cum[b]
+        if c >= rank:
+            if b == float("inf"):
+                return prev_b
+            if c == prev_c:
+                return b
+            return prev_b + (b - prev_b) * (rank - prev_c) / (c - prev_c)
+        prev_b, prev_c = b, c
+    return bounds[-1]
+
+
+def hist_max_bucket(cum):
+    """Upper bound of the highest non-empty bucket."""
+    bounds = sorted(cum)
+    prev = 0.0
+    top = None
+    for b in bounds:
+        if cum[b] > prev:
+            top = b
+        prev = cum[b]
+    return top
+
+
+# ---------------------------------------------------------------------------
+# the rig
+
+
+class Rig:
+    def __init__(self, args):
+        self.args = args
+        self.build = Path(args.build)
+        self.outboxd_bin = str(self.build / "outboxd")
+        self.broker_bin = str(self.build / "tests" / "ob-mockbroker")
+        self.tmp = tempfile.mkdtemp(prefix="outboxd-bench-")
+        os.chmod(self.tmp, 0o755)
+        self.pg = None
+        self.broker = None
+        self.mon = None
+        self.daemons = []
+
+    def start(self):
+        log("starting PostgreSQL 15 and the mock broker (tmp %s)" % self.tmp)
+        self.pg = harness.PgCluster(os.path.join(self.tmp, "pg"),
+                                    extra_conf=PG_CONF)
+        self.pg.start()
+        self.pg.run_file(str(ROOT / "sql" / "outbox.sql"))
+        self.pg.sql(SETUP_SQL)
+        self.mon = self.pg.connect()
+        self.broker = harness.MockBroker(
+            self.broker_bin, brokers=3, partitions=PARTITIONS,
+            logfile=os.path.join(self.tmp, "ob-mockbroker.log"))
+        for t in AGG_TYPES:
+            self.broker.create_topic("outbox.event.%s" % t, PARTITIONS)
+        self.broker.create_topic("outbox.dlq", PARTITIONS)
+
+    def close(self):
+        for d in self.daemons:
+            try:
+                d.stop(10)
+            except Exception:
+                pass
+        if self.mon is not None:
+            self.mon.close()
+        if self.broker is not None:
+            self.broker.stop()
+        if self.pg is not None:
+            if self.args.keep:
+                self.pg.stop()
+                log("kept %s and %s" % (self.tmp, self.pg.base))
+            else:
+                self.pg.destroy()
+        if not self.args.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- SQL helpers ----------------------------------------------------------
+
+    def q1(self, sql, params=None):
+        with self.mon.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
+
+    def wal_insert_lsn(self):
+        return int(self.q1("SELECT pg_current_wal_insert_lsn() - '0/0'")[0])
+
+    def settled_end_lsn(self):
+        """The WAL end once everything written is flushed (the walsender only
+        sends flushed WAL; synchronous_commit is off)."""
+        end = self.wal_insert_lsn()
+        wait_until(lambda: int(self.q1(
+            "SELECT pg_current_wal_flush_lsn() - '0/0'")[0]) >= end,
+            30, 0.05, "WAL flushed")
+        return end
+
+    def slot_state(self, slot):
+        """(active_pid or None, confirmed_flush_lsn as int)"""
+        row = self.q1("SELECT active_pid, confirmed_flush_lsn - '0/0' "
+                      "FROM pg_replication_slots WHERE slot_name = %s",
+                      (slot,))
+        if row is None:
+            raise harness.HarnessError("slot %s vanished" % slot)
+        return row[0], int(row[1]) if row[1] is not None else 0
+
+    def create_slots(self, names):
+        for n in names:
+            self.q1("SELECT pg_create_logical_replication_slot(%s, "
+                    "'wal2json')", (n,))
+
+    def drop_slots(self, names):
+        for n in names:
+            try:
+                self.pg.drop_slot(n)
+            except Exception as e:
+                log("could not drop slot %s: %s" % (n, e))
+
+    def fill(self, mode, n, base):
+        """Writes n events (g = base+1 .. base+n) in transactions of
+        TXN_ROWS, server-side, one COMMIT per transaction. Returns
+        (seconds, start lsn, end lsn)."""
+        start = self.wal_insert_lsn()
+        t0 = time.monotonic()
+        stmt = INSERT_ROWS if mode == "table" else EMIT_MESSAGES
+        body = stmt.format(lo="b * %d + 1" % TXN_ROWS,
+                           hi="b * %d + %d" % (TXN_ROWS, TXN_ROWS))
+        chunk = 100 * TXN_ROWS      # one DO block per 100 transactions
+        done = 0
+        conn = self.pg.connect()
+        try:
+            with conn.cursor() as cur:
+                # Only the fill skips the wait for WAL flush at commit; the
+                # latency writer commits with the server default (on).
+                cur.execute("SET synchronous_commit = off")
+                while done < n:
+                    m = min(chunk, n - done)
+                    first = (base + done) // TXN_ROWS
+                    ntx = (m + TXN_ROWS - 1) // TXN_ROWS
+                    cur.execute(
+                        "DO $bench$ DECLARE b bigint; BEGIN "
+                        "FOR b IN %d..%d LOOP %s; COMMIT; END LOOP; "
+                        "END $bench$" % (first, first + ntx - 1, body))
+                    done += ntx * TXN_ROWS
+        finally:
+            conn.close()
+        end = self.settled_end_lsn()
+        return time.monotonic() - t0, start, end
+
+    # -- the drains -----------------------------------------------------------
+
+    def _sample_walsender(self, slot, ws):
+        """Reads the slot; records the CPU seconds of the walsender serving
+        it (summed over walsenders if the client reconnected) in ws["cpu"].
+        Returns the confirmed_flush_lsn."""
+        pid, confirmed = self.slot_state(slot)
+        if pid:
+            cpu = proc_cpu(pid)
+            if cpu is not None:
+                ws.setdefault("by_pid", {})[pid] = cpu
+                ws["cpu"] = sum(ws["by_pid"].values())
+        return confirmed
+
+    def drain_recvlogical(self, slot, end, n):
+        argv = [os.path.join(PG_BIN, "pg_recvlogical"),
+                "-d", self.pg.conninfo(), "--slot", slot, "--start",
+                "--no-loop", "-f", "-", "-E", int_to_lsn(end)]
+        for k, v in WAL2JSON_OPTS:
+            argv += ["-o", "%s=%s" % (k, v)]
+        errlog = open(os.path.join(self.tmp, "recvlogical-%s.log" % slot),
+                      "wb")
+        ws = {}
+        done = {}
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=errlog)
+
+        def waiter():
+            _, status, ru = os.wait4(p.pid, 0)
+            done["t"] = time.monotonic()
+            done["status"] = status
+            done["ru"] = ru
+
+        th = threading.Thread(target=waiter, daemon=True)
+        th.start()
+        deadline = t0 + 1800
+        while th.is_alive() and time.monotonic() < deadline:
+            self._sample_walsender(slot, ws)
+            th.join(0.05)
+        if th.is_alive():
+            p.kill()
+            th.join()
+        p.returncode = os.waitstatus_to_exitcode(done["status"])
+        errlog.close()
+        if p.returncode != 0:
+            raise harness.HarnessError(
+                "pg_recvlogical exited %d:\n%s" % (p.returncode, harness._tail(
+                    errlog.name)))
+        ru = done["ru"]
+        wall = done["t"] - t0
+        return {"wall": wall, "eps": n / wall,
+                "cpu": ru.ru_utime + ru.ru_stime,
+                "rss_mb": ru.ru_maxrss / 1024.0,
+                "ws_cpu": ws.get("cpu"), "published": None,
+                "broker_cpu": None}
+
+    def outboxd_config(self, slot, http_port, extra_outbox=None):
+        outbox = {"table": "public.outbox"}
+        outbox.update(extra_outbox or {})
+        return {
+            "postgres": {"conninfo": self.pg.conninfo(), "slot": slot,
+                         "create_slot": False},
+            "outbox": outbox,
+            "kafka": {"bootstrap.servers": self.broker.bootstraps},
+            "http": {"listen": "127.0.0.1:%d" % http_port},
+            "log": {"level": "info"},
+        }
+
+    def drain_outboxd(self, slot, end, n, perf_out=None):
+        port = harness.free_port()
+        cfg = self.outboxd_config(slot, port)
+        ws = {}
+        perf = None
+        t0 = time.monotonic()
+        d = harness.Outboxd(self.outboxd_bin, cfg,
+                            os.path.join(self.tmp, "outboxd"))
+        self.daemons.append(d)
+        if perf_out:
+            perf = subprocess.Popen(
+                ["perf", "record", "-q", "-F", "499", "--call-graph",
+                 "dwarf,32768",
+                 "-o", perf_out, "-p", str(d.pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cpu = hwm = None
+        broker_cpu0 = proc_cpu(self.broker.proc.pid)
+        deadline = t0 + 1800
+        while True:
+            confirmed = self._sample_walsender(slot, ws)
+            now = time.monotonic()
+            if confirmed >= end:
+                t1 = now
+                break
+            if not d.running():
+                raise harness.HarnessError(
+                    "outboxd exited (rc=%s) during the drain; log:\n%s"
+                    % (d.proc.returncode, d.log_tail()))
+            if now > deadline:
+                raise harness.HarnessError("outboxd drain timed out; log:\n%s"
+                                           % d.log_tail())
+            c = proc_cpu(d.pid)
+            if c is not None:
+                cpu = c
+            time.sleep(0.05)
+        c = proc_cpu(d.pid)
+        cpu = c if c is not None else cpu
+        hwm = proc_status_kb(d.pid, "VmHWM")
+        broker_cpu = proc_cpu(self.broker.proc.pid) - broker_cpu0
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(60)
+        try:
+            published = parse_metrics(scrape(port))[0]
+        except OSError:
+            published = None
+        rc = d.stop(40)
+        self.daemons.remove(d)
+        if rc != 0:
+            log("WARNING: outboxd exited %s; log tail:\n%s"
+                % (rc, d.log_tail(3000)))
+        wall = t1 - t0
+        return {"wall": wall, "eps": n / wall, "cpu": cpu,
+                "rss_mb": hwm / 1024.0 if hwm else None,
+                "ws_cpu": ws.get("cpu"), "published": published,
+                "broker_cpu": broker_cpu}
+
+    # -- a whole mode ---------------------------------------------------------
+
+    def run_mode(self, mode, n, rounds, base):
+        tag = "t" if mode == "table" else "m"
+        slots = {(tool, r): "bench_%s_%s%d" % (tag, tool, r)
+                 for r in range(1, rounds + 1) for tool in ("recv", "obd")}
+        self.create_slots(slots.values())
+        log("%s mode: filling %d events in transactions of %d"
+            % (mode, n, TXN_ROWS))
+        secs, start, end = self.fill(mode, n, base)
+        walmb = (end - start) / 1048576.0
+        log("%s mode: filled in %.1fs (%.0f events/s), %.1f MB of WAL, end "
+            "LSN %s" % (mode, secs, n / secs, walmb, int_to_lsn(end)))
+        res = {"recv": [], "obd": [], "wal_mb": walmb, "fill_s": secs, "n": n}
+        for r in range(1, rounds + 1):
+            x = self.drain_recvlogical(slots[("recv", r)], end, n)
+            res["recv"].append(x)
+            log("%s round %d pg_recvlogical: %.2fs %.0f ev/s cpu %.2fs "
+                "(walsender %.2fs)" % (mode, r, x["wall"], x["eps"], x["cpu"],
+                                       x["ws_cpu"] or 0))
+            x = self.drain_outboxd(slots[("obd", r)], end, n)
+            res["obd"].append(x)
+            log("%s round %d outboxd:        %.2fs %.0f ev/s cpu %.2fs "
+                "(walsender %.2fs, broker %.2fs) rss %.1f MB published %s"
+                % (mode, r, x["wall"], x["eps"], x["cpu"] or 0,
+                   x["ws_cpu"] or 0, x["broker_cpu"] or 0, x["rss_mb"] or 0,
+                   x["published"]))
+            if x["published"] is not None and int(x["published"]) != n:
+                log("WARNING: outboxd published %d events, expected %d"
+                    % (x["published"], n))
+        self.drop_slots(slots.values())
+        return res
+
+    # -- latency ----------------------------------------------------------------
+
+    def run_latency(self, rate, seconds, base):
+        """Two windows on one outboxd: A with nothing else reading, B with a
+        Kafka consumer measuring commit -> consume as well."""
+        slot = "bench_latency"
+        self.create_slots([slot])
+        port = harness.free_port()
+        cfg = self.outboxd_config(slot, port, {"timestamp_column": ""})
+        d = harness.Outboxd(self.outboxd_bin, cfg,
+                            os.path.join(self.tmp, "outboxd"))
+        self.daemons.append(d)
+        wait_until(lambda: self.slot_state(slot)[0], 30, 0.1,
+                   "outboxd streaming")
+
+        def ready():
+            try:
+                with urllib.request.urlopen(
+                        "http://127.0.0.1:%d/readyz" % port, timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+        wait_until(ready, 30, 0.1, "outboxd ready")
+        cpu0 = proc_cpu(d.pid)
+        res = {}
+        g = base
+        for name, with_consumer in (("A", False), ("B", True)):
+            res[name], g = self._latency_window(slot, port, rate, seconds, g,
+                                                with_consumer)
+        cpu = proc_cpu(d.pid) - cpu0
+        hwm = proc_status_kb(d.pid, "VmHWM")
+        d.stop(40)
+        self.daemons.remove(d)
+        self.drop_slots([slot])
+        res["cpu_per_s"] = cpu / (res["A"]["seconds"] + res["B"]["seconds"]
+                                  + 2 * LAT_WARMUP)
+        res["rss_mb"] = hwm / 1024.0 if hwm else None
+        res["rate"] = rate
+        res["seconds"] = seconds
+        return res
+
+    def _latency_window(self, slot, port, rate, seconds, g, with_consumer):
+        cons = None
+        samples = []
+        stop = threading.Event()
+        window = {}
+        cth = None
+        if with_consumer:
+            from confluent_kafka import Consumer, TopicPartition, OFFSET_END
+            cons = Consumer({
+                "bootstrap.servers": self.broker.bootstraps,
+                "group.id": "outboxd-bench", "enable.auto.commit": False,
+                "enable.partition.eof": False, "fetch.wait.max.ms": 5,
+                "fetch.error.backoff.ms": 5, "log_level": 3})
+            cons.assign([TopicPartition("outbox.event.%s" % t, p, OFFSET_END)
+                         for t in AGG_TYPES for p in range(PARTITIONS)])
+
+            def consume():
+                while not stop.is_set():
+                    m = cons.poll(0.1)
+                    if m is None:
+                        continue
+                    # poll returns at the first record; take what else is
+                    # there without waiting.
+                    msgs = [m] + cons.consume(1000, 0)
+                    now_ms = time.time() * 1000.0
+                    w0 = window.get("t0_ms")
+                    for m in msgs:
+                        if m.error() is not None:
+                            continue
+                        ts = m.timestamp()[1]
+                        if w0 is not None and ts >= w0:
+                            samples.append(now_ms - ts)
+
+            cth = threading.Thread(target=consume, daemon=True)
+            cth.start()
+
+        per_txn = 50
+        interval = per_txn / float(rate)
+        wconn = self.pg.connect()
+        wcur = wconn.cursor()
+        rows = 0
+        behind_max = 0.0
+        log("latency window %s: writing %d events/s (%d-row transactions "
+            "every %.0f ms) for %.0fs + %.0fs warm-up%s"
+            % ("B" if with_consumer else "A", rate, per_txn, interval * 1000,
+               seconds, LAT_WARMUP,
+               ", with a Kafka consumer" if with_consumer else ""))
+        t_start = time.monotonic()
+        next_t = t_start
+        before = None
+        busy0 = None
+        t_w0 = None
+        while True:
+            now = time.monotonic()
+            if before is None and now - t_start >= LAT_WARMUP:
+                before = parse_metrics(scrape(port))
+                busy0 = machine_busy()
+                t_w0 = time.monotonic()
+                window["t0_ms"] = time.time() * 1000.0
+                rows = 0
+            if t_w0 is not None and now - t_w0 >= seconds:
+                break
+            if now < next_t:
+                time.sleep(next_t - now)
+                continue
+            if t_w0 is not None:
+                behind_max = max(behind_max, now - next_t)
+            wcur.execute(INSERT_ROWS.format(lo=g + 1, hi=g + per_txn))
+            g += per_txn
+            rows += per_txn
+            next_t += interval
+        t_w1 = time.monotonic()
+        busy1 = machine_busy()
+        achieved = rows / (t_w1 - t_w0)
+        end = self.settled_end_lsn()
+        wait_until(lambda: self.slot_state(slot)[1] >= end, 60, 0.05,
+                   "outboxd caught up")
+        time.sleep(0.5)   # last consumer fetches
+        after = parse_metrics(scrape(port))
+        stop.set()
+        if cth is not None:
+            cth.join(5)
+            cons.close()
+        wconn.close()
+
+        cum = {b: after[1].get(b, 0) - before[1].get(b, 0) for b in after[1]}
+        count = after[3] - before[3]
+        mean = (after[2] - before[2]) / count if count else None
+        samples.sort()
+
+        def pct(q):
+            if not samples:
+                return None
+            return samples[min(len(samples) - 1, int(q * len(samples)))]
+        r = {
+            "achieved": achieved, "seconds": t_w1 - t_w0,
+            "behind_max_ms": behind_max * 1000, "hist_count": count,
+            "p50": hist_quantile(0.5, cum), "p99": hist_quantile(0.99, cum),
+            "max_bucket": hist_max_bucket(cum), "mean": mean,
+            "consumer": with_consumer,
+            "busy": (busy1[0] - busy0[0]) / float(busy1[1] - busy0[1]),
+            "cons_count": len(samples), "cons_p50": pct(0.5),
+            "cons_p99": pct(0.99),
+            "cons_max": samples[-1] if samples else None,
+        }
+        log("window: %.0f ev/s, ack p50 %s p99 %s ms; consumed p50 %s p99 %s"
+            % (achieved, fmt(r["p50"] and r["p50"] * 1000, "%.1f"),
+               fmt(r["p99"] and r["p99"] * 1000, "%.1f"),
+               fmt(r["cons_p50"], "%.1f"), fmt(r["cons_p99"], "%.1f")))
+        return r, g
+
+
+# ---------------------------------------------------------------------------
+# report
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(v, spec="%.2f"):
+    return "n/a" if v is None else spec % v
+
+
+def machine_info(pg):
+    info = {}
+    info["nproc"] = os.cpu_count()
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info["cpu"] = model
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+        info["mem"] = "%.1f GB" % (kb / 1048576.0)
+    except (OSError, ValueError):
+        info["mem"] = "?"
+    info["kernel"] = platform.release()
+    info["postgres"] = pg.sql("SHOW server_version")[0][0]
+
+    def dpkg(p):
+        r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", p],
+                           capture_output=True, text=True)
+        return r.stdout.strip() or "?"
+    info["wal2json"] = dpkg("postgresql-15-wal2json")
+    info["librdkafka"] = dpkg("librdkafka1")
+    r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
+                        "--dirty"], capture_output=True, text=True)
+    info["commit"] = r.stdout.strip() or "?"
+    return info
+
+
+def mode_table(name, res):
+    n = res["n"]
+    out = ["### Drain, %s mode: %d events, %d rounds (%.1f MB of WAL)"
+           % (name, n, len(res["recv"]), res["wal_mb"]), ""]
+    out.append("| tool | wall s (median) | events/s | client CPU s | "
+               "walsender CPU s | broker CPU s | peak RSS MB (max) |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for tool, label in (("recv", "pg_recvlogical"), ("obd", "outboxd")):
+        xs = res[tool]
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, fmt(med([x["wall"] for x in xs])),
+            fmt(med([x["eps"] for x in xs]), "%.0f"),
+            fmt(med([x["cpu"] for x in xs])),
+            fmt(med([x["ws_cpu"] for x in xs])),
+            fmt(med([x["broker_cpu"] for x in xs])),
+            fmt(max([x["rss_mb"] or 0 for x in xs]), "%.1f")))
+    tr = ratio_series(res, "wall", inverse=True)
+    cr = ratio_series(res, "cpu")
+    out.append("| **outboxd / pg_recvlogical** | throughput ×%s | | CPU ×%s "
+               "| | | |" % (fmt(med(tr)), fmt(med(cr))))
+    out.append("")
+    out.append("Per round (wall s / client CPU s): " + "; ".join(
+        "r%d recv %.2f/%.2f, outboxd %.2f/%.2f (×%.2f thr, ×%.2f CPU)" % (
+            i + 1, a["wall"], a["cpu"], b["wall"], b["cpu"] or 0,
+            a["wall"] / b["wall"], (b["cpu"] or 0) / a["cpu"]
+            if a["cpu"] else 0)
+        for i, (a, b) in enumerate(zip(res["recv"], res["obd"]))) + ".")
+    out.append("")
+    return out
+
+
+def ratio_series(res, key, inverse=False):
+    """Per-round outboxd/pg_recvlogical ratios (recv/outboxd if inverse):
+    each round's pair ran back to back, so pairing them cancels slow drifts
+    of the machine's load."""
+    out = []
+    for a, b in zip(res["recv"], res["obd"]):
+        if a[key] and b[key]:
+            out.append(a[key] / b[key] if inverse else b[key] / a[key])
+    return out
+
+
+def report(args, info, table, msg, lat, load0, load1, elapsed):
+    L = ["# outboxd benchmark", ""]
+    L.append("Machine: %d CPUs, %s, %s RAM, Linux %s; PostgreSQL %s, "
+             "wal2json %s, librdkafka %s; outboxd %s (release build). "
+             "Load average %s at start, %s at end; total %.0fs." % (
+                 info["nproc"], info["cpu"], info["mem"], info["kernel"],
+                 info["postgres"], info["wal2json"], info["librdkafka"],
+                 info["commit"], load0, load1, elapsed))
+    L.append("")
+    L.append("Backlog: transactions of %d rows into public.outbox "
+             "(sql/outbox.sql), payload ~%s bytes of JSON, headers object "
+             "~%s bytes, %d topics × %d partitions on the mock broker (3 "
+             "brokers). Drains alternate pg_recvlogical / outboxd, each on "
+             "its own slot created before the fill; throughput ratio = "
+             "recvlogical time / outboxd time, CPU ratio = outboxd CPU / "
+             "recvlogical CPU, each the median of the per-round ratios."
+             % (TXN_ROWS, info.get("payload_len", "?"),
+                info.get("headers_len", "?"), len(AGG_TYPES), PARTITIONS))
+    L.append("")
+    if table:
+        L += mode_table("table", table)
+    if msg:
+        L += mode_table("message (pg_logical_emit_message)", msg)
+        L.append("Message mode vs table mode, events/s: pg_recvlogical "
+                 "×%s, outboxd ×%s." % (
+                     fmt(med([x["eps"] for x in msg["recv"]])
+                         / med([x["eps"] for x in table["recv"]])),
+                     fmt(med([x["eps"] for x in msg["obd"]])
+                         / med([x["eps"] for x in table["obd"]]))))
+        L.append("")
+    if lat:
+        ms = 1000.0
+        L.append("### End-to-end latency at a steady %d events/s "
+                 "(%.0fs windows, 50-row transactions, synchronous_commit "
+                 "on)" % (lat["rate"], lat["seconds"]))
+        L.append("")
+        L.append("Window A: outboxd alone. Window B: a Kafka consumer "
+                 "(confluent_kafka, fetch.wait.max.ms=5) reads the topics "
+                 "too; record timestamp = commit time "
+                 "(outbox.timestamp_column empty), ms resolution. outboxd "
+                 "used %s CPU s per second of streaming, peak RSS %s MB."
+                 % (fmt(lat["cpu_per_s"]), fmt(lat["rss_mb"], "%.1f")))
+        L.append("")
+        L.append("| window | achieved events/s (writer max lag ms; "
+                 "machine CPU busy) | view | events | p50 ms | p99 ms | "
+                 "max ms | mean ms |")
+        L.append("|---|---|---|---:|---:|---:|---:|---:|")
+        for name in ("A", "B"):
+            w = lat[name]
+            L.append("| %s | %.0f (%.0f ms; %.0f%%) | commit → broker ack "
+                     "(outboxd histogram, interpolated; max = top bucket "
+                     "bound) | %d | %s | %s | ≤ %s | %s |" % (
+                         name, w["achieved"], w["behind_max_ms"],
+                         100 * w["busy"],
+                         w["hist_count"],
+                         fmt(w["p50"] and w["p50"] * ms, "%.1f"),
+                         fmt(w["p99"] and w["p99"] * ms, "%.1f"),
+                         fmt(w["max_bucket"] and w["max_bucket"] * ms,
+                             "%g"),
+                         fmt(w["mean"] and w["mean"] * ms, "%.1f")))
+            if w["consumer"]:
+                L.append("| %s | | commit → consumed (consumer clock − record "
+                         "timestamp) | %d | %s | %s | %s | |" % (
+                             name, w["cons_count"],
+                             fmt(w["cons_p50"], "%.1f"),
+                             fmt(w["cons_p99"], "%.1f"),
+                             fmt(w["cons_max"], "%.1f")))
+        L.append("")
+
+    # targets
+    L.append("### Targets (reported, not asserted)")
+    L.append("")
+    L.append("| target | measured | result |")
+    L.append("|---|---|---|")
+
+    def row(name, value, ok):
+        L.append("| %s | %s | %s |" % (name, value,
+                                       "n/a" if ok is None else
+                                       ("PASS" if ok else "MISS")))
+    if table:
+        tr = med(ratio_series(table, "wall", inverse=True))
+        cr = med(ratio_series(table, "cpu"))
+        rss = max(x["rss_mb"] or 0 for x in table["obd"])
+        row("drain throughput ≥ 0.95× pg_recvlogical (table mode)",
+            "×%s" % fmt(tr), tr is not None and tr >= 0.95)
+        row("outboxd CPU ≤ 1.5× pg_recvlogical CPU (table mode)",
+            "×%s" % fmt(cr), cr is not None and cr <= 1.5)
+        row("peak RSS ≤ 32 MB on a %d-event backlog%s" % (
+            table["n"], "" if table["n"] == 200000 else
+            " (target is for 200,000)"), "%.1f MB" % rss, rss <= 32)
+    if msg:
+        tr = med(ratio_series(msg, "wall", inverse=True))
+        cr = med(ratio_series(msg, "cpu"))
+        row("(message mode) drain throughput ≥ 0.95× pg_recvlogical",
+            "×%s" % fmt(tr), tr is not None and tr >= 0.95)
+        row("(message mode) outboxd CPU ≤ 1.5× pg_recvlogical CPU",
+            "×%s" % fmt(cr), cr is not None and cr <= 1.5)
+    if lat:
+        p99 = lat["A"]["p99"]
+        row("latency p99 ≤ 20 ms at %d events/s (commit → ack)" % lat["rate"],
+            "%s ms" % fmt(p99 and p99 * 1000, "%.1f"),
+            p99 is not None and p99 <= 0.020)
+    if table and msg:
+        a = med([x["eps"] for x in msg["obd"]])
+        b = med([x["eps"] for x in table["obd"]])
+        row("message mode faster than table mode (outboxd events/s)",
+            "%.0f vs %.0f" % (a, b), a > b)
+    L.append("")
+    return "\n".join(L)
+
+
+# ---------------------------------------------------------------------------
+# profile
+
+
+def run_profile(rig, args):
+    if shutil.which("perf") is None:
+        raise harness.HarnessError("perf is missing: apt-get install "
+                                   "linux-perf")
+    mode = "message" if args.profile_messages else "table"
+    n = args.rows
+    slot = "bench_profile"
+    rig.create_slots([slot])
+    log("profile: filling %d %s events" % (n, mode))
+    _, _, end = rig.fill(mode, n, 0)
+    perf_data = os.path.join(rig.tmp, "perf.data")
+    x = rig.drain_outboxd(slot, end, n, perf_out=perf_data)
+    log("profile: outboxd drained %d events in %.2fs (%.0f ev/s, under "
+        "perf), CPU %.2fs, RSS %.1f MB" % (n, x["wall"], x["eps"],
+                                           x["cpu"] or 0, x["rss_mb"] or 0))
+    out = []
+    for title, extra in (
+            ("by thread", ["--sort", "comm"]),
+            ("by library", ["--sort", "dso"]),
+            ("top functions (self time)", ["--sort", "dso,symbol"])):
+        r = subprocess.run(
+            ["perf", "report", "-i", perf_data, "--stdio", "--no-children",
+             "-g", "none", "--percent-limit", "0.7"] + extra,
+            capture_output=True, text=True)
+        lines = [re.sub(r"(\s+-)+\s*$", "", ln)
+                 for ln in r.stdout.splitlines()
+                 if ln.strip() and not ln.startswith("#")]
+        out.append("### outboxd CPU %s\n\n```\n%s\n```\n"
+                   % (title, "\n".join(lines[:40])))
+    # Inclusive time of outboxd's own functions: which of them the library
+    # time (jansson, libc, librdkafka) is spent under.
+    r = subprocess.run(
+        ["perf", "report", "-i", perf_data, "--stdio", "--children",
+         "--sort", "dso,symbol", "-g", "none", "--percent-limit", "1"],
+        capture_output=True, text=True)
+    lines = [re.sub(r"(\s+-)+\s*$", "", ln)
+             for ln in r.stdout.splitlines()
+             if " outboxd " in ln and not ln.startswith("#")]
+    out.append("### outboxd's own functions, inclusive (children) vs self\n\n"
+               "```\n  children      self\n%s\n```\n" % "\n".join(lines[:40]))
+    text = ("# outboxd profile: %d %s events, %.2fs, %.0f ev/s under perf\n\n"
+            % (n, mode, x["wall"], x["eps"]) + "\n".join(out))
+    if args.keep:
+        text += "\nperf data: %s\n" % perf_data
+    return text
+
+
+# ---------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=str(ROOT / "build-release"))
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--msg-rows", type=int, default=None)
+    ap.add_argument("--rate", type=int, default=5000)
+    ap.add_argument("--latency-seconds", type=float, default=20.0)
+    ap.add_argument("--skip-messages", action="store_true")
+    ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--latency-only", action="store_true")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-messages", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    if args.rows is None:
+        args.rows = 100000 if args.profile else 200000
+    args.rows = max(TXN_ROWS, args.rows // TXN_ROWS * TXN_ROWS)
+    if args.msg_rows is None:
+        args.msg_rows = args.rows
+    args.msg_rows = max(TXN_ROWS, args.msg_rows // TXN_ROWS * TXN_ROWS)
+    out_path = Path(args.out) if args.out else Path(args.build) / (
+        "bench-profile.md" if args.profile else "bench-results.md")
+
+    rig = Rig(args)
+    load0 = "%.2f %.2f %.2f" % os.getloadavg()
+    try:
+        rig.start()
+        if args.profile:
+            text = run_profile(rig, args)
+        else:
+            info = machine_info(rig.pg)
+            table = msg = None
+            if not args.latency_only:
+                table = rig.run_mode("table", args.rows, args.rounds, 0)
+            row = rig.pg.sql("SELECT avg(length(bench_payload(g)::text))"
+                             "::int, avg(length(bench_headers(g)::text))::int"
+                             " FROM generate_series(1, 1000) g")[0]
+            info["payload_len"], info["headers_len"] = row
+            rig.pg.sql("TRUNCATE public.outbox")
+            if not (args.skip_messages or args.latency_only):
+                msg = rig.run_mode("message", args.msg_rows, args.rounds,
+                                   10 ** 9)
+            lat = None
+            if not args.skip_latency:
+                lat = rig.run_latency(args.rate, args.latency_seconds,
+                                      2 * 10 ** 9)
+            load1 = "%.2f %.2f %.2f" % os.getloadavg()
+            text = report(args, info, table, msg, lat, load0, load1,
+                          time.monotonic() - T_START)
+    finally:
+        rig.close()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(text + "\n")
+    print()
+    print(text)
+    print("(written to %s)" % out_path)
+
+
+if __name__ == "__main__":
+    main()

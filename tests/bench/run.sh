@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# tests/bench/run.sh — outboxd's benchmark, one command (DESIGN.md §5):
+#
+#   bash tests/bench/run.sh [--rows N] [--rounds R] [options]
+#
+# It builds a release binary into build-release/, starts a throwaway
+# PostgreSQL 15 (wal2json) and the mock Kafka broker, fills a backlog of
+# outbox rows with the daemon stopped, and drains it with pg_recvlogical
+# (same wal2json options, to /dev/null: the reference) and with outboxd (to
+# the broker), alternating, R rounds each. Then the same for events written
+# as pg_logical_emit_message, then end-to-end latency at a steady rate
+# (window A: outboxd alone; window B: with a Kafka consumer reading). It
+# prints a markdown results table with PASS/MISS per target and writes it to
+# build-release/bench-results.md. Targets are reported, never asserted: the
+# exit code is 0 whenever the benchmark ran to the end.
+#
+# Options (all optional):
+#   --rows N              backlog size, table mode and message mode (200000)
+#   --rounds R            drain rounds per tool and mode (3)
+#   --msg-rows N          backlog size of the message mode (= --rows)
+#   --rate E              steady rate of the latency run, events/s (5000)
+#   --latency-seconds S   length of the latency window (20)
+#   --skip-messages       no message-mode drains
+#   --skip-latency        no latency run
+#   --latency-only        only the latency run (no drains)
+#   --profile             instead of the benchmark: drain --rows (default
+#                         then 100000) table rows with outboxd under
+#                         `perf record` and print where its CPU goes
+#   --profile-messages    with --profile: a message-mode backlog instead
+#   --out FILE            results file (build-release/bench-results.md)
+#   --keep                keep the temporary Postgres cluster and logs
+#
+# Environment: OUTBOXD_SKIP_BUILD=1 uses build-release/ as it is;
+# OUTBOXD_PG_BIN overrides /usr/lib/postgresql/15/bin.
+#
+# Needs what tests/run.sh needs (deploy/deps.sh installs it); --profile also
+# needs linux-perf. A default run takes about 3 minutes on 2 cores.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$(pwd)
+BUILD="$ROOT/build-release"
+PY=/usr/bin/python3
+
+if [[ "${OUTBOXD_SKIP_BUILD:-0}" != 1 ]]; then
+    echo "=== release build ($BUILD)"
+    if [[ ! -f "$BUILD/build.ninja" ]]; then
+        meson setup "$BUILD" --buildtype=release >/dev/null
+    fi
+    ninja -C "$BUILD" outboxd tests/ob-mockbroker >/dev/null
+fi
+
+exec "$PY" "$ROOT/tests/bench/bench.py" --build "$BUILD" "$@"
