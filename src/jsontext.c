@@ -89,21 +89,35 @@ scan_value(const char *s, size_t len, size_t *pos)
 	return true;
 }
 
-bool
-ob_json_iter_init(ob_json_iter *it, const char *s, size_t len)
+/* Start iterating a container whose first character must be open. */
+static bool
+iter_init(ob_json_iter *it, const char *s, size_t len, char open, char close)
 {
 	it->s = s;
 	it->len = len;
 	it->pos = 0;
+	it->close = close;
 	it->done = false;
 	skip_ws(s, len, &it->pos);
-	if (it->pos >= len || s[it->pos] != '{')
+	if (it->pos >= len || s[it->pos] != open)
 		return false;
 	it->pos++;
 	return true;
 }
 
-/* After the closing brace only white space may follow. */
+bool
+ob_json_iter_init(ob_json_iter *it, const char *s, size_t len)
+{
+	return iter_init(it, s, len, '{', '}');
+}
+
+bool
+ob_json_array_init(ob_json_iter *it, const char *s, size_t len)
+{
+	return iter_init(it, s, len, '[', ']');
+}
+
+/* After the closing bracket only white space may follow. */
 static int
 finish(ob_json_iter *it)
 {
@@ -113,30 +127,28 @@ finish(ob_json_iter *it)
 	return it->pos == it->len ? 0 : -1;
 }
 
-int
-ob_json_iter_next(ob_json_iter *it, ob_json_member *m)
+/* At the start of an entry: 0 (finished) at the closing bracket, -1 at
+ * the end of the text, 1 when an entry follows. */
+static int
+entry_start(ob_json_iter *it)
 {
-	const char *s = it->s;
-	size_t len = it->len, start;
-
 	if (it->done)
 		return 0;
-	skip_ws(s, len, &it->pos);
-	if (it->pos < len && s[it->pos] == '}')
+	skip_ws(it->s, it->len, &it->pos);
+	if (it->pos >= it->len)
+		return -1;
+	if (it->s[it->pos] == it->close)
 		return finish(it);
-	if (it->pos >= len || s[it->pos] != '"')
-		return -1;
-	start = it->pos;
-	if (!scan_string(s, len, &it->pos, &m->name_escaped))
-		return -1;
-	m->name = s + start + 1;
-	m->name_len = it->pos - start - 2;
-	skip_ws(s, len, &it->pos);
-	if (it->pos >= len || s[it->pos] != ':')
-		return -1;
-	it->pos++;
-	skip_ws(s, len, &it->pos);
-	start = it->pos;
+	return 1;
+}
+
+/* Scan a value into m's value fields, then the separator after it. */
+static int
+entry_value(ob_json_iter *it, ob_json_member *m)
+{
+	const char *s = it->s;
+	size_t len = it->len, start = it->pos;
+
 	if (!scan_value(s, len, &it->pos))
 		return -1;
 	m->value_is_string = s[start] == '"';
@@ -155,15 +167,63 @@ ob_json_iter_next(ob_json_iter *it, ob_json_member *m)
 	if (it->pos < len && s[it->pos] == ',') {
 		it->pos++;
 		skip_ws(s, len, &it->pos);
-		if (it->pos < len && s[it->pos] == '}')
+		if (it->pos < len && s[it->pos] == it->close)
 			return -1; /* trailing comma */
 		return 1;
 	}
-	if (it->pos < len && s[it->pos] == '}') {
-		/* Report this member; the next call sees the brace. */
-		return 1;
-	}
-	return -1;
+	/* At the closing bracket the next call finishes. */
+	return it->pos < len && s[it->pos] == it->close ? 1 : -1;
+}
+
+int
+ob_json_iter_next(ob_json_iter *it, ob_json_member *m)
+{
+	const char *s = it->s;
+	size_t len = it->len, start;
+	int r = entry_start(it);
+
+	if (r != 1)
+		return r;
+	if (s[it->pos] != '"')
+		return -1;
+	start = it->pos;
+	if (!scan_string(s, len, &it->pos, &m->name_escaped))
+		return -1;
+	m->name = s + start + 1;
+	m->name_len = it->pos - start - 2;
+	skip_ws(s, len, &it->pos);
+	if (it->pos >= len || s[it->pos] != ':')
+		return -1;
+	it->pos++;
+	skip_ws(s, len, &it->pos);
+	return entry_value(it, m);
+}
+
+int
+ob_json_array_next(ob_json_iter *it, ob_json_member *m)
+{
+	int r = entry_start(it);
+
+	if (r != 1)
+		return r;
+	m->name = NULL;
+	m->name_len = 0;
+	m->name_escaped = false;
+	return entry_value(it, m);
+}
+
+bool
+ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len)
+{
+	char buf[256];
+	long n;
+
+	if (!m->name_escaped)
+		return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
+	if (m->name_len > sizeof(buf))
+		return false;
+	n = ob_json_unescape(m->name, m->name_len, buf);
+	return n == (long)name_len && memcmp(buf, name, name_len) == 0;
 }
 
 bool

@@ -156,7 +156,28 @@ ob_event_build_dlq(ob_event *out, const ob_config *cfg, const char *reason, cons
 void
 ob_mapper_init(ob_mapper *m, const ob_config *cfg)
 {
+	memset(m, 0, sizeof(*m));
 	m->cfg = cfg;
+}
+
+void
+ob_mapper_free(ob_mapper *m)
+{
+	free(m->content_buf);
+	free(m->headers_buf);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Decode the escapes of a JSON string's text into *buf (grown as needed);
+ * returns the decoded length, or -1 on a bad escape. */
+static long
+decode_into(char **buf, size_t *cap, const char *s, size_t len)
+{
+	if (*cap < len + 1) {
+		*cap = len + 1 > 256 ? len + 1 : 256;
+		*buf = ob_xrealloc(*buf, *cap);
+	}
+	return ob_json_unescape(s, len, *buf);
 }
 
 /* Fields a logical message may have: more members than this make it a
@@ -173,79 +194,54 @@ typedef struct field_source {
 
 typedef enum value_kind {
 	VALUE_NULL,
-	VALUE_TEXT,      /* bytes as they are (a row's string, an unescaped string) */
-	VALUE_ESCAPED,   /* a JSON string's inner text with escapes to decode */
+	VALUE_TEXT,      /* a JSON string's text without escapes: bytes as they are */
+	VALUE_ESCAPED,   /* a JSON string's text with escapes to decode */
 	VALUE_JSON_TEXT, /* raw JSON text: number, boolean, object or array */
-	VALUE_JANSSON,   /* a non-string wal2json column value (a number) */
 } value_kind;
 
 typedef struct field_value {
 	value_kind kind;
-	const char *pg_type; /* the column's Postgres type; NULL for messages */
+	const char *pg_type; /* the column's Postgres type; empty for messages */
+	size_t pg_type_len;
 	const char *text;
 	size_t len;
-	json_t *json;
 } field_value;
-
-/* True if member m is named name (decoding escapes in the member's name). */
-static bool
-member_named(const ob_json_member *m, const char *name, size_t name_len)
-{
-	char buf[256];
-	long n;
-
-	if (!m->name_escaped)
-		return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
-	if (m->name_len > sizeof(buf))
-		return false;
-	n = ob_json_unescape(m->name, m->name_len, buf);
-	return n == (long)name_len && memcmp(buf, name, name_len) == 0;
-}
 
 /* Look a field up by name; false if the row or message has no such field. */
 static bool
 get_field(const field_source *src, const char *name, field_value *fv)
 {
+	const ob_json_member *m = NULL;
+
 	memset(fv, 0, sizeof(*fv));
+	fv->pg_type = "";
 	if (src->row != NULL) {
-		json_t *value;
-
-		if (!ob_w2j_column(src->row, name, &fv->pg_type, &value))
-			return false;
-		if (json_is_null(value)) {
-			fv->kind = VALUE_NULL;
-		} else if (json_is_string(value)) {
-			fv->kind = VALUE_TEXT;
-			fv->text = json_string_value(value);
-			fv->len = json_string_length(value);
-		} else {
-			fv->kind = VALUE_JANSSON;
-			fv->json = value;
+		m = ob_w2j_column_find(src->row, name, &fv->pg_type, &fv->pg_type_len);
+	} else {
+		for (size_t i = 0; i < src->members_len && m == NULL; i++) {
+			if (ob_json_member_named(&src->members[i], name, strlen(name)))
+				m = &src->members[i];
 		}
-		return true;
 	}
-	for (size_t i = 0; i < src->members_len; i++) {
-		const ob_json_member *m = &src->members[i];
-
-		if (!member_named(m, name, strlen(name)))
-			continue;
-		fv->text = m->value;
-		fv->len = m->value_len;
-		if (ob_json_member_is_null(m))
-			fv->kind = VALUE_NULL;
-		else if (m->value_is_string)
-			fv->kind = m->value_escaped ? VALUE_ESCAPED : VALUE_TEXT;
-		else
-			fv->kind = VALUE_JSON_TEXT;
-		return true;
-	}
-	return false;
+	if (m == NULL)
+		return false;
+	fv->text = m->value;
+	fv->len = m->value_len;
+	if (ob_json_member_is_null(m))
+		fv->kind = VALUE_NULL;
+	else if (m->value_is_string)
+		fv->kind = m->value_escaped ? VALUE_ESCAPED : VALUE_TEXT;
+	else
+		fv->kind = VALUE_JSON_TEXT;
+	return true;
 }
 
 static bool
-type_is(const char *type, const char *prefix)
+type_is(const field_value *fv, const char *prefix)
 {
-	return type != NULL && strncmp(type, prefix, strlen(prefix)) == 0;
+	size_t n = strlen(prefix);
+
+	return fv->pg_type_len >= n && memcmp(fv->pg_type, prefix, n) == 0;
 }
 
 static int
@@ -296,19 +292,6 @@ put_unescaped(ob_event *ev, const char *s, size_t len, ob_span *out)
 	return true;
 }
 
-/* Append a jansson value as compact JSON text. */
-static ob_span
-put_json_text(ob_event *ev, json_t *value)
-{
-	const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
-	size_t need = json_dumpb(value, NULL, 0, flags);
-	ob_span s = {ev->buf_len, need};
-
-	json_dumpb(value, event_reserve(ev, need), need, flags);
-	ev->buf_len += need;
-	return s;
-}
-
 typedef enum field_status {
 	FIELD_OK,
 	FIELD_MISSING,
@@ -319,8 +302,8 @@ typedef enum field_status {
 /*
  * Append the bytes a field value stands for (SPEC §3): json/jsonb values as
  * their JSON text (wal2json sends them as a string holding that text),
- * bytea as its raw bytes, other strings as they are, and a message's
- * numbers, booleans, objects and arrays as their original JSON text.
+ * bytea as its raw bytes, other strings as they are, and numbers, booleans,
+ * objects and arrays as their original JSON text.
  */
 static field_status
 put_value(ob_event *ev, const field_value *fv, ob_span *out)
@@ -329,18 +312,18 @@ put_value(ob_event *ev, const field_value *fv, ob_span *out)
 	case VALUE_NULL:
 		return FIELD_NULL;
 	case VALUE_TEXT:
-		if (type_is(fv->pg_type, "bytea"))
+		if (type_is(fv, "bytea"))
 			return put_hex_decoded(ev, fv->text, fv->len, out) ? FIELD_OK
 									   : FIELD_UNDECODABLE;
 		*out = ob_event_put(ev, fv->text, fv->len);
 		return FIELD_OK;
 	case VALUE_ESCAPED:
+		/* Hex text never needs escapes: an escaped bytea is not hex. */
+		if (type_is(fv, "bytea"))
+			return FIELD_UNDECODABLE;
 		return put_unescaped(ev, fv->text, fv->len, out) ? FIELD_OK : FIELD_UNDECODABLE;
 	case VALUE_JSON_TEXT:
 		*out = ob_event_put(ev, fv->text, fv->len);
-		return FIELD_OK;
-	case VALUE_JANSSON:
-		*out = put_json_text(ev, fv->json);
 		return FIELD_OK;
 	}
 	return FIELD_UNDECODABLE;
@@ -399,20 +382,29 @@ span_dup(const ob_event *ev, ob_span s)
 	return ob_xstrndup(ob_event_ptr(ev, s), s.len);
 }
 
-/* The text of the headers field: an object's JSON text. False if the
- * field is there but is not text or raw JSON; a missing or NULL field
- * gives true with *len 0. */
+/* The text of the headers field: an object's JSON text, decoded into the
+ * mapper's buffer when it was an escaped string (a jsonb column). False if
+ * the field is there but is not text, raw JSON or decodable; a missing or
+ * NULL field gives true with *text NULL. */
 static bool
-headers_text(const field_source *src, const char *column, const char **text, size_t *len)
+headers_text(ob_mapper *m, const field_source *src, const char **text, size_t *len)
 {
+	const char *column = m->cfg->outbox.headers_column;
 	field_value fv;
+	long n;
 
 	*text = NULL;
 	*len = 0;
 	if (column[0] == '\0' || !get_field(src, column, &fv) || fv.kind == VALUE_NULL)
 		return true;
-	if (fv.kind != VALUE_TEXT && fv.kind != VALUE_JSON_TEXT)
-		return false;
+	if (fv.kind == VALUE_ESCAPED) {
+		n = decode_into(&m->headers_buf, &m->headers_cap, fv.text, fv.len);
+		if (n < 0)
+			return false;
+		*text = m->headers_buf;
+		*len = (size_t)n;
+		return true;
+	}
 	*text = fv.text;
 	*len = fv.len;
 	return true;
@@ -458,8 +450,6 @@ read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
 
 	if (column[0] == '\0' || !get_field(src, column, &fv))
 		return commit_ms;
-	if (fv.kind == VALUE_JANSSON && json_is_integer(fv.json))
-		return (int64_t)json_integer_value(fv.json);
 	if ((fv.kind == VALUE_TEXT || fv.kind == VALUE_JSON_TEXT) && fv.len < sizeof(buf)) {
 		char *end;
 
@@ -483,7 +473,7 @@ read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
  * not be decoded).
  */
 static ob_map_result
-map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms, ob_event *ev)
+map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	const char *reason = NULL;
@@ -525,12 +515,14 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 			 cfg->outbox.payload_column);
 		/* Keep the undecoded text as the dead-letter value. */
 		if (get_field(src, cfg->outbox.payload_column, &raw)) {
-			ev->value = ob_event_put(ev, raw.text, raw.len);
+			if (raw.kind != VALUE_ESCAPED ||
+			    !put_unescaped(ev, raw.text, raw.len, &ev->value))
+				ev->value = ob_event_put(ev, raw.text, raw.len);
 			ev->has_value = true;
 		}
 	}
 
-	headers_ok = headers_text(src, cfg->outbox.headers_column, &headers, &headers_len);
+	headers_ok = headers_text(m, src, &headers, &headers_len);
 	if (reason == NULL && !put_topic(ev, src, cfg->outbox.topic, missing, sizeof(missing))) {
 		reason = "missing-topic-column";
 		snprintf(error, sizeof(error),
@@ -591,32 +583,43 @@ map_fields(const ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t comm
 }
 
 ob_map_result
-ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
+ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	field_source src = {.row = rec};
 
 	if (rec->action != OB_W2J_INSERT || strcmp(rec->table, cfg->outbox.table_name) != 0 ||
-	    (rec->schema != NULL && strcmp(rec->schema, cfg->outbox.schema) != 0))
+	    (rec->schema[0] != '\0' && strcmp(rec->schema, cfg->outbox.schema) != 0))
 		return OB_MAP_SKIP;
 	return map_fields(m, &src, rec->lsn, commit_ms, ev);
 }
 
 ob_map_result
-ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
+ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	const char *reason = NULL, *error = NULL;
 	field_source src;
 	ob_map_result result;
 	ob_json_iter it;
+	const char *content = rec->content;
+	size_t content_len = rec->content_len;
 	int r = -1;
 
 	if (rec->action != OB_W2J_MESSAGE || cfg->outbox.message_prefix[0] == '\0' ||
-	    strcmp(rec->prefix, cfg->outbox.message_prefix) != 0)
+	    rec->prefix_too_long || strcmp(rec->prefix, cfg->outbox.message_prefix) != 0)
 		return OB_MAP_SKIP;
 	src.row = NULL;
 	src.members_len = 0;
+	/* The content is a JSON string holding the message's JSON text. */
+	if (rec->content_escaped) {
+		long n = decode_into(&m->content_buf, &m->content_cap, content, content_len);
+
+		if (n >= 0) {
+			content = m->content_buf;
+			content_len = (size_t)n;
+		}
+	}
 	if (!rec->transactional) {
 		reason = "non-transactional-message";
 		error = "logical message is not transactional: emit it with "
@@ -624,7 +627,7 @@ ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t comm
 	} else {
 		ob_json_member member;
 
-		if (ob_json_iter_init(&it, rec->content, rec->content_len)) {
+		if (ob_json_iter_init(&it, content, content_len)) {
 			while ((r = ob_json_iter_next(&it, &member)) == 1) {
 				if (src.members_len == MAX_MESSAGE_FIELDS) {
 					r = -1;
@@ -642,7 +645,7 @@ ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t comm
 	if (reason != NULL) {
 		ob_event_begin_dlq(ev, cfg, reason, error, rec->lsn);
 		ev->timestamp_ms = commit_ms;
-		ev->value = ob_event_put(ev, rec->content, rec->content_len);
+		ev->value = ob_event_put(ev, content, content_len);
 		ev->has_value = true;
 		result = OB_MAP_DLQ;
 	} else {

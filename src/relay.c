@@ -70,9 +70,9 @@ typedef struct relay {
 	ob_acktrack ack;
 	ob_producer *producer;
 	ob_pgrepl *pg;
-	ob_event ev;     /* the event being mapped, reused */
-	ob_event dlq_ev; /* a dead-letter record being built, reused */
-	ob_w2j_record rec;
+	ob_event ev;       /* the event being mapped, reused */
+	ob_event dlq_ev;   /* a dead-letter record being built, reused */
+	ob_w2j_record rec; /* points into the message being handled */
 
 	/* The transaction being read. */
 	bool in_txn;
@@ -377,9 +377,9 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 	return publish(r, &r->ev, r->txn_seq, out);
 }
 
-/* A record wal2json sent that did not parse (jansson refuses, say,
- * integers beyond 64 bits). Inside a transaction it can only be an outbox
- * change: dead-letter its raw text. */
+/* A record wal2json sent that did not parse (malformed, or an outbox row
+ * wider than OB_W2J_MAX_COLUMNS). Inside a transaction it can only be an
+ * outbox change: dead-letter its raw text. */
 static bool
 handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *out)
 {
@@ -457,7 +457,6 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	case OB_W2J_OTHER:
 		break;
 	}
-	ob_w2j_record_clear(&r->rec);
 	return ok;
 }
 
@@ -733,6 +732,7 @@ out:
 	ob_producer_free(r.producer);
 	ob_event_free(&r.ev);
 	ob_event_free(&r.dlq_ev);
+	ob_mapper_free(&r.mapper);
 	ob_acktrack_free(&r.ack);
 	ob_info("outboxd stopped (exit code %d)", exit_code);
 	return exit_code;

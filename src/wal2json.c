@@ -1,9 +1,9 @@
 /*
  * wal2json.c: turning one wal2json v2 record into an ob_w2j_record.
  *
- * The JSON is parsed once with jansson; the record then points into the
- * tree. Column values keep their JSON form, so the mapping (outbox.c) can
- * tell a JSON string from a bare number and handle json/jsonb text.
+ * One pass of the jsontext scanner over the record's top-level members;
+ * "columns" is walked the same way. Nothing is allocated and nothing is
+ * copied except the short schema, table and prefix names.
  */
 #include "outboxd/wal2json.h"
 
@@ -13,29 +13,51 @@
 void
 ob_w2j_record_clear(ob_w2j_record *rec)
 {
-	if (rec->root != NULL)
-		json_decref(rec->root);
-	memset(rec, 0, sizeof(*rec));
+	rec->action = OB_W2J_OTHER;
+	rec->lsn = rec->nextlsn = 0;
+	rec->timestamp_us = rec->timestamp_ms = 0;
+	rec->has_timestamp = false;
+	rec->schema[0] = rec->table[0] = rec->prefix[0] = '\0';
+	rec->columns_len = 0;
+	rec->transactional = false;
+	rec->prefix_too_long = false;
+	rec->content = NULL;
+	rec->content_len = 0;
+	rec->content_escaped = false;
 }
 
+/* Copy a string member's decoded text into dst (NUL-terminated); false if
+ * it is not a string, has a bad escape, or does not fit. */
 static bool
-get_lsn(json_t *root, const char *key, ob_lsn *out)
+copy_string(const ob_json_member *m, char *dst, size_t dstlen)
 {
-	json_t *v = json_object_get(root, key);
+	long n;
 
-	*out = 0;
-	if (v == NULL || json_is_null(v))
+	if (!m->value_is_string || m->value_len >= dstlen)
+		return false;
+	n = ob_json_unescape(m->value, m->value_len, dst);
+	if (n < 0)
+		return false;
+	dst[n] = '\0';
+	return true;
+}
+
+/* An LSN member: a string "X/X", or null (left 0). */
+static bool
+get_lsn(const ob_json_member *m, ob_lsn *out)
+{
+	if (ob_json_member_is_null(m))
 		return true;
-	return json_is_string(v) &&
-	       ob_lsn_parse_n(json_string_value(v), json_string_length(v), out);
+	return m->value_is_string && !m->value_escaped &&
+	       ob_lsn_parse_n(m->value, m->value_len, out);
 }
 
 static ob_w2j_action
-action_of(const char *a)
+action_of(const ob_json_member *m)
 {
-	if (a[0] == '\0' || a[1] != '\0')
+	if (!m->value_is_string || m->value_len != 1)
 		return OB_W2J_OTHER;
-	switch (a[0]) {
+	switch (m->value[0]) {
 	case 'B':
 		return OB_W2J_BEGIN;
 	case 'C':
@@ -49,32 +71,187 @@ action_of(const char *a)
 	}
 }
 
+/* Parse the "columns" array: objects of name, type and value. */
+static bool
+parse_columns(ob_w2j_record *rec, const ob_json_member *array, char *err, size_t errlen)
+{
+	ob_json_iter it, cit;
+	ob_json_member el, m;
+	int r;
+
+	if (array->value_is_string || !ob_json_array_init(&it, array->value, array->value_len)) {
+		snprintf(err, errlen, "\"columns\" is not an array");
+		return false;
+	}
+	while ((r = ob_json_array_next(&it, &el)) == 1) {
+		ob_w2j_column *col = &rec->columns[rec->columns_len];
+		ob_json_member *type = &rec->types[rec->columns_len];
+		bool has_name = false, has_value = false;
+
+		if (rec->columns_len == OB_W2J_MAX_COLUMNS) {
+			snprintf(err, errlen, "more than %d columns", OB_W2J_MAX_COLUMNS);
+			return false;
+		}
+		if (!ob_json_iter_init(&cit, el.value, el.value_len)) {
+			snprintf(err, errlen, "a column is not an object");
+			return false;
+		}
+		memset(type, 0, sizeof(*type));
+		type->value = "";
+		while ((r = ob_json_iter_next(&cit, &m)) == 1) {
+			if (ob_json_member_named(&m, "name", 4) && m.value_is_string) {
+				col->name = m.value;
+				col->name_len = m.value_len;
+				col->name_escaped = m.value_escaped;
+				has_name = true;
+			} else if (ob_json_member_named(&m, "type", 4) && m.value_is_string) {
+				*type = m;
+			} else if (ob_json_member_named(&m, "value", 5)) {
+				col->value = m.value;
+				col->value_len = m.value_len;
+				col->value_is_string = m.value_is_string;
+				col->value_escaped = m.value_escaped;
+				has_value = true;
+			}
+		}
+		if (r != 0 || !has_name) {
+			snprintf(err, errlen, "a column has no \"name\"");
+			return false;
+		}
+		if (!has_value) {
+			/* No value member: SQL NULL. */
+			col->value = "null";
+			col->value_len = 4;
+			col->value_is_string = false;
+			col->value_escaped = false;
+		}
+		rec->columns_len++;
+	}
+	if (r != 0) {
+		snprintf(err, errlen, "malformed \"columns\" array");
+		return false;
+	}
+	return true;
+}
+
+/* The members a record may have, found in one pass. A known member that
+ * appears twice makes the record malformed. */
+typedef struct members {
+	ob_json_member action, lsn, nextlsn, timestamp, schema, table, columns, transactional,
+	    prefix, content;
+	bool has_action, has_timestamp, has_schema, has_table, has_columns, has_prefix, has_content;
+} members;
+
+static bool
+collect_members(const char *data, size_t len, members *ms, char *err, size_t errlen)
+{
+	ob_json_iter it;
+	ob_json_member m;
+	bool dup = false;
+	int r;
+
+	memset(ms, 0, sizeof(*ms));
+	if (!ob_json_iter_init(&it, data, len)) {
+		snprintf(err, errlen, "record is not a JSON object");
+		return false;
+	}
+	while ((r = ob_json_iter_next(&it, &m)) == 1) {
+		/* Dispatch on the first letter, then the whole name. */
+		switch (m.name_len > 0 ? m.name[0] : '\0') {
+		case 'a':
+			if (ob_json_member_named(&m, "action", 6)) {
+				dup |= ms->has_action;
+				ms->action = m;
+				ms->has_action = true;
+			}
+			break;
+		case 'c':
+			if (ob_json_member_named(&m, "columns", 7)) {
+				dup |= ms->has_columns;
+				ms->columns = m;
+				ms->has_columns = true;
+			} else if (ob_json_member_named(&m, "content", 7)) {
+				dup |= ms->has_content;
+				ms->content = m;
+				ms->has_content = true;
+			}
+			break;
+		case 'l':
+			if (ob_json_member_named(&m, "lsn", 3)) {
+				dup |= ms->lsn.name != NULL;
+				ms->lsn = m;
+			}
+			break;
+		case 'n':
+			if (ob_json_member_named(&m, "nextlsn", 7)) {
+				dup |= ms->nextlsn.name != NULL;
+				ms->nextlsn = m;
+			}
+			break;
+		case 'p':
+			if (ob_json_member_named(&m, "prefix", 6)) {
+				dup |= ms->has_prefix;
+				ms->prefix = m;
+				ms->has_prefix = true;
+			}
+			break;
+		case 's':
+			if (ob_json_member_named(&m, "schema", 6)) {
+				dup |= ms->has_schema;
+				ms->schema = m;
+				ms->has_schema = true;
+			}
+			break;
+		case 't':
+			if (ob_json_member_named(&m, "table", 5)) {
+				dup |= ms->has_table;
+				ms->table = m;
+				ms->has_table = true;
+			} else if (ob_json_member_named(&m, "timestamp", 9)) {
+				dup |= ms->has_timestamp;
+				ms->timestamp = m;
+				ms->has_timestamp = true;
+			} else if (ob_json_member_named(&m, "transactional", 13)) {
+				dup |= ms->transactional.name != NULL;
+				ms->transactional = m;
+			}
+			break;
+		default:
+			break;
+		}
+	}
+	if (r != 0) {
+		snprintf(err, errlen, "invalid JSON near offset %zu", it.pos);
+		return false;
+	}
+	if (dup) {
+		snprintf(err, errlen, "record has a member twice");
+		return false;
+	}
+	return true;
+}
+
 bool
 ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t errlen)
 {
-	json_error_t jerr;
-	json_t *action, *ts;
+	members ms;
+	char ts[64];
 
-	memset(rec, 0, sizeof(*rec));
-	rec->root = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-	if (rec->root == NULL) {
-		snprintf(err, errlen, "invalid JSON at offset %d: %s", jerr.position, jerr.text);
+	ob_w2j_record_clear(rec);
+	if (!collect_members(data, len, &ms, err, errlen))
+		return false;
+	if (!ms.has_action || !ms.action.value_is_string) {
+		snprintf(err, errlen, "record has no \"action\"");
 		return false;
 	}
-	action = json_object_get(rec->root, "action");
-	if (!json_is_string(action)) {
-		snprintf(err, errlen, "record has no \"action\"");
-		goto fail;
-	}
-	rec->action = action_of(json_string_value(action));
-	if (!get_lsn(rec->root, "lsn", &rec->lsn) ||
-	    !get_lsn(rec->root, "nextlsn", &rec->nextlsn)) {
+	rec->action = action_of(&ms.action);
+	if ((ms.lsn.name != NULL && !get_lsn(&ms.lsn, &rec->lsn)) ||
+	    (ms.nextlsn.name != NULL && !get_lsn(&ms.nextlsn, &rec->nextlsn))) {
 		snprintf(err, errlen, "record has a malformed \"lsn\" or \"nextlsn\"");
-		goto fail;
+		return false;
 	}
-	ts = json_object_get(rec->root, "timestamp");
-	if (json_is_string(ts) &&
-	    ob_pg_timestamp_to_us(json_string_value(ts), &rec->timestamp_us)) {
+	if (ms.has_timestamp && copy_string(&ms.timestamp, ts, sizeof(ts)) &&
+	    ob_pg_timestamp_to_us(ts, &rec->timestamp_us)) {
 		rec->has_timestamp = true;
 		rec->timestamp_ms = rec->timestamp_us / 1000;
 	}
@@ -84,59 +261,54 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 	case OB_W2J_COMMIT:
 		if (rec->nextlsn == 0) {
 			snprintf(err, errlen, "B/C record has no \"nextlsn\"");
-			goto fail;
+			return false;
 		}
 		break;
 	case OB_W2J_INSERT:
-		rec->schema = json_string_value(json_object_get(rec->root, "schema"));
-		rec->table = json_string_value(json_object_get(rec->root, "table"));
-		rec->columns = json_object_get(rec->root, "columns");
-		if (rec->table == NULL || !json_is_array(rec->columns)) {
+		if (!ms.has_table || !ms.has_columns ||
+		    !copy_string(&ms.table, rec->table, sizeof(rec->table)) ||
+		    (ms.has_schema && !copy_string(&ms.schema, rec->schema, sizeof(rec->schema)))) {
 			snprintf(err, errlen, "I record has no \"table\" or \"columns\"");
-			goto fail;
+			return false;
 		}
+		if (!parse_columns(rec, &ms.columns, err, errlen))
+			return false;
 		break;
-	case OB_W2J_MESSAGE: {
-		json_t *content = json_object_get(rec->root, "content");
-
-		rec->transactional = json_is_true(json_object_get(rec->root, "transactional"));
-		rec->prefix = json_string_value(json_object_get(rec->root, "prefix"));
-		if (rec->prefix == NULL || !json_is_string(content)) {
+	case OB_W2J_MESSAGE:
+		if (!ms.has_prefix || !ms.prefix.value_is_string || !ms.has_content ||
+		    !ms.content.value_is_string) {
 			snprintf(err, errlen, "M record has no \"prefix\" or \"content\"");
-			goto fail;
+			return false;
 		}
-		rec->content = json_string_value(content);
-		rec->content_len = json_string_length(content);
+		rec->transactional = ms.transactional.value_len == 4 &&
+				     memcmp(ms.transactional.value, "true", 4) == 0;
+		if (!copy_string(&ms.prefix, rec->prefix, sizeof(rec->prefix))) {
+			rec->prefix[0] = '\0';
+			rec->prefix_too_long = true;
+		}
+		rec->content = ms.content.value;
+		rec->content_len = ms.content.value_len;
+		rec->content_escaped = ms.content.value_escaped;
 		break;
-	}
 	case OB_W2J_OTHER:
 		break;
 	}
 	return true;
-
-fail:
-	ob_w2j_record_clear(rec);
-	return false;
 }
 
-bool
-ob_w2j_column(const ob_w2j_record *rec, const char *name, const char **type, json_t **value)
+const ob_w2j_column *
+ob_w2j_column_find(const ob_w2j_record *rec, const char *name, const char **type, size_t *type_len)
 {
-	size_t i;
-	json_t *col;
+	size_t name_len = strlen(name);
 
-	json_array_foreach (rec->columns, i, col) {
-		const char *n = json_string_value(json_object_get(col, "name"));
-
-		if (n != NULL && strcmp(n, name) == 0) {
-			json_t *v = json_object_get(col, "value");
-
-			*type = json_string_value(json_object_get(col, "type"));
-			*value = v != NULL ? v : json_null();
-			return true;
+	for (size_t i = 0; i < rec->columns_len; i++) {
+		if (ob_json_member_named(&rec->columns[i], name, name_len)) {
+			*type = rec->types[i].value;
+			*type_len = rec->types[i].value_len;
+			return &rec->columns[i];
 		}
 	}
-	return false;
+	return NULL;
 }
 
 /* Read exactly n decimal digits at *p. */

@@ -31,6 +31,7 @@ typedef struct ob_json_iter {
 	const char *s;
 	size_t len;
 	size_t pos;
+	char close; /* the bracket that ends the container */
 	bool done;
 } ob_json_iter;
 
@@ -40,6 +41,14 @@ bool ob_json_iter_init(ob_json_iter *it, const char *s, size_t len) OB_MUST_CHEC
 /* The next member: 1 when *m was filled, 0 at the end of a well-formed
  * object (nothing but white space may follow it), -1 on malformed text. */
 int ob_json_iter_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
+
+/* Start iterating the array in s[0..len); false if it does not start
+ * with '['. ob_json_array_next() fills only the value fields of *m. */
+bool ob_json_array_init(ob_json_iter *it, const char *s, size_t len) OB_MUST_CHECK;
+int ob_json_array_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
+
+/* True if the member's name, escapes decoded, is name. */
+bool ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len);
 
 /* True if the value is the literal null. */
 bool ob_json_member_is_null(const ob_json_member *m);

@@ -59,21 +59,28 @@ typedef enum ob_map_result {
 	OB_MAP_SKIP,  /* not an outbox insert or message: nothing to publish */
 } ob_map_result;
 
+/* The mapper keeps two buffers it reuses from event to event: the decoded
+ * text of a logical message and of a headers object. */
 typedef struct ob_mapper {
 	const ob_config *cfg;
+	char *content_buf; /* owned */
+	size_t content_cap;
+	char *headers_buf; /* owned */
+	size_t headers_cap;
 } ob_mapper;
 
 void ob_mapper_init(ob_mapper *m, const ob_config *cfg);
+void ob_mapper_free(ob_mapper *m);
 
 /* Map an I record of the outbox table (other tables give OB_MAP_SKIP).
  * commit_ms is the transaction's commit time, the timestamp when no
  * timestamp column is configured. */
-ob_map_result ob_mapper_map_insert(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
+ob_map_result ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				   ob_event *ev);
 
 /* Map an M record. Messages with another prefix give OB_MAP_SKIP;
  * non-transactional ones with the outbox prefix are bad events. */
-ob_map_result ob_mapper_map_message(const ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
+ob_map_result ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				    ob_event *ev);
 
 /* Start a dead-letter record in ev (which is reset first): topic

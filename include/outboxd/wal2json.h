@@ -7,16 +7,26 @@
  * include-xids, so B and C carry "nextlsn" (the commit end LSN, the position
  * to confirm) and "timestamp" (the commit time).
  *
- * A parsed record owns its JSON tree; the string and array pointers in it
- * borrow from that tree and live until ob_w2j_record_clear().
+ * The parser makes one pass over the text and allocates nothing: a parsed
+ * record points into the data it was given (which must outlive it), with
+ * strings left escaped where they were escaped. Column values keep their
+ * JSON form, so the mapping (outbox.c) can tell a string from a bare number
+ * and publish numbers with their exact text.
  */
 #ifndef OUTBOXD_WAL2JSON_H
 #define OUTBOXD_WAL2JSON_H
 
-#include <jansson.h>
-
 #include "outboxd/common.h"
+#include "outboxd/jsontext.h"
 #include "outboxd/lsn.h"
+
+/* Columns per row an I record may carry (Postgres allows 1600; an outbox
+ * table has a handful). */
+#define OB_W2J_MAX_COLUMNS 128
+/* Longest schema or table name (Postgres' NAMEDATALEN - 1) and message
+ * prefix kept; a longer prefix never matches message_prefix. */
+#define OB_W2J_NAME_MAX    64
+#define OB_W2J_PREFIX_MAX  256
 
 typedef enum ob_w2j_action {
 	OB_W2J_BEGIN,
@@ -26,9 +36,13 @@ typedef enum ob_w2j_action {
 	OB_W2J_OTHER, /* update, delete, truncate: outboxd ignores them */
 } ob_w2j_action;
 
+/* One column of an I record: its name and type (escaped as sent) and its
+ * value as a JSON member (value_is_string, value_escaped, or raw text such
+ * as a number or null). */
+typedef ob_json_member ob_w2j_column;
+
 typedef struct ob_w2j_record {
 	ob_w2j_action action;
-	json_t *root;
 
 	ob_lsn lsn;           /* "lsn" of the record, 0 if absent */
 	ob_lsn nextlsn;       /* "nextlsn" of B and C, 0 if absent */
@@ -36,29 +50,36 @@ typedef struct ob_w2j_record {
 	int64_t timestamp_ms; /* and in ms, ... */
 	bool has_timestamp;   /* ... when it was present and parsed */
 
-	/* I: the table and the "columns" array of {name, type, value}. */
-	const char *schema;
-	const char *table;
-	json_t *columns;
+	/* I: the table and its columns. Each column's type is in types[]. */
+	char schema[OB_W2J_NAME_MAX];
+	char table[OB_W2J_NAME_MAX];
+	ob_w2j_column columns[OB_W2J_MAX_COLUMNS];
+	ob_json_member types[OB_W2J_MAX_COLUMNS];
+	size_t columns_len;
 
-	/* M: whether the message is transactional, its prefix and content. */
+	/* M: whether the message is transactional, its prefix and content
+	 * (the content's JSON string text, escapes not yet decoded). */
 	bool transactional;
-	const char *prefix;
+	char prefix[OB_W2J_PREFIX_MAX];
+	bool prefix_too_long;
 	const char *content;
 	size_t content_len;
+	bool content_escaped;
 } ob_w2j_record;
 
-/* Parse one record of len bytes. On failure the record is cleared and a
- * description is written to err; the caller logs it. */
+/* Parse one record of len bytes. On failure a description is written to
+ * err; the caller logs it. */
 bool ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err,
 		  size_t errlen) OB_MUST_CHECK;
 
-/* Release the record's JSON tree. Safe on a cleared record. */
+/* Forget a parsed record (it owns nothing; this only clears it). */
 void ob_w2j_record_clear(ob_w2j_record *rec);
 
-/* Find an I record's column by name: its type (NULL if not sent) and its
- * value (a borrowed JSON value, json null for SQL NULL). False if missing. */
-bool ob_w2j_column(const ob_w2j_record *rec, const char *name, const char **type, json_t **value);
+/* Find an I record's column by name; NULL if missing. *type and
+ * *type_len receive the column's type as sent ("jsonb", "bytea", ...;
+ * empty when wal2json sent none). */
+const ob_w2j_column *ob_w2j_column_find(const ob_w2j_record *rec, const char *name,
+					const char **type, size_t *type_len);
 
 /* Parse a Postgres timestamp in ISO output style ("2026-11-22
  * 03:07:11.206737+00", offset optional meaning UTC) into ms since the epoch.

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "outboxd/config.h"
 #include "outboxd/outbox.h"
@@ -790,7 +791,7 @@ static const row_case row_cases[] = {
       {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
 };
 
-typedef ob_map_result (*map_fn)(const ob_mapper *, const ob_w2j_record *, int64_t, ob_event *);
+typedef ob_map_result (*map_fn)(ob_mapper *, const ob_w2j_record *, int64_t, ob_event *);
 
 /* Map the wal2json record json (freed here) with map under the overrides
  * and check the result against ex. */
