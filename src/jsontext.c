@@ -17,40 +17,53 @@ skip_ws(const char *s, size_t len, size_t *pos)
 		(*pos)++;
 }
 
+/* True if s[0..len) holds a control character (not allowed raw in a JSON
+ * string). Written as a reduction so the compiler can vectorise it. */
+static bool
+has_control(const char *s, size_t len)
+{
+	unsigned char bad = 0;
+
+	for (size_t i = 0; i < len; i++)
+		bad |= (unsigned char)s[i] < 0x20;
+	return bad != 0;
+}
+
 /* Scan the string starting at s[*pos] == '"'; *pos ends after the closing
- * quote. */
+ * quote. memchr finds each candidate quote; an odd run of backslashes
+ * before it escapes it. */
 static bool
 scan_string(const char *s, size_t len, size_t *pos, bool *escaped)
 {
-	size_t p = *pos + 1;
+	const char *start = s + *pos + 1, *end = s + len, *p = start;
 
-	*escaped = false;
-	while (p < len) {
-		unsigned char c = (unsigned char)s[p];
+	for (;;) {
+		const char *q = memchr(p, '"', (size_t)(end - p));
+		const char *b;
 
-		if (c == '"') {
-			*pos = p + 1;
+		if (q == NULL)
+			return false;
+		for (b = q; b > start && b[-1] == '\\'; b--)
+			;
+		if (((q - b) & 1) == 0) {
+			if (has_control(start, (size_t)(q - start)))
+				return false;
+			*escaped = memchr(start, '\\', (size_t)(q - start)) != NULL;
+			*pos = (size_t)(q + 1 - s);
 			return true;
 		}
-		if (c == '\\') {
-			*escaped = true;
-			p += 2;
-			continue;
-		}
-		if (c < 0x20)
-			return false;
-		p++;
+		p = q + 1;
 	}
-	return false;
 }
 
-/* Scan one value (string, object, array or bare literal/number). */
+/* Scan one value (string, object, array or bare literal/number); for a
+ * string, *escaped says whether it holds escapes. */
 static bool
-scan_value(const char *s, size_t len, size_t *pos)
+scan_value(const char *s, size_t len, size_t *pos, bool *escaped)
 {
 	char stack[MAX_DEPTH]; /* the closing bracket each open one expects */
 	int depth = 0;
-	bool escaped;
+	bool inner_escaped;
 
 	do {
 		skip_ws(s, len, pos);
@@ -59,7 +72,7 @@ scan_value(const char *s, size_t len, size_t *pos)
 		char c = s[*pos];
 
 		if (c == '"') {
-			if (!scan_string(s, len, pos, &escaped))
+			if (!scan_string(s, len, pos, depth == 0 ? escaped : &inner_escaped))
 				return false;
 		} else if (c == '{' || c == '[') {
 			if (depth == MAX_DEPTH)
@@ -98,6 +111,7 @@ iter_init(ob_json_iter *it, const char *s, size_t len, char open, char close)
 	it->pos = 0;
 	it->close = close;
 	it->done = false;
+	it->nested = false;
 	skip_ws(s, len, &it->pos);
 	if (it->pos >= len || s[it->pos] != open)
 		return false;
@@ -117,13 +131,16 @@ ob_json_array_init(ob_json_iter *it, const char *s, size_t len)
 	return iter_init(it, s, len, '[', ']');
 }
 
-/* After the closing bracket only white space may follow. */
+/* Past the closing bracket. At the top level only white space may
+ * follow; a nested container's parent goes on with ob_json_iter_leave(). */
 static int
 finish(ob_json_iter *it)
 {
 	it->pos++;
-	skip_ws(it->s, it->len, &it->pos);
 	it->done = true;
+	if (it->nested)
+		return 0;
+	skip_ws(it->s, it->len, &it->pos);
 	return it->pos == it->len ? 0 : -1;
 }
 
@@ -142,27 +159,14 @@ entry_start(ob_json_iter *it)
 	return 1;
 }
 
-/* Scan a value into m's value fields, then the separator after it. */
+/* After an entry's value: a comma (another entry follows) or the closing
+ * bracket (the next call finishes). */
 static int
-entry_value(ob_json_iter *it, ob_json_member *m)
+after_entry(ob_json_iter *it)
 {
 	const char *s = it->s;
-	size_t len = it->len, start = it->pos;
+	size_t len = it->len;
 
-	if (!scan_value(s, len, &it->pos))
-		return -1;
-	m->value_is_string = s[start] == '"';
-	m->value_escaped = false;
-	if (m->value_is_string) {
-		size_t p = start;
-
-		(void)scan_string(s, len, &p, &m->value_escaped);
-		m->value = s + start + 1;
-		m->value_len = it->pos - start - 2;
-	} else {
-		m->value = s + start;
-		m->value_len = it->pos - start;
-	}
 	skip_ws(s, len, &it->pos);
 	if (it->pos < len && s[it->pos] == ',') {
 		it->pos++;
@@ -171,12 +175,40 @@ entry_value(ob_json_iter *it, ob_json_member *m)
 			return -1; /* trailing comma */
 		return 1;
 	}
-	/* At the closing bracket the next call finishes. */
 	return it->pos < len && s[it->pos] == it->close ? 1 : -1;
+}
+
+/* Scan a value into m's value fields, then the separator after it. */
+static int
+entry_value(ob_json_iter *it, ob_json_member *m)
+{
+	const char *s = it->s;
+	size_t len = it->len, start = it->pos;
+
+	m->value_escaped = false;
+	if (!scan_value(s, len, &it->pos, &m->value_escaped))
+		return -1;
+	m->value_is_string = s[start] == '"';
+	if (m->value_is_string) {
+		m->value = s + start + 1;
+		m->value_len = it->pos - start - 2;
+	} else {
+		m->value = s + start;
+		m->value_len = it->pos - start;
+	}
+	return after_entry(it);
 }
 
 int
 ob_json_iter_next(ob_json_iter *it, ob_json_member *m)
+{
+	int r = ob_json_iter_key(it, m);
+
+	return r == 1 ? entry_value(it, m) : r;
+}
+
+int
+ob_json_iter_key(ob_json_iter *it, ob_json_member *m)
 {
 	const char *s = it->s;
 	size_t len = it->len, start;
@@ -196,7 +228,43 @@ ob_json_iter_next(ob_json_iter *it, ob_json_member *m)
 		return -1;
 	it->pos++;
 	skip_ws(s, len, &it->pos);
+	return 1;
+}
+
+int
+ob_json_iter_value(ob_json_iter *it, ob_json_member *m)
+{
 	return entry_value(it, m);
+}
+
+int
+ob_json_array_more(ob_json_iter *it)
+{
+	return entry_start(it);
+}
+
+bool
+ob_json_iter_enter(const ob_json_iter *parent, ob_json_iter *child)
+{
+	char c = parent->pos < parent->len ? parent->s[parent->pos] : '\0';
+
+	if (c != '{' && c != '[')
+		return false;
+	*child = *parent;
+	child->close = c == '{' ? '}' : ']';
+	child->pos++;
+	child->done = false;
+	child->nested = true;
+	return true;
+}
+
+int
+ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child)
+{
+	if (!child->done)
+		return -1;
+	parent->pos = child->pos;
+	return after_entry(parent);
 }
 
 int
@@ -287,9 +355,16 @@ ob_json_unescape(const char *s, size_t len, char *out)
 
 	for (size_t i = 0; i < len; i++) {
 		unsigned cp, lo;
+		const char *bs;
 
 		if (s[i] != '\\') {
-			out[o++] = s[i];
+			/* Copy the run up to the next backslash at once. */
+			bs = memchr(s + i, '\\', len - i);
+			size_t run = bs ? (size_t)(bs - (s + i)) : len - i;
+
+			memcpy(out + o, s + i, run);
+			o += run;
+			i += run - 1;
 			continue;
 		}
 		if (++i >= len)

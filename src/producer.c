@@ -49,7 +49,7 @@ static const struct {
     {"compression.type", "lz4"},
     {"statistics.interval.ms", "1000"},
     /* Bound what the producer buffers: the WAL is the real buffer. */
-    {"queue.buffering.max.kbytes", "8192"},
+    {"queue.buffering.max.kbytes", "4096"},
     {"queue.buffering.max.messages", "50000"},
     {"client.id", "outboxd"},
 };

@@ -35,7 +35,7 @@
 /* How long SIGTERM waits for in-flight events before giving up. */
 #define SHUTDOWN_FLUSH_MS       30000
 /* The fastest pace of status updates sent because the position moved. */
-#define STATUS_MIN_INTERVAL_MS  100
+#define STATUS_MIN_INTERVAL_MS  20
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */

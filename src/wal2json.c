@@ -71,67 +71,79 @@ action_of(const ob_json_member *m)
 	}
 }
 
-/* Parse the "columns" array: objects of name, type and value. */
+/* Take one column object's members. */
 static bool
-parse_columns(ob_w2j_record *rec, const ob_json_member *array, char *err, size_t errlen)
+parse_column(ob_w2j_record *rec, ob_json_iter *obj)
 {
-	ob_json_iter it, cit;
-	ob_json_member el, m;
+	ob_w2j_column *col = &rec->columns[rec->columns_len];
+	ob_json_member *type = &rec->types[rec->columns_len];
+	bool has_name = false, has_value = false;
+	ob_json_member m;
 	int r;
 
-	if (array->value_is_string || !ob_json_array_init(&it, array->value, array->value_len)) {
-		snprintf(err, errlen, "\"columns\" is not an array");
-		return false;
+	memset(type, 0, sizeof(*type));
+	type->value = "";
+	while ((r = ob_json_iter_next(obj, &m)) == 1) {
+		if (ob_json_member_named(&m, "name", 4) && m.value_is_string) {
+			col->name = m.value;
+			col->name_len = m.value_len;
+			col->name_escaped = m.value_escaped;
+			has_name = true;
+		} else if (ob_json_member_named(&m, "type", 4) && m.value_is_string) {
+			*type = m;
+		} else if (ob_json_member_named(&m, "value", 5)) {
+			col->value = m.value;
+			col->value_len = m.value_len;
+			col->value_is_string = m.value_is_string;
+			col->value_escaped = m.value_escaped;
+			has_value = true;
+		}
 	}
-	while ((r = ob_json_array_next(&it, &el)) == 1) {
-		ob_w2j_column *col = &rec->columns[rec->columns_len];
-		ob_json_member *type = &rec->types[rec->columns_len];
-		bool has_name = false, has_value = false;
+	if (r != 0 || !has_name)
+		return false;
+	if (!has_value) {
+		/* No value member: SQL NULL. */
+		col->value = "null";
+		col->value_len = 4;
+		col->value_is_string = false;
+		col->value_escaped = false;
+	}
+	rec->columns_len++;
+	return true;
+}
 
+/* Parse the "columns" array (objects of name, type and value) where the
+ * iterator stands, in the same pass; returns what the parent's iteration
+ * goes on with (1 or -1). */
+static int
+parse_columns(ob_w2j_record *rec, ob_json_iter *parent, char *err, size_t errlen)
+{
+	ob_json_iter arr, obj;
+	int r;
+
+	if (!ob_json_iter_enter(parent, &arr) || arr.close != ']') {
+		snprintf(err, errlen, "\"columns\" is not an array");
+		return -1;
+	}
+	while ((r = ob_json_array_more(&arr)) == 1) {
 		if (rec->columns_len == OB_W2J_MAX_COLUMNS) {
 			snprintf(err, errlen, "more than %d columns", OB_W2J_MAX_COLUMNS);
-			return false;
+			return -1;
 		}
-		if (!ob_json_iter_init(&cit, el.value, el.value_len)) {
-			snprintf(err, errlen, "a column is not an object");
-			return false;
+		if (!ob_json_iter_enter(&arr, &obj) || obj.close != '}' ||
+		    !parse_column(rec, &obj) || ob_json_iter_leave(&arr, &obj) != 1) {
+			snprintf(err, errlen, "malformed column in \"columns\"");
+			return -1;
 		}
-		memset(type, 0, sizeof(*type));
-		type->value = "";
-		while ((r = ob_json_iter_next(&cit, &m)) == 1) {
-			if (ob_json_member_named(&m, "name", 4) && m.value_is_string) {
-				col->name = m.value;
-				col->name_len = m.value_len;
-				col->name_escaped = m.value_escaped;
-				has_name = true;
-			} else if (ob_json_member_named(&m, "type", 4) && m.value_is_string) {
-				*type = m;
-			} else if (ob_json_member_named(&m, "value", 5)) {
-				col->value = m.value;
-				col->value_len = m.value_len;
-				col->value_is_string = m.value_is_string;
-				col->value_escaped = m.value_escaped;
-				has_value = true;
-			}
-		}
-		if (r != 0 || !has_name) {
-			snprintf(err, errlen, "a column has no \"name\"");
-			return false;
-		}
-		if (!has_value) {
-			/* No value member: SQL NULL. */
-			col->value = "null";
-			col->value_len = 4;
-			col->value_is_string = false;
-			col->value_escaped = false;
-		}
-		rec->columns_len++;
 	}
 	if (r != 0) {
 		snprintf(err, errlen, "malformed \"columns\" array");
-		return false;
+		return -1;
 	}
-	return true;
+	r = ob_json_iter_leave(parent, &arr);
+	if (r != 1)
+		snprintf(err, errlen, "invalid JSON after \"columns\"");
+	return r;
 }
 
 /* The members a record may have, found in one pass. A known member that
@@ -143,7 +155,8 @@ typedef struct members {
 } members;
 
 static bool
-collect_members(const char *data, size_t len, members *ms, char *err, size_t errlen)
+collect_members(const char *data, size_t len, ob_w2j_record *rec, members *ms, char *err,
+		size_t errlen)
 {
 	ob_json_iter it;
 	ob_json_member m;
@@ -155,7 +168,16 @@ collect_members(const char *data, size_t len, members *ms, char *err, size_t err
 		snprintf(err, errlen, "record is not a JSON object");
 		return false;
 	}
-	while ((r = ob_json_iter_next(&it, &m)) == 1) {
+	while ((r = ob_json_iter_key(&it, &m)) == 1) {
+		if (ob_json_member_named(&m, "columns", 7)) {
+			dup |= ms->has_columns;
+			ms->has_columns = true;
+			if ((r = parse_columns(rec, &it, err, errlen)) != 1)
+				return false;
+			continue;
+		}
+		if ((r = ob_json_iter_value(&it, &m)) != 1)
+			break;
 		/* Dispatch on the first letter, then the whole name. */
 		switch (m.name_len > 0 ? m.name[0] : '\0') {
 		case 'a':
@@ -166,11 +188,7 @@ collect_members(const char *data, size_t len, members *ms, char *err, size_t err
 			}
 			break;
 		case 'c':
-			if (ob_json_member_named(&m, "columns", 7)) {
-				dup |= ms->has_columns;
-				ms->columns = m;
-				ms->has_columns = true;
-			} else if (ob_json_member_named(&m, "content", 7)) {
+			if (ob_json_member_named(&m, "content", 7)) {
 				dup |= ms->has_content;
 				ms->content = m;
 				ms->has_content = true;
@@ -238,7 +256,7 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 	char ts[64];
 
 	ob_w2j_record_clear(rec);
-	if (!collect_members(data, len, &ms, err, errlen))
+	if (!collect_members(data, len, rec, &ms, err, errlen))
 		return false;
 	if (!ms.has_action || !ms.action.value_is_string) {
 		snprintf(err, errlen, "record has no \"action\"");
@@ -271,8 +289,6 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 			snprintf(err, errlen, "I record has no \"table\" or \"columns\"");
 			return false;
 		}
-		if (!parse_columns(rec, &ms.columns, err, errlen))
-			return false;
 		break;
 	case OB_W2J_MESSAGE:
 		if (!ms.has_prefix || !ms.prefix.value_is_string || !ms.has_content ||

@@ -33,6 +33,7 @@ typedef struct ob_json_iter {
 	size_t pos;
 	char close; /* the bracket that ends the container */
 	bool done;
+	bool nested; /* entered from a parent: no end-of-text check */
 } ob_json_iter;
 
 /* Start iterating the object in s[0..len); false if s does not start (after
@@ -46,6 +47,22 @@ int ob_json_iter_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
  * with '['. ob_json_array_next() fills only the value fields of *m. */
 bool ob_json_array_init(ob_json_iter *it, const char *s, size_t len) OB_MUST_CHECK;
 int ob_json_array_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
+
+/*
+ * Walking nested containers in the same pass, without scanning them twice:
+ * ob_json_iter_key() reads the next member's name and leaves the iterator
+ * at its value; then either ob_json_iter_value() takes the value as raw
+ * text, or ob_json_iter_enter() starts a child iterator on it (an object or
+ * array), which is walked to its end (0) and handed back with
+ * ob_json_iter_leave(). In arrays, ob_json_array_more() says whether an
+ * element follows (1), the array ended (0) or the text is malformed (-1).
+ * All return 1/0/-1 like ob_json_iter_next().
+ */
+int ob_json_iter_key(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
+int ob_json_iter_value(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
+int ob_json_array_more(ob_json_iter *it) OB_MUST_CHECK;
+bool ob_json_iter_enter(const ob_json_iter *parent, ob_json_iter *child) OB_MUST_CHECK;
+int ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child) OB_MUST_CHECK;
 
 /* True if the member's name, escapes decoded, is name. */
 bool ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len);

@@ -445,7 +445,9 @@ class Rig:
             "postgres": {"conninfo": self.pg.conninfo(), "slot": slot,
                          "create_slot": False},
             "outbox": outbox,
-            "kafka": {"bootstrap.servers": self.broker.bootstraps},
+            "kafka": dict([("bootstrap.servers", self.broker.bootstraps)] + [
+                kv.split("=", 1) for kv in
+                os.environ.get("OUTBOXD_BENCH_KAFKA", "").split(",") if kv]),
             "http": {"listen": "127.0.0.1:%d" % http_port},
             "log": {"level": "info"},
         }

@@ -31,6 +31,7 @@
 #   --keep                keep the temporary Postgres cluster and logs
 #
 # Environment: OUTBOXD_SKIP_BUILD=1 uses build-release/ as it is;
+# OUTBOXD_BENCH_KAFKA="key=value,..." adds librdkafka settings (tuning);
 # OUTBOXD_PG_BIN overrides /usr/lib/postgresql/15/bin.
 #
 # Needs what tests/run.sh needs (deploy/deps.sh installs it); --profile also
