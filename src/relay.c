@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,28 @@ install_signals(void)
 	sigaction(SIGPIPE, &sa, NULL);
 }
 
+/* Log a line that carries the LSN (and the topic, when given) as fields,
+ * so JSON logs can be filtered on them. */
+static void OB_PRINTF(5, 6) log_at(ob_log_level level, ob_lsn lsn, const char *topic,
+				   size_t topic_len, const char *fmt, ...)
+{
+	char msg[1024], lsn_text[OB_LSN_BUFLEN], topic_text[256];
+	ob_log_field fields[3] = {
+	    {"lsn", ob_lsn_format(lsn, lsn_text)}, {NULL, NULL}, {NULL, NULL}};
+	va_list ap;
+
+	if (!ob_log_enabled(level))
+		return;
+	if (topic != NULL) {
+		snprintf(topic_text, sizeof(topic_text), "%.*s", (int)topic_len, topic);
+		fields[1] = (ob_log_field){"topic", topic_text};
+	}
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ob_log_kv(level, fields, "%s", msg);
+}
+
 /* Delivery report callback (runs inside ob_producer_poll). */
 static void
 on_delivery(void *ctx, const ob_delivery *d)
@@ -145,16 +168,18 @@ on_delivery(void *ctx, const ob_delivery *d)
 	if (ob_producer_failed(r->producer, &failed_why))
 		return; /* the producer's fault: re-read from the slot */
 	if (is_dlq) {
-		ob_error("could not publish dead-letter record to %.*s: %s; stopping without "
-			 "confirming " OB_LSN_FMT,
-			 (int)d->record.topic_len, d->record.topic, d->error, OB_LSN_ARGS(end_lsn));
+		log_at(OB_LOG_ERROR, end_lsn, d->record.topic, d->record.topic_len,
+		       "could not publish dead-letter record to %.*s: %s; stopping without "
+		       "confirming " OB_LSN_FMT,
+		       (int)d->record.topic_len, d->record.topic, d->error, OB_LSN_ARGS(end_lsn));
 		r->halt = true;
 		return;
 	}
 	if (r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
-		ob_error("broker refused a record for %.*s: %s; on_bad_event = halt: stopping "
-			 "without confirming " OB_LSN_FMT,
-			 (int)d->record.topic_len, d->record.topic, d->error, OB_LSN_ARGS(end_lsn));
+		log_at(OB_LOG_ERROR, end_lsn, d->record.topic, d->record.topic_len,
+		       "broker refused a record for %.*s: %s; on_bad_event = halt: stopping "
+		       "without confirming " OB_LSN_FMT,
+		       (int)d->record.topic_len, d->record.topic, d->error, OB_LSN_ARGS(end_lsn));
 		r->halt = true;
 		return;
 	}
@@ -236,7 +261,7 @@ send_status(relay *r, bool force)
 	if (!ob_pgrepl_send_status(r->pg, r->received > flush ? r->received : flush, flush, false))
 		return false;
 	if (flush != r->sent_flush)
-		ob_debug("confirmed " OB_LSN_FMT, OB_LSN_ARGS(flush));
+		log_at(OB_LOG_DEBUG, flush, NULL, 0, "confirmed " OB_LSN_FMT, OB_LSN_ARGS(flush));
 	r->sent_flush = flush;
 	r->last_status_ms = now;
 	r->reply_due = false;
@@ -332,8 +357,9 @@ begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
 	r->txn_skip = end_lsn <= r->handed_lsn;
 	r->replay_skip = 0;
 	if (r->txn_skip) {
-		ob_debug("skipping transaction " OB_LSN_FMT ": already handed to the producer",
-			 OB_LSN_ARGS(end_lsn));
+		log_at(OB_LOG_DEBUG, end_lsn, NULL, 0,
+		       "skipping transaction " OB_LSN_FMT ": already handed to the producer",
+		       OB_LSN_ARGS(end_lsn));
 		return;
 	}
 	if (end_lsn == r->partial_lsn)
@@ -364,12 +390,14 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 		return true;
 	}
 	if (mr == OB_MAP_DLQ) {
-		ob_warn("bad event at " OB_LSN_FMT ": %.*s (reason %s)", OB_LSN_ARGS(lsn),
-			(int)r->ev.headers[0].value.len,
-			ob_event_ptr(&r->ev, r->ev.headers[0].value), r->ev.dlq_reason);
+		log_at(OB_LOG_WARNING, lsn, NULL, 0,
+		       "bad event at " OB_LSN_FMT ": %.*s (reason %s)", OB_LSN_ARGS(lsn),
+		       (int)r->ev.headers[0].value.len,
+		       ob_event_ptr(&r->ev, r->ev.headers[0].value), r->ev.dlq_reason);
 		if (r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
-			ob_error("on_bad_event = halt: stopping without confirming " OB_LSN_FMT,
-				 OB_LSN_ARGS(lsn));
+			log_at(OB_LOG_ERROR, lsn, NULL, 0,
+			       "on_bad_event = halt: stopping without confirming " OB_LSN_FMT,
+			       OB_LSN_ARGS(lsn));
 			*out = OUTCOME_HALT;
 			return false;
 		}
@@ -634,7 +662,8 @@ shut_down(relay *r)
 		if (!send_status(r, true))
 			ob_warn("could not confirm the final position");
 		else
-			ob_info("confirmed " OB_LSN_FMT, OB_LSN_ARGS(r->sent_flush));
+			log_at(OB_LOG_INFO, r->sent_flush, NULL, 0, "confirmed " OB_LSN_FMT,
+			       OB_LSN_ARGS(r->sent_flush));
 		disconnect(r, true);
 	}
 }
