@@ -452,6 +452,13 @@ def test_json_logs_carry_slot_and_no_secrets(pg, broker, consumer,
         assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", rec["ts"]), rec
         assert rec.get("slot") == slot_name, rec
     assert any(r["level"] == "debug" for r in records), text
+    # Lines about one WAL position carry it as a field (here the
+    # confirmations and the final one at shutdown).
+    confirms = [r for r in records if r["msg"].startswith("confirmed ")]
+    assert confirms, text
+    for rec in confirms:
+        assert re.match(r"^[0-9A-F]+/[0-9A-F]+$", rec.get("lsn", "")), rec
+        assert rec["msg"] == "confirmed " + rec["lsn"], rec
 
 
 # ---------------------------------------------------------------------------
