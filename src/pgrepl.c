@@ -41,8 +41,16 @@ clean_error(const char *msg)
 ob_pg_status
 ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 {
-	const char *keys[] = {"dbname", "replication", "fallback_application_name", NULL};
-	const char *values[] = {cfg->pg.conninfo, "database", "outboxd", NULL};
+	/* Defaults first: the settings in conninfo (expanded from "dbname")
+	 * come later and win. A connection attempt gives up after 10 s, and
+	 * TCP keepalives notice a server that vanished without closing the
+	 * connection within about a minute; silence on the stream itself is
+	 * never taken for death (a large filtered transaction is silent). */
+	const char *keys[] = {
+	    "connect_timeout", "keepalives_idle", "keepalives_interval",       "keepalives_count",
+	    "dbname",          "replication",     "fallback_application_name", NULL};
+	const char *values[] = {"10",       "30",      "10", "3", cfg->pg.conninfo,
+				"database", "outboxd", NULL};
 	ob_pgrepl *p;
 
 	*out = NULL;
