@@ -89,6 +89,27 @@ ob_acktrack_commit(ob_acktrack *t, uint64_t seq)
 }
 
 void
+ob_acktrack_empty(ob_acktrack *t, ob_lsn end_lsn)
+{
+	ob_acktrack_txn *tail;
+
+	assert(!t->open);
+	if (t->head_seq == t->tail_seq) {
+		if (end_lsn > t->confirmable)
+			t->confirmable = end_lsn;
+		return;
+	}
+	tail = entry(t, t->tail_seq - 1);
+	if (tail->end_lsn != 0) {
+		if (end_lsn > tail->end_lsn)
+			tail->end_lsn = end_lsn;
+		return;
+	}
+	(void)ob_acktrack_begin(t, end_lsn, 0);
+	ob_acktrack_commit(t, t->tail_seq - 1);
+}
+
+void
 ob_acktrack_abort(ob_acktrack *t, uint64_t seq)
 {
 	ob_acktrack_txn *e = entry(t, seq);

@@ -22,7 +22,8 @@ typedef struct checker {
 	const ob_config *cfg;
 	FILE *out; /* print every result here, or log failures when NULL */
 	bool all_ok;
-	char *table_oid; /* set by check_table when the table exists */
+	bool query_failed; /* a query failed: the answer is unknown, not no */
+	char *table_oid;   /* set by check_table when the table exists */
 } checker;
 
 static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
@@ -47,6 +48,9 @@ query(checker *c, const char *name, const char *sql, char **value)
 {
 	if (ob_pgrepl_query_value(c->pg, sql, value))
 		return true;
+	/* A broken connection says nothing about the database: retry. */
+	if (!ob_pgrepl_connected(c->pg))
+		c->query_failed = true;
 	report(c, name, false, "query failed (see the log)");
 	return false;
 }
@@ -74,21 +78,36 @@ check_table(checker *c)
 	const ob_config *cfg = c->cfg;
 	char *schema = ob_pgrepl_quote_literal(c->pg, cfg->outbox.schema);
 	char *table = ob_pgrepl_quote_literal(c->pg, cfg->outbox.table_name);
-	char *sql = ob_xasprintf("SELECT c.oid FROM pg_class c JOIN pg_namespace n "
-				 "ON n.oid = c.relnamespace WHERE n.nspname = %s "
-				 "AND c.relname = %s AND c.relkind IN ('r', 'p')",
-				 schema, table);
+	char *sql =
+	    ob_xasprintf("SELECT c.oid::text || ',' || c.relkind::text FROM pg_class c JOIN "
+			 "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+			 "AND c.relname = %s AND c.relkind IN ('r', 'p')",
+			 schema, table);
+	char *row = NULL;
 
-	if (query(c, "outbox table", sql, &c->table_oid)) {
-		if (c->table_oid != NULL)
-			report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
-			       cfg->outbox.table_name);
-		else
+	if (query(c, "outbox table", sql, &row)) {
+		char *comma = row ? strchr(row, ',') : NULL;
+
+		if (comma == NULL) {
 			report(c, "outbox table", false,
 			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
 			       "outbox.table",
 			       cfg->outbox.schema, cfg->outbox.table_name);
+		} else if (comma[1] == 'p') {
+			/* wal2json names the partition a row went to, so a filter
+			 * on the parent would see nothing. */
+			report(c, "outbox table", false,
+			       "table %s.%s is partitioned; wal2json reports rows under their "
+			       "partition's name: use a plain table for the outbox",
+			       cfg->outbox.schema, cfg->outbox.table_name);
+		} else {
+			*comma = '\0';
+			c->table_oid = ob_xstrdup(row);
+			report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
+			       cfg->outbox.table_name);
+		}
 	}
+	free(row);
 	free(sql);
 	free(schema);
 	free(table);
@@ -158,16 +177,18 @@ check_columns(checker *c)
 	free(sql);
 }
 
-bool
+ob_pg_status
 ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
 {
-	checker c = {pg, cfg, out, true, NULL};
+	checker c = {pg, cfg, out, true, false, NULL};
 
 	check_wal_level(&c);
 	check_table(&c);
 	check_columns(&c);
 	free(c.table_oid);
-	return c.all_ok;
+	if (c.query_failed)
+		return OB_PG_RETRY;
+	return c.all_ok ? OB_PG_OK : OB_PG_FATAL;
 }
 
 static void
@@ -274,7 +295,7 @@ check_broker(checker *c)
 int
 ob_check_run(const ob_config *cfg, FILE *out)
 {
-	checker c = {NULL, cfg, out, true, NULL};
+	checker c = {NULL, cfg, out, true, false, NULL};
 	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
 
 	if (!ob_producer_check_config(cfg))
@@ -285,7 +306,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 	} else {
 		report(&c, "postgres", true, "connected with \"%s\"", masked);
 		check_server(&c);
-		if (!ob_check_database(c.pg, cfg, out))
+		if (ob_check_database(c.pg, cfg, out) != OB_PG_OK)
 			c.all_ok = false;
 		check_privileges(&c);
 		check_slot(&c);

@@ -103,6 +103,14 @@ parse_listen(const char *listen, struct sockaddr_storage *addr)
 }
 
 bool
+ob_http_listen_valid(const char *listen)
+{
+	struct sockaddr_storage addr;
+
+	return listen[0] == '\0' || parse_listen(listen, &addr);
+}
+
+bool
 ob_http_start(const char *listen, ob_http **out)
 {
 	struct sockaddr_storage addr;

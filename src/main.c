@@ -134,10 +134,15 @@ run(const ob_config *cfg)
 	ob_http *http = NULL;
 	int rc;
 
+	if (!ob_http_listen_valid(cfg->http.listen)) {
+		ob_error("invalid value \"%s\" for http.listen: expected host:port",
+			 cfg->http.listen);
+		return EXIT_USAGE;
+	}
 	log_startup(cfg);
 	ob_metrics_init();
 	if (!ob_http_start(cfg->http.listen, &http))
-		return EXIT_USAGE;
+		return EXIT_OPERATOR; /* the address is taken or not ours */
 	rc = ob_relay_run(cfg);
 	ob_http_stop(http);
 	return rc;

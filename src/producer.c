@@ -75,6 +75,39 @@ conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
 	return true;
 }
 
+static long long
+conf_get_number(rd_kafka_conf_t *conf, const char *key)
+{
+	char buf[64];
+	size_t size = sizeof(buf);
+
+	if (rd_kafka_conf_get(conf, key, buf, &size) != RD_KAFKA_CONF_OK)
+		return 0;
+	return atoll(buf);
+}
+
+/* The producer queue must hold the largest record the client accepts,
+ * else such a record waits for room forever. Raise outboxd's default to
+ * two such records; a user's explicit smaller value is an error. */
+static bool
+fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
+{
+	long long max_bytes = conf_get_number(conf, "message.max.bytes");
+	long long need_kb = (2 * max_bytes + 1023) / 1024;
+	char value[32];
+
+	if (conf_get_number(conf, "queue.buffering.max.kbytes") >= need_kb)
+		return true;
+	if (ob_config_kafka_get(cfg, "queue.buffering.max.kbytes") != NULL) {
+		ob_error("invalid kafka.queue.buffering.max.kbytes: must be at least %lld to "
+			 "hold two records of kafka.message.max.bytes (%lld)",
+			 need_kb, max_bytes);
+		return false;
+	}
+	snprintf(value, sizeof(value), "%lld", need_kb);
+	return conf_set(conf, "queue.buffering.max.kbytes", value);
+}
+
 /* Build the full librdkafka configuration; NULL (logged) on a bad key. */
 static rd_kafka_conf_t *
 build_conf(const ob_config *cfg)
@@ -88,6 +121,7 @@ build_conf(const ob_config *cfg)
 		ok = conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
 	for (size_t i = 0; i < OB_ARRAY_LEN(pinned_props); i++)
 		ok = conf_set(conf, pinned_props[i].key, pinned_props[i].value) && ok;
+	ok = ok && fit_queue_to_records(cfg, conf);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
@@ -163,6 +197,30 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	return 0; /* librdkafka frees json */
 }
 
+/* Delivery errors that no retry can fix: the record is dead-lettered.
+ * Anything else that reaches a delivery report (a timeout, when the user
+ * set message.timeout.ms) is the producer's trouble, not the record's. */
+static bool
+is_permanent(rd_kafka_resp_err_t err)
+{
+	switch (err) {
+	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+	case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+	case RD_KAFKA_RESP_ERR_INVALID_MSG:
+	case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+	case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+	case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+	case RD_KAFKA_RESP_ERR__INVALID_ARG:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static bool
 is_too_large(rd_kafka_resp_err_t err)
 {
@@ -178,6 +236,9 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	rd_kafka_headers_t *hdrs = NULL;
 	rd_kafka_timestamp_type_t tstype;
 
+	/* Records purged when the producer is dropped: nobody waits for them. */
+	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+		return;
 	memset(&d, 0, sizeof(d));
 	d.tag = (uint64_t)(uintptr_t)m->_private;
 	d.ok = m->err == RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -204,10 +265,17 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 				r->headers_len = i + 1;
 		}
 	}
-	/* A failure that comes with a fatal producer error is the producer's
-	 * fault, not the record's: report it as such. */
-	if (!d.ok && rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	/* A failure that comes with a fatal producer error, or that a retry
+	 * could fix, is the producer's fault, not the record's: the relay
+	 * then recreates the producer and reads the slot again. */
+	if (!d.ok && !p->failed &&
+	    (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+	     !is_permanent(m->err))) {
 		p->failed = true;
+		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "delivery failed: %s",
+			 rd_kafka_err2str(m->err));
+		ob_error("kafka producer failed: %s", p->fatal_reason);
+	}
 	p->on_delivery(p->ctx, &d);
 }
 
@@ -346,7 +414,12 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	rd_kafka_headers_destroy(hdrs);
 	switch (err) {
 	case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-		return OB_SEND_QUEUE_FULL;
+		if (rd_kafka_outq_len(p->rk) > 0)
+			return OB_SEND_QUEUE_FULL;
+		/* The queue is empty and still has no room: it never will. */
+		*too_large = true;
+		*why = "record larger than the producer queue (queue.buffering.max.kbytes)";
+		return OB_SEND_REFUSED;
 	case RD_KAFKA_RESP_ERR__FATAL:
 	case RD_KAFKA_RESP_ERR__STATE:
 		p->failed = true;

@@ -81,6 +81,7 @@ typedef struct relay {
 	uint64_t txn_seq;
 	ob_lsn txn_end;
 	int64_t txn_commit_us;
+	bool txn_tracked;     /* it has an entry in the ack tracker (txn_seq) */
 	uint64_t txn_events;  /* events of it handed over (or skipped as such) */
 	uint64_t replay_skip; /* events still to skip of a replayed cut-off txn */
 
@@ -220,8 +221,15 @@ drain_refused(relay *r, outcome *out)
 			r->refused_tail = &r->refused_head;
 		ob_warn("dead-lettering record: reason=%s", rf->dlq.dlq_reason);
 		ok = publish(r, &rf->dlq, rf->seq, out);
-		if (ok)
-			ob_acktrack_ack(&r->ack, rf->seq); /* the refused original */
+		if (!ok) {
+			/* Keep it for the next try (after a reconnect). */
+			rf->next = r->refused_head;
+			r->refused_head = rf;
+			if (rf->next == NULL)
+				r->refused_tail = &rf->next;
+			break;
+		}
+		ob_acktrack_ack(&r->ack, rf->seq); /* the refused original */
 		ob_event_free(&rf->dlq);
 		free(rf);
 	}
@@ -266,6 +274,20 @@ send_status(relay *r, bool force)
 	r->last_status_ms = now;
 	r->reply_due = false;
 	return true;
+}
+
+/* Tell /healthz, /readyz, the gauges and systemd's watchdog that the loop
+ * is alive; streaming says whether the replication stream is up. */
+static void
+report_alive(relay *r, bool streaming)
+{
+	bool kafka = r->producer != NULL && ob_producer_connected(r->producer);
+
+	ob_metrics_heartbeat();
+	ob_notify_watchdog();
+	if (streaming)
+		ob_metrics_set_ready(kafka ? OB_READY_STREAMING : OB_READY_KAFKA_DOWN);
+	ob_metrics_set_connected(streaming, kafka);
 }
 
 /* Serve delivery reports and refused records; false with *out set when
@@ -315,7 +337,7 @@ publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out)
 				*out = OUTCOME_PG_LOST;
 				return false;
 			}
-			ob_metrics_heartbeat();
+			report_alive(r, r->pg != NULL);
 			break;
 		case OB_SEND_REFUSED:
 			if (is_dlq || r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
@@ -345,8 +367,11 @@ publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out)
 	}
 }
 
-/* Open a transaction in the ack tracker, or mark it skipped when it was
- * handed over before a reconnect. */
+/* Start reading a transaction, or mark it skipped when it was handed over
+ * before a reconnect. It gets an ack tracker entry with its first event
+ * only: the many transactions wal2json sends as bare B/C pairs (their
+ * changes were all filtered out) cost no memory while events are in
+ * flight. */
 static void
 begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
 {
@@ -354,6 +379,7 @@ begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
 	r->txn_end = end_lsn;
 	r->txn_commit_us = commit_us;
 	r->txn_events = 0;
+	r->txn_tracked = false;
 	r->txn_skip = end_lsn <= r->handed_lsn;
 	r->replay_skip = 0;
 	if (r->txn_skip) {
@@ -364,7 +390,17 @@ begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
 	}
 	if (end_lsn == r->partial_lsn)
 		r->replay_skip = r->partial_events;
-	r->txn_seq = ob_acktrack_begin(&r->ack, end_lsn, commit_us);
+}
+
+/* The open transaction's ack tracker entry, opened on first use. */
+static uint64_t
+txn_seq(relay *r)
+{
+	if (!r->txn_tracked) {
+		r->txn_seq = ob_acktrack_begin(&r->ack, r->txn_end, r->txn_commit_us);
+		r->txn_tracked = true;
+	}
+	return r->txn_seq;
 }
 
 static void
@@ -373,7 +409,10 @@ commit_txn(relay *r)
 	r->in_txn = false;
 	if (r->txn_skip)
 		return;
-	ob_acktrack_commit(&r->ack, r->txn_seq);
+	if (r->txn_tracked)
+		ob_acktrack_commit(&r->ack, r->txn_seq);
+	else
+		ob_acktrack_empty(&r->ack, r->txn_end);
 	r->handed_lsn = r->txn_end;
 	ob_metrics_transaction();
 }
@@ -384,9 +423,9 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 {
 	if (mr == OB_MAP_SKIP || r->txn_skip)
 		return true;
-	r->txn_events++;
 	if (r->replay_skip > 0) {
 		r->replay_skip--; /* produced before the stream broke */
+		r->txn_events++;
 		return true;
 	}
 	if (mr == OB_MAP_DLQ) {
@@ -402,7 +441,12 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 			return false;
 		}
 	}
-	return publish(r, &r->ev, r->txn_seq, out);
+	/* Counted only once handed over: a publish cut short (queue full,
+	 * then the stream broke) must be read again, not skipped. */
+	if (!publish(r, &r->ev, txn_seq(r), out))
+		return false;
+	r->txn_events++;
+	return true;
 }
 
 /* A record wal2json sent that did not parse (malformed, or an outbox row
@@ -416,8 +460,12 @@ handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *
 
 	snprintf(error, sizeof(error), "could not parse wal2json record: %s", err);
 	if (!r->in_txn) {
-		ob_error("%s; ignoring it", error);
-		return true;
+		/* A B or C record we cannot read: going on could skip a whole
+		 * transaction, so stop before confirming anything past it. */
+		log_at(OB_LOG_ERROR, msg->data_start, NULL, 0,
+		       "%s; stopping: outboxd cannot tell which transaction it belongs to", error);
+		*out = OUTCOME_HALT;
+		return false;
 	}
 	memset(&view, 0, sizeof(view));
 	view.value = msg->data;
@@ -498,11 +546,7 @@ stream(relay *r)
 		struct pollfd fds[2];
 		int64_t wait_ms;
 
-		ob_metrics_heartbeat();
-		ob_notify_watchdog();
-		ob_metrics_set_ready(ob_producer_connected(r->producer) ? OB_READY_STREAMING
-									: OB_READY_KAFKA_DOWN);
-		ob_metrics_set_connected(true, ob_producer_connected(r->producer));
+		report_alive(r, true);
 		if (stop_requested)
 			return OUTCOME_STOP;
 		if (!serve_producer(r, 0, &out))
@@ -561,8 +605,7 @@ idle(relay *r, int64_t ms, outcome *out)
 	while (!stop_requested) {
 		int64_t left = deadline - ob_mono_ms();
 
-		ob_metrics_heartbeat();
-		ob_notify_watchdog();
+		report_alive(r, false);
 		if (left <= 0)
 			return true;
 		if (!serve_producer(r, left < 100 ? (int)left : 100, out))
@@ -579,8 +622,10 @@ disconnect(relay *r, bool graceful)
 {
 	if (r->in_txn && !r->txn_skip) {
 		r->partial_lsn = r->txn_end;
-		r->partial_events = r->txn_events;
-		ob_acktrack_abort(&r->ack, r->txn_seq);
+		/* What was handed now, plus what a replay had still to skip. */
+		r->partial_events = r->txn_events + r->replay_skip;
+		if (r->txn_tracked)
+			ob_acktrack_abort(&r->ack, r->txn_seq);
 	}
 	r->in_txn = false;
 	ob_pgrepl_close(r->pg, graceful);
@@ -598,8 +643,7 @@ connect_stream(relay *r)
 
 	if (st != OB_PG_OK)
 		return st;
-	if (!ob_check_database(r->pg, r->cfg, NULL))
-		st = OB_PG_FATAL;
+	st = ob_check_database(r->pg, r->cfg, NULL);
 	if (st == OB_PG_OK)
 		st = ob_pgrepl_prepare_slot(r->pg, r->cfg);
 	start = ob_acktrack_confirmable(&r->ack);
@@ -649,6 +693,7 @@ shut_down(relay *r)
 		(unsigned long long)ob_acktrack_inflight(&r->ack));
 	while (r->producer != NULL && ob_acktrack_inflight(&r->ack) > 0 &&
 	       ob_mono_ms() < deadline) {
+		report_alive(r, r->pg != NULL);
 		if (!serve_producer(r, 100, &out))
 			break;
 		if (r->pg != NULL && !send_status(r, false))
@@ -748,7 +793,7 @@ ob_relay_run(const ob_config *cfg)
 		case OUTCOME_PRODUCER_FAILED:
 			disconnect(&r, false);
 			if (!restart_producer(&r)) {
-				exit_code = 2;
+				exit_code = 1; /* the same settings worked at start */
 				running = false;
 			}
 			break;

@@ -52,6 +52,12 @@ uint64_t ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_us);
 void ob_acktrack_add(ob_acktrack *t, uint64_t seq);
 /* Close transaction seq: all its events were handed over. */
 void ob_acktrack_commit(ob_acktrack *t, uint64_t seq);
+/* A transaction ending at end_lsn committed without events (wal2json
+ * filtered all its changes out). It takes no entry: with nothing in flight
+ * it is confirmable at once; otherwise the newest committed entry's end
+ * moves up to it, since confirming that entry confirms this one too. Only
+ * after an abandoned entry (which confirms nothing) does it need its own. */
+void ob_acktrack_empty(ob_acktrack *t, ob_lsn end_lsn);
 /* Abandon the open transaction seq; its events stay counted, so nothing
  * after it is confirmed until they are acknowledged. Used when the stream
  * breaks mid-transaction. */

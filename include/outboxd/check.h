@@ -14,10 +14,12 @@
 #include "outboxd/config.h"
 #include "outboxd/pgrepl.h"
 
-/* Check wal_level, the outbox table and its mapped columns on an open
- * connection. Without out, failures are logged as errors; with out, every
- * result is printed as a line. True when all passed. */
-bool ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out) OB_MUST_CHECK;
+/* Check wal_level, the outbox table (which must not be partitioned) and
+ * its mapped columns on an open connection. Without out, failures are
+ * logged as errors; with out, every result is printed as a line. Returns
+ * OB_PG_OK when all passed, OB_PG_FATAL when a check said no, and
+ * OB_PG_RETRY when a query failed (the connection broke: try again). */
+ob_pg_status ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out) OB_MUST_CHECK;
 
 /* The `check` command: every check, printed to out. Returns the exit code:
  * 0 when all passed, 2 otherwise (SPEC §1). */

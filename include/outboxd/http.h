@@ -12,6 +12,10 @@
 
 typedef struct ob_http ob_http;
 
+/* True if listen is empty or a valid "host:port", "[v6]:port" or ":port"
+ * (a configuration check; nothing is bound). */
+bool ob_http_listen_valid(const char *listen);
+
 /* Start serving on listen ("host:port", "[v6]:port" or ":port"). An empty
  * listen disables the server: *out is NULL and the result true. False
  * (logged) if the address is invalid or cannot be bound. */

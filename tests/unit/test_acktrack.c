@@ -545,6 +545,43 @@ test_growth_reverse_acks(void **state)
 	free(seqs);
 }
 
+/* Transactions without events take no entry (ob_acktrack_empty): they
+ * are confirmable at once when nothing is in flight, move the newest
+ * committed entry's end otherwise, and need an entry of their own only
+ * after an abandoned one. Thousands of them while an event waits leave the
+ * ring at its initial size. */
+static void
+test_empty_transactions_take_no_entry(void **state)
+{
+	ob_acktrack t;
+	uint64_t a, b;
+
+	(void)state;
+	ob_acktrack_init(&t, 0x10);
+	ob_acktrack_empty(&t, 0x20);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x20);
+
+	a = ob_acktrack_begin(&t, 0x30, 0);
+	ob_acktrack_add(&t, a);
+	ob_acktrack_commit(&t, a);
+	for (ob_lsn l = 0x40; l < 0x40 + 10000; l++)
+		ob_acktrack_empty(&t, l);
+	assert_int_equal(t.cap, 64);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x20);
+	ob_acktrack_ack(&t, a);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x40 + 10000 - 1);
+
+	/* After an abandoned entry an empty transaction keeps its own end. */
+	b = ob_acktrack_begin(&t, 0x9000, 0);
+	ob_acktrack_add(&t, b);
+	ob_acktrack_abort(&t, b);
+	ob_acktrack_empty(&t, 0x9100);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x40 + 10000 - 1);
+	ob_acktrack_ack(&t, b);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x9100);
+	ob_acktrack_free(&t);
+}
+
 int
 main(void)
 {
@@ -553,6 +590,7 @@ main(void)
 	    cmocka_unit_test(test_txn_info),
 	    cmocka_unit_test(test_random_against_model),
 	    cmocka_unit_test(test_growth_reverse_acks),
+	    cmocka_unit_test(test_empty_transactions_take_no_entry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
