@@ -4,6 +4,7 @@
  */
 #include "outboxd/pgrepl.h"
 
+#include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
 #include <stdio.h>
@@ -17,8 +18,13 @@
 /* How long a graceful close waits for the server to end the stream. */
 #define CLOSE_WAIT_MS      5000
 
+/* How long a query may run before outboxd says it is still waiting. */
+#define SLOW_QUERY_MS 5000
+
 struct ob_pgrepl {
 	PGconn *conn;
+	ob_pgrepl_tick_fn tick; /* called about every second while waiting */
+	void *tick_ctx;
 	char *copybuf;  /* the last message from PQgetCopyData, owned */
 	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
 };
@@ -110,10 +116,74 @@ ob_pgrepl_close(ob_pgrepl *p, bool graceful)
 	free(p);
 }
 
+void
+ob_pgrepl_set_tick(ob_pgrepl *p, ob_pgrepl_tick_fn tick, void *ctx)
+{
+	p->tick = tick;
+	p->tick_ctx = ctx;
+}
+
+/* Ask the server to cancel the running query. */
+static void
+cancel_query(ob_pgrepl *p)
+{
+	PGcancel *cancel = PQgetCancel(p->conn);
+	char err[256];
+
+	if (cancel != NULL && !PQcancel(cancel, err, sizeof(err)))
+		ob_warn("could not cancel query: %s", err);
+	PQfreeCancel(cancel);
+}
+
+/*
+ * PQexec that keeps the caller's loop alive: the query is sent, and while
+ * the server works (CREATE_REPLICATION_SLOT waits for every running
+ * transaction to end) the tick runs about every second; when it returns
+ * false the query is cancelled. Returns the last result (the COPY result
+ * for START_REPLICATION), which the caller clears.
+ */
+static PGresult *
+exec_query(ob_pgrepl *p, const char *sql)
+{
+	int64_t started = ob_mono_ms();
+	bool said_slow = false, cancelled = false;
+	PGresult *res, *last = NULL;
+
+	if (!PQsendQuery(p->conn, sql))
+		return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
+	while (PQisBusy(p->conn)) {
+		struct pollfd pfd = {PQsocket(p->conn), POLLIN, 0};
+
+		if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+			break;
+		if (!PQconsumeInput(p->conn))
+			break;
+		if (!said_slow && ob_mono_ms() - started >= SLOW_QUERY_MS) {
+			ob_info("still waiting for the server to answer \"%.60s\"%s", sql,
+				strncmp(sql, "CREATE_REPLICATION_SLOT", 23) == 0
+				    ? " (creating a slot waits for running transactions to end)"
+				    : "");
+			said_slow = true;
+		}
+		if (!cancelled && p->tick != NULL && !p->tick(p->tick_ctx)) {
+			cancel_query(p);
+			cancelled = true;
+		}
+	}
+	while ((res = PQgetResult(p->conn)) != NULL) {
+		PQclear(last);
+		last = res;
+		/* In COPY mode PQgetResult would return the COPY result forever. */
+		if (PQresultStatus(res) == PGRES_COPY_BOTH || PQresultStatus(res) == PGRES_COPY_OUT)
+			break;
+	}
+	return last != NULL ? last : PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
+}
+
 bool
 ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
 {
-	PGresult *res = PQexec(p->conn, sql);
+	PGresult *res = exec_query(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 
 	*out = NULL;
@@ -170,7 +240,7 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 			 "coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint "
 			 "FROM pg_replication_slots WHERE slot_name = %s",
 			 lit);
-	PGresult *res = PQexec(p->conn, sql);
+	PGresult *res = exec_query(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 
 	memset(info, 0, sizeof(*info));
@@ -204,7 +274,7 @@ ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
 	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json "
 				 "(SNAPSHOT 'nothing')",
 				 slot);
-	PGresult *res = PQexec(p->conn, sql);
+	PGresult *res = exec_query(p, sql);
 	ob_pg_status st = OB_PG_OK;
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -242,7 +312,7 @@ bool
 ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot)
 {
 	char *sql = ob_xasprintf("DROP_REPLICATION_SLOT \"%s\"", slot);
-	PGresult *res = PQexec(p->conn, sql);
+	PGresult *res = exec_query(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
 
 	if (!ok)
@@ -339,7 +409,7 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
 			   "\"include-transaction\" '1', \"add-tables\" '%s', "
 			   "\"actions\" 'insert'%s)",
 			   cfg->pg.slot, OB_LSN_ARGS(start), tables, prefix_opt);
-	res = PQexec(p->conn, sql);
+	res = exec_query(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
 		const char *msg = clean_error(PQresultErrorMessage(res));
 		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);

@@ -634,6 +634,19 @@ disconnect(relay *r, bool graceful)
 	ob_metrics_set_connected(false, ob_producer_connected(r->producer));
 }
 
+/* While a query waits for the server: stay alive, keep serving delivery
+ * reports, and give up when asked to stop. */
+static bool
+on_query_tick(void *ctx)
+{
+	relay *r = ctx;
+
+	report_alive(r, false);
+	if (r->producer != NULL)
+		ob_producer_poll(r->producer, 0);
+	return !stop_requested;
+}
+
 /* Connect, check, take the slot and start streaming. */
 static ob_pg_status
 connect_stream(relay *r)
@@ -643,6 +656,7 @@ connect_stream(relay *r)
 
 	if (st != OB_PG_OK)
 		return st;
+	ob_pgrepl_set_tick(r->pg, on_query_tick, r);
 	st = ob_check_database(r->pg, r->cfg, NULL);
 	if (st == OB_PG_OK)
 		st = ob_pgrepl_prepare_slot(r->pg, r->cfg);

@@ -52,8 +52,14 @@ typedef enum ob_read_result {
 	OB_READ_ERROR,
 } ob_read_result;
 
+/* Called about every second while a query runs; returning false cancels
+ * the query (it then fails). */
+typedef bool (*ob_pgrepl_tick_fn)(void *ctx);
+
 /* Connect with replication=database. OB_PG_RETRY (logged) on failure. */
 ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out);
+/* Keep tick running while queries wait for the server (NULL: none). */
+void ob_pgrepl_set_tick(ob_pgrepl *p, ob_pgrepl_tick_fn tick, void *ctx);
 /* Close the connection. With graceful, end the stream first (CopyDone) and
  * wait briefly for the server, so the last status update is processed. */
 void ob_pgrepl_close(ob_pgrepl *p, bool graceful);

@@ -189,3 +189,27 @@ def test_watchdog_pinged_while_waiting_for_queue_room(
     finally:
         broker.cmd("up all")
         sock.close()
+
+
+def test_sigterm_while_slot_creation_waits_for_a_transaction(
+        pg, outboxd_factory, slot_name, test_id):
+    """Creating a slot waits for every running transaction to end. Meanwhile
+    outboxd says what it waits for, stays alive, and SIGTERM stops it at
+    once (the creation is cancelled) with exit 0."""
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS held_%s (i int)" % test_id)
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO held_%s VALUES (1)" % test_id)  # holds an xid
+    try:
+        d = outboxd_factory()
+        d.wait_log(r"still waiting for the server.*running transactions", timeout=20)
+        assert d.running(), d.log_tail()
+        t0 = time.monotonic()
+        d.terminate()
+        assert d.wait(10) == 0, d.log_tail()
+        assert time.monotonic() - t0 < 5, d.log_tail()
+    finally:
+        conn.rollback()
+        conn.close()
