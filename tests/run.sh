@@ -67,7 +67,7 @@ fi
 # --- style: the C sources are formatted as .clang-format says --------------
 say "style"
 style_failed=0
-if ! clang-format --dry-run --Werror src/*.c include/outboxd/*.h tests/unit/*.c \
+if ! clang-format --dry-run --Werror src/*.c include/outboxd/*.h tests/unit/*.c tests/unit/*.h \
         tests/broker/*.c; then
     echo "clang-format: run clang-format -i on the files above" >&2
     style_failed=1
