@@ -68,6 +68,7 @@ ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_us)
 	e = entry(t, seq);
 	memset(e, 0, sizeof(*e));
 	e->end_lsn = end_lsn;
+	e->txn_lsn = end_lsn;
 	e->commit_us = commit_us;
 	t->open = true;
 	return seq;
@@ -140,7 +141,7 @@ ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *com
 {
 	if (seq < t->head_seq || seq >= t->tail_seq)
 		return false;
-	*end_lsn = entry(t, seq)->end_lsn;
+	*end_lsn = entry(t, seq)->txn_lsn;
 	*commit_us = entry(t, seq)->commit_us;
 	return true;
 }

@@ -48,9 +48,10 @@ query(checker *c, const char *name, const char *sql, char **value)
 {
 	if (ob_pgrepl_query_value(c->pg, sql, value))
 		return true;
-	/* A broken connection says nothing about the database: retry. */
-	if (!ob_pgrepl_connected(c->pg))
-		c->query_failed = true;
+	/* A query that did not answer (broken connection, cancelled on
+	 * SIGTERM, a statement or lock timeout) says nothing about the
+	 * database: retry rather than call it an operator error. */
+	c->query_failed = true;
 	report(c, name, false, "query failed (see the log)");
 	return false;
 }

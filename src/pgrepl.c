@@ -48,15 +48,19 @@ ob_pg_status
 ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 {
 	/* Defaults first: the settings in conninfo (expanded from "dbname")
-	 * come later and win. A connection attempt gives up after 10 s, and
-	 * TCP keepalives notice a server that vanished without closing the
-	 * connection within about a minute; silence on the stream itself is
-	 * never taken for death (a large filtered transaction is silent). */
-	const char *keys[] = {
-	    "connect_timeout", "keepalives_idle", "keepalives_interval",       "keepalives_count",
-	    "dbname",          "replication",     "fallback_application_name", NULL};
-	const char *values[] = {"10",       "30",      "10", "3", cfg->pg.conninfo,
-				"database", "outboxd", NULL};
+	 * come later and win. A connection attempt gives up after 10 s; a
+	 * server that vanished without closing the connection is noticed
+	 * within about a minute, by TCP keepalives when the line is idle and
+	 * by tcp_user_timeout when our status updates go unacknowledged.
+	 * Silence on the stream itself is never taken for death (a large
+	 * filtered transaction is silent). */
+	/* clang-format off */
+	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
+			      "keepalives_interval", "keepalives_count", "dbname", "replication",
+			      "fallback_application_name", NULL};
+	const char *values[] = {"10", "60000", "30", "10", "3", cfg->pg.conninfo, "database",
+				"outboxd", NULL};
+	/* clang-format on */
 	ob_pgrepl *p;
 
 	*out = NULL;
@@ -145,8 +149,8 @@ cancel_query(ob_pgrepl *p)
 static PGresult *
 exec_query(ob_pgrepl *p, const char *sql)
 {
-	int64_t started = ob_mono_ms();
-	bool said_slow = false, cancelled = false;
+	int64_t started = ob_mono_ms(), cancelled_at = 0;
+	bool said_slow = false;
 	PGresult *res, *last = NULL;
 
 	if (!PQsendQuery(p->conn, sql))
@@ -154,10 +158,8 @@ exec_query(ob_pgrepl *p, const char *sql)
 	while (PQisBusy(p->conn)) {
 		struct pollfd pfd = {PQsocket(p->conn), POLLIN, 0};
 
-		if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
-			break;
-		if (!PQconsumeInput(p->conn))
-			break;
+		if ((poll(&pfd, 1, 1000) < 0 && errno != EINTR) || !PQconsumeInput(p->conn))
+			return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
 		if (!said_slow && ob_mono_ms() - started >= SLOW_QUERY_MS) {
 			ob_info("still waiting for the server to answer \"%.60s\"%s", sql,
 				strncmp(sql, "CREATE_REPLICATION_SLOT", 23) == 0
@@ -165,9 +167,15 @@ exec_query(ob_pgrepl *p, const char *sql)
 				    : "");
 			said_slow = true;
 		}
-		if (!cancelled && p->tick != NULL && !p->tick(p->tick_ctx)) {
+		if (cancelled_at == 0 && p->tick != NULL && !p->tick(p->tick_ctx)) {
 			cancel_query(p);
-			cancelled = true;
+			cancelled_at = ob_mono_ms();
+		}
+		/* A cancel the server does not honour must not hold us: give up
+		 * on the query; the caller drops the connection. */
+		if (cancelled_at != 0 && ob_mono_ms() - cancelled_at >= SLOW_QUERY_MS) {
+			ob_warn("the server did not cancel \"%.60s\"; closing the connection", sql);
+			return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
 		}
 	}
 	while ((res = PQgetResult(p->conn)) != NULL) {

@@ -197,24 +197,39 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	return 0; /* librdkafka frees json */
 }
 
-/* Delivery errors that no retry can fix: the record is dead-lettered.
- * Anything else that reaches a delivery report (a timeout, when the user
- * set message.timeout.ms) is the producer's trouble, not the record's. */
+/* Delivery errors a fresh producer may get past: outages, timeouts (when
+ * the user set message.timeout.ms), leadership moves and idempotence
+ * trouble. On these the relay recreates the producer and reads the slot
+ * again. Every other delivery error is the record's own (too large,
+ * invalid, refused by a broker rule or authorization): it is
+ * dead-lettered, or halts, as SPEC §5 says for permanent errors. */
 static bool
-is_permanent(rd_kafka_resp_err_t err)
+is_transient(rd_kafka_resp_err_t err)
 {
 	switch (err) {
-	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-	case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-	case RD_KAFKA_RESP_ERR_INVALID_MSG:
-	case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-	case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-	case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
-	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-	case RD_KAFKA_RESP_ERR__INVALID_ARG:
+	case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+	case RD_KAFKA_RESP_ERR__TIMED_OUT:
+	case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+	case RD_KAFKA_RESP_ERR__TRANSPORT:
+	case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+	case RD_KAFKA_RESP_ERR__DESTROY:
+	case RD_KAFKA_RESP_ERR__FATAL:
+	case RD_KAFKA_RESP_ERR__STATE:
+	case RD_KAFKA_RESP_ERR__INCONSISTENT:
+	case RD_KAFKA_RESP_ERR__FENCED:
+	case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+	case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+	case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+	case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+	case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
+	case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
+	case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
+	case RD_KAFKA_RESP_ERR_DUPLICATE_SEQUENCE_NUMBER:
+	case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
+	case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+	case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
 		return true;
 	default:
 		return false;
@@ -270,7 +285,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	 * then recreates the producer and reads the slot again. */
 	if (!d.ok && !p->failed &&
 	    (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-	     !is_permanent(m->err))) {
+	     is_transient(m->err))) {
 		p->failed = true;
 		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "delivery failed: %s",
 			 rd_kafka_err2str(m->err));

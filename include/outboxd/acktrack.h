@@ -21,7 +21,8 @@
 #include "outboxd/lsn.h"
 
 typedef struct ob_acktrack_txn {
-	ob_lsn end_lsn;    /* commit end LSN; 0 for an abandoned transaction */
+	ob_lsn end_lsn;    /* LSN it confirms; 0 for an abandoned transaction */
+	ob_lsn txn_lsn;    /* its own commit end LSN, for reports */
 	int64_t commit_us; /* commit time (µs), for publish latency */
 	uint64_t pending;  /* events handed over and not yet acknowledged */
 	bool committed;    /* all its events were handed over */
@@ -64,8 +65,9 @@ void ob_acktrack_empty(ob_acktrack *t, ob_lsn end_lsn);
 void ob_acktrack_abort(ob_acktrack *t, uint64_t seq);
 /* One event of transaction seq was acknowledged (or dead-lettered). */
 void ob_acktrack_ack(ob_acktrack *t, uint64_t seq);
-/* The end LSN and commit time of transaction seq; false if it is no longer
- * tracked. */
+/* The commit end LSN and commit time of transaction seq (its own, even
+ * when empty transactions after it were merged into its entry); false if
+ * it is no longer tracked. */
 bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_us);
 /* A keepalive said the server's WAL ends at wal_end. */
 void ob_acktrack_keepalive(ob_acktrack *t, ob_lsn wal_end);

@@ -213,3 +213,45 @@ def test_sigterm_while_slot_creation_waits_for_a_transaction(
     finally:
         conn.rollback()
         conn.close()
+
+
+def test_broker_rule_refusal_is_dead_lettered_not_retried(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A broker refusal no retry can fix (INVALID_TIMESTAMP, as a
+    message.timestamp.difference.max.ms rule gives) is a permanent delivery
+    error: the record is dead-lettered and the stream moves on, instead of
+    recreating the producer and re-reading the same record forever."""
+    agg = "rule_%s" % test_id
+    topic = make_topic(broker, agg)
+    dlq = "%s.outbox.dlq" % test_id
+    broker.create_topic(dlq, 1)
+    d = outboxd_factory()
+    wait_streaming(pg, slot_name)
+    broker.cmd("error 0 INVALID_TIMESTAMP 1")
+    feed = Feed(pg, agg)
+    feed.commit(1)
+    dead = consumer.collect([dlq], 1, timeout=30, settle=0.5)
+    assert len(dead) == 1, d.log_tail()
+    error = dict(dead[0]["headers"])["error"].decode()
+    assert "imestamp" in error, error
+    assert "recreating the kafka producer" not in d.log_text(), d.log_tail()
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids[1:], timeout=30),
+                   feed.ids[1:], exactly_once=True)
+
+
+def test_sigterm_during_a_slow_check_query_exits_0(pg, outboxd_factory):
+    """A check query waiting on a lock is cancelled by SIGTERM: a clean
+    stop (exit 0), not an operator error."""
+    conn = pg.connect()
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        cur.execute("LOCK TABLE pg_catalog.pg_namespace IN ACCESS EXCLUSIVE MODE")
+    try:
+        d = outboxd_factory()
+        d.wait_log(r"still waiting for the server", timeout=20)
+        d.terminate()
+        assert d.wait(15) == 0, d.log_tail()
+    finally:
+        conn.rollback()
+        conn.close()

@@ -333,7 +333,7 @@ test_txn_info(void **state)
 	assert_int_equal(end, 0x100);
 	assert_int_equal(us, INT64_C(1795316831206737));
 	assert_true(ob_acktrack_txn_info(&t, s1, &end, &us));
-	assert_int_equal(end, 0); /* abandoned */
+	assert_int_equal(end, 0x200); /* its own end, though abandoned (confirms nothing) */
 	assert_int_equal(us, 222);
 	assert_true(ob_acktrack_txn_info(&t, s2, &end, &us));
 	assert_int_equal(end, 0x300);
@@ -571,12 +571,27 @@ test_empty_transactions_take_no_entry(void **state)
 	ob_acktrack_ack(&t, a);
 	assert_int_equal(ob_acktrack_confirmable(&t), 0x40 + 10000 - 1);
 
+	/* Merging moves what an entry confirms, not the LSN reports name. */
+	{
+		ob_lsn end;
+		int64_t us;
+		uint64_t c = ob_acktrack_begin(&t, 0x8000, 7);
+
+		ob_acktrack_add(&t, c);
+		ob_acktrack_commit(&t, c);
+		ob_acktrack_empty(&t, 0x8800);
+		assert_true(ob_acktrack_txn_info(&t, c, &end, &us));
+		assert_int_equal(end, 0x8000);
+		ob_acktrack_ack(&t, c);
+		assert_int_equal(ob_acktrack_confirmable(&t), 0x8800);
+	}
+
 	/* After an abandoned entry an empty transaction keeps its own end. */
 	b = ob_acktrack_begin(&t, 0x9000, 0);
 	ob_acktrack_add(&t, b);
 	ob_acktrack_abort(&t, b);
 	ob_acktrack_empty(&t, 0x9100);
-	assert_int_equal(ob_acktrack_confirmable(&t), 0x40 + 10000 - 1);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x8800);
 	ob_acktrack_ack(&t, b);
 	assert_int_equal(ob_acktrack_confirmable(&t), 0x9100);
 	ob_acktrack_free(&t);
