@@ -29,18 +29,6 @@ OUTBOXD_BIN = str(BUILD_DIR / "outboxd")
 BROKER_BIN = str(BUILD_DIR / "tests" / "ob-mockbroker")
 OUTBOX_SQL = REPO_ROOT / "sql" / "outbox.sql"
 
-OUTBOX_DDL = """
-CREATE TABLE IF NOT EXISTS public.outbox (
-    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    aggregate_type text NOT NULL,
-    aggregate_id text NOT NULL,
-    event_type text NOT NULL,
-    payload jsonb,
-    headers jsonb,
-    created_at timestamptz NOT NULL DEFAULT now()
-)
-"""
-
 _counter = itertools.count(1)
 
 
@@ -53,10 +41,8 @@ def pg(tmp_path_factory):
                                 extra_conf={"timezone": "'Asia/Kolkata'"})
     cluster.start()
     try:
-        if OUTBOX_SQL.exists():
-            cluster.run_file(str(OUTBOX_SQL))
-        if not cluster.sql("SELECT to_regclass('public.outbox')")[0][0]:
-            cluster.sql(OUTBOX_DDL)
+        # The shipped DDL is the one under test.
+        cluster.run_file(str(OUTBOX_SQL))
         yield cluster
     finally:
         cluster.destroy()

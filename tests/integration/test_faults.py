@@ -26,7 +26,7 @@ import psycopg2.extras
 import pytest
 
 import harness
-from conftest import OUTBOX_DDL, OUTBOX_SQL
+from conftest import OUTBOX_SQL
 from harness import header, int_to_lsn, lsn_to_int, wait_until
 
 PARTITIONS = 4
@@ -308,10 +308,7 @@ def own_cluster(tmp_path):
                               wal_level=wal_level, extra_conf=conf)
         made.append(c)
         c.start()
-        if OUTBOX_SQL.exists():
-            c.run_file(str(OUTBOX_SQL))
-        else:
-            c.sql(OUTBOX_DDL)
+        c.run_file(str(OUTBOX_SQL))
         return c
     yield make
     for c in made:
