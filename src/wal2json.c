@@ -7,6 +7,7 @@
  */
 #include "outboxd/wal2json.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,20 +147,46 @@ parse_columns(ob_w2j_record *rec, ob_json_iter *parent, char *err, size_t errlen
 	return r;
 }
 
-/* The members a record may have, found in one pass. A known member that
- * appears twice makes the record malformed. */
+/* The members a record may have, found in one pass; a member is present
+ * when its name is set. A known member that appears twice makes the record
+ * malformed. */
 typedef struct members {
-	ob_json_member action, lsn, nextlsn, timestamp, schema, table, columns, transactional,
-	    prefix, content;
-	bool has_action, has_timestamp, has_schema, has_table, has_columns, has_prefix, has_content;
+	ob_json_member action, lsn, nextlsn, timestamp, schema, table, transactional, prefix,
+	    content;
+	bool has_columns; /* parsed into the record in place */
 } members;
+
+#define KNOWN(field)                                                                               \
+	{                                                                                          \
+#field, sizeof(#field) - 1, offsetof(members, field)                               \
+	}
+
+static const struct {
+	const char *name;
+	size_t name_len;
+	size_t offset;
+} known_members[] = {
+    KNOWN(action), KNOWN(lsn),    KNOWN(nextlsn),       KNOWN(timestamp), KNOWN(schema),
+    KNOWN(table),  KNOWN(prefix), KNOWN(transactional), KNOWN(content),
+};
+
+/* Where a top-level member of this name is kept; NULL for others. */
+static ob_json_member *
+member_slot(members *ms, const ob_json_member *m)
+{
+	for (size_t i = 0; i < OB_ARRAY_LEN(known_members); i++) {
+		if (ob_json_member_named(m, known_members[i].name, known_members[i].name_len))
+			return (ob_json_member *)((char *)ms + known_members[i].offset);
+	}
+	return NULL;
+}
 
 static bool
 collect_members(const char *data, size_t len, ob_w2j_record *rec, members *ms, char *err,
 		size_t errlen)
 {
 	ob_json_iter it;
-	ob_json_member m;
+	ob_json_member m, *slot;
 	bool dup = false;
 	int r;
 
@@ -178,64 +205,9 @@ collect_members(const char *data, size_t len, ob_w2j_record *rec, members *ms, c
 		}
 		if ((r = ob_json_iter_value(&it, &m)) != 1)
 			break;
-		/* Dispatch on the first letter, then the whole name. */
-		switch (m.name_len > 0 ? m.name[0] : '\0') {
-		case 'a':
-			if (ob_json_member_named(&m, "action", 6)) {
-				dup |= ms->has_action;
-				ms->action = m;
-				ms->has_action = true;
-			}
-			break;
-		case 'c':
-			if (ob_json_member_named(&m, "content", 7)) {
-				dup |= ms->has_content;
-				ms->content = m;
-				ms->has_content = true;
-			}
-			break;
-		case 'l':
-			if (ob_json_member_named(&m, "lsn", 3)) {
-				dup |= ms->lsn.name != NULL;
-				ms->lsn = m;
-			}
-			break;
-		case 'n':
-			if (ob_json_member_named(&m, "nextlsn", 7)) {
-				dup |= ms->nextlsn.name != NULL;
-				ms->nextlsn = m;
-			}
-			break;
-		case 'p':
-			if (ob_json_member_named(&m, "prefix", 6)) {
-				dup |= ms->has_prefix;
-				ms->prefix = m;
-				ms->has_prefix = true;
-			}
-			break;
-		case 's':
-			if (ob_json_member_named(&m, "schema", 6)) {
-				dup |= ms->has_schema;
-				ms->schema = m;
-				ms->has_schema = true;
-			}
-			break;
-		case 't':
-			if (ob_json_member_named(&m, "table", 5)) {
-				dup |= ms->has_table;
-				ms->table = m;
-				ms->has_table = true;
-			} else if (ob_json_member_named(&m, "timestamp", 9)) {
-				dup |= ms->has_timestamp;
-				ms->timestamp = m;
-				ms->has_timestamp = true;
-			} else if (ob_json_member_named(&m, "transactional", 13)) {
-				dup |= ms->transactional.name != NULL;
-				ms->transactional = m;
-			}
-			break;
-		default:
-			break;
+		if ((slot = member_slot(ms, &m)) != NULL) {
+			dup |= slot->name != NULL;
+			*slot = m;
 		}
 	}
 	if (r != 0) {
@@ -258,7 +230,7 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 	ob_w2j_record_clear(rec);
 	if (!collect_members(data, len, rec, &ms, err, errlen))
 		return false;
-	if (!ms.has_action || !ms.action.value_is_string) {
+	if (ms.action.name == NULL || !ms.action.value_is_string) {
 		snprintf(err, errlen, "record has no \"action\"");
 		return false;
 	}
@@ -268,7 +240,7 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 		snprintf(err, errlen, "record has a malformed \"lsn\" or \"nextlsn\"");
 		return false;
 	}
-	if (ms.has_timestamp && copy_string(&ms.timestamp, ts, sizeof(ts)) &&
+	if (ms.timestamp.name != NULL && copy_string(&ms.timestamp, ts, sizeof(ts)) &&
 	    ob_pg_timestamp_to_us(ts, &rec->timestamp_us)) {
 		rec->has_timestamp = true;
 		rec->timestamp_ms = rec->timestamp_us / 1000;
@@ -283,16 +255,17 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 		}
 		break;
 	case OB_W2J_INSERT:
-		if (!ms.has_table || !ms.has_columns ||
+		if (ms.table.name == NULL || !ms.has_columns ||
 		    !copy_string(&ms.table, rec->table, sizeof(rec->table)) ||
-		    (ms.has_schema && !copy_string(&ms.schema, rec->schema, sizeof(rec->schema)))) {
+		    (ms.schema.name != NULL &&
+		     !copy_string(&ms.schema, rec->schema, sizeof(rec->schema)))) {
 			snprintf(err, errlen, "I record has no \"table\" or \"columns\"");
 			return false;
 		}
 		break;
 	case OB_W2J_MESSAGE:
-		if (!ms.has_prefix || !ms.prefix.value_is_string || !ms.has_content ||
-		    !ms.content.value_is_string) {
+		if (ms.prefix.name == NULL || !ms.prefix.value_is_string ||
+		    ms.content.name == NULL || !ms.content.value_is_string) {
 			snprintf(err, errlen, "M record has no \"prefix\" or \"content\"");
 			return false;
 		}
