@@ -125,12 +125,6 @@ ob_json_iter_init(ob_json_iter *it, const char *s, size_t len)
 	return iter_init(it, s, len, '{', '}');
 }
 
-bool
-ob_json_array_init(ob_json_iter *it, const char *s, size_t len)
-{
-	return iter_init(it, s, len, '[', ']');
-}
-
 /* Past the closing bracket. At the top level only white space may
  * follow; a nested container's parent goes on with ob_json_iter_leave(). */
 static int
@@ -265,19 +259,6 @@ ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child)
 		return -1;
 	parent->pos = child->pos;
 	return after_entry(parent);
-}
-
-int
-ob_json_array_next(ob_json_iter *it, ob_json_member *m)
-{
-	int r = entry_start(it);
-
-	if (r != 1)
-		return r;
-	m->name = NULL;
-	m->name_len = 0;
-	m->name_escaped = false;
-	return entry_value(it, m);
 }
 
 bool

@@ -125,6 +125,9 @@ log_startup(const ob_config *cfg)
 	ob_info("outboxd %s starting: postgres \"%s\", slot %s, table %s.%s, kafka %s", OB_VERSION,
 		masked, cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
 		servers ? servers : "(unset)");
+	for (size_t i = 0; i < cfg->kafka_len; i++)
+		ob_debug("kafka.%s = %s", cfg->kafka[i].key,
+			 ob_config_is_secret_key(cfg->kafka[i].key) ? "****" : cfg->kafka[i].value);
 	free(masked);
 }
 

@@ -218,8 +218,10 @@ get_field(const field_source *src, const char *name, field_value *fv)
 	if (src->row != NULL) {
 		m = ob_w2j_column_find(src->row, name, &fv->pg_type, &fv->pg_type_len);
 	} else {
+		size_t name_len = strlen(name);
+
 		for (size_t i = 0; i < src->members_len && m == NULL; i++) {
-			if (ob_json_member_named(&src->members[i], name, strlen(name)))
+			if (ob_json_member_named(&src->members[i], name, name_len))
 				m = &src->members[i];
 		}
 	}

@@ -220,12 +220,6 @@ ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
 	return out;
 }
 
-bool
-ob_pgrepl_connected(const ob_pgrepl *p)
-{
-	return PQstatus(p->conn) == CONNECTION_OK;
-}
-
 int
 ob_pgrepl_server_version(const ob_pgrepl *p)
 {

@@ -462,12 +462,6 @@ ob_producer_wake_fd(const ob_producer *p)
 	return p->wake_pipe[0];
 }
 
-int
-ob_producer_outq_len(ob_producer *p)
-{
-	return rd_kafka_outq_len(p->rk);
-}
-
 bool
 ob_producer_failed(const ob_producer *p, const char **why)
 {

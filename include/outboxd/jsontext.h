@@ -43,11 +43,6 @@ bool ob_json_iter_init(ob_json_iter *it, const char *s, size_t len) OB_MUST_CHEC
  * object (nothing but white space may follow it), -1 on malformed text. */
 int ob_json_iter_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
 
-/* Start iterating the array in s[0..len); false if it does not start
- * with '['. ob_json_array_next() fills only the value fields of *m. */
-bool ob_json_array_init(ob_json_iter *it, const char *s, size_t len) OB_MUST_CHECK;
-int ob_json_array_next(ob_json_iter *it, ob_json_member *m) OB_MUST_CHECK;
-
 /*
  * Walking nested containers in the same pass, without scanning them twice:
  * ob_json_iter_key() reads the next member's name and leaves the iterator

@@ -69,8 +69,6 @@ void ob_pgrepl_close(ob_pgrepl *p, bool graceful);
 bool ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out) OB_MUST_CHECK;
 /* Quote s as an SQL literal; the caller frees. */
 char *ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s);
-/* True while the connection is up (a failed query may have broken it). */
-bool ob_pgrepl_connected(const ob_pgrepl *p);
 /* The server's version number (150005 for 15.5). */
 int ob_pgrepl_server_version(const ob_pgrepl *p);
 

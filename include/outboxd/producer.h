@@ -58,8 +58,6 @@ void ob_producer_poll(ob_producer *p, int timeout_ms);
  * caller polls it and then calls ob_producer_poll(p, 0). */
 int ob_producer_wake_fd(const ob_producer *p);
 
-/* Records queued or in flight. */
-int ob_producer_outq_len(ob_producer *p);
 /* True once a fatal error was raised; *why (may be NULL) describes it. */
 bool ob_producer_failed(const ob_producer *p, const char **why);
 /* True while at least one broker connection is up. */
