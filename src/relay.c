@@ -552,26 +552,29 @@ stream(relay *r)
 		if (!serve_producer(r, 0, &out))
 			return out;
 
+		/* Read what is there, up to READ_BATCH records; drained says
+		 * whether libpq's buffer is empty, so poll() may wait. */
+		bool drained = false;
+
 		for (int n = 0; n < READ_BATCH && !stop_requested; n++) {
 			ob_pgrepl_msg msg;
 			ob_read_result rr = ob_pgrepl_read(r->pg, &msg);
 
-			if (rr == OB_READ_NONE)
+			if (rr == OB_READ_NONE) {
+				drained = true;
 				break;
+			}
 			if (rr == OB_READ_ERROR)
 				return OUTCOME_PG_LOST;
+			if (msg.wal_end > r->wal_end)
+				r->wal_end = msg.wal_end;
 			if (msg.keepalive) {
-				if (msg.wal_end > r->wal_end)
-					r->wal_end = msg.wal_end;
 				if (!r->in_txn)
 					ob_acktrack_keepalive(&r->ack, msg.wal_end);
 				if (msg.reply_requested)
 					r->reply_due = true;
-			} else {
-				if (msg.wal_end > r->wal_end)
-					r->wal_end = msg.wal_end;
-				if (!handle_xlog(r, &msg, &out))
-					return out;
+			} else if (!handle_xlog(r, &msg, &out)) {
+				return out;
 			}
 		}
 		if (!serve_producer(r, 0, &out))
@@ -586,8 +589,8 @@ stream(relay *r)
 			wait_ms = STATUS_MIN_INTERVAL_MS;
 		if (wait_ms > 1000)
 			wait_ms = 1000;
-		if (wait_ms < 0)
-			wait_ms = 0;
+		if (wait_ms < 0 || !drained)
+			wait_ms = 0; /* records wait in libpq's buffer: no sleeping */
 		if (poll(fds, 2, (int)wait_ms) < 0 && errno != EINTR) {
 			ob_error("could not poll: %s", strerror(errno));
 			return OUTCOME_PG_LOST;
