@@ -119,13 +119,27 @@ static bool
 has_column(const char *columns, const char *name)
 {
 	size_t len = strlen(name);
+	const char *p = columns;
 
-	for (const char *p = columns; p != NULL && *p;
-	     p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+	while (p != NULL) {
 		if (strncmp(p, name, len) == 0 && (p[len] == ',' || p[len] == '\0'))
 			return true;
+		p = strchr(p, ',');
+		if (p != NULL)
+			p++;
 	}
 	return false;
+}
+
+/* Add name to the comma-separated list missing when columns lacks it. */
+static void
+note_missing(char *missing, size_t size, const char *columns, const char *name)
+{
+	if (name[0] == '\0' || has_column(columns, name) ||
+	    strlen(missing) + strlen(name) + 3 > size)
+		return;
+	strcat(missing, missing[0] ? ", " : "");
+	strcat(missing, name);
 }
 
 static void
@@ -149,24 +163,15 @@ check_columns(checker *c)
 		free(sql);
 		return;
 	}
-	for (size_t i = 0; i < OB_ARRAY_LEN(mapped); i++) {
-		if (mapped[i][0] != '\0' && !has_column(columns, mapped[i]) &&
-		    strlen(missing) + strlen(mapped[i]) + 2 < sizeof(missing)) {
-			strcat(missing, missing[0] ? ", " : "");
-			strcat(missing, mapped[i]);
-		}
-	}
+	for (size_t i = 0; i < OB_ARRAY_LEN(mapped); i++)
+		note_missing(missing, sizeof(missing), columns, mapped[i]);
 	/* The topic template's {column} placeholders must exist too. */
 	for (const char *p = strchr(cfg->outbox.topic, '{'); p != NULL; p = strchr(p + 1, '{')) {
 		const char *end = strchr(p, '}');
 		char name[128];
 
 		snprintf(name, sizeof(name), "%.*s", (int)(end - p - 1), p + 1);
-		if (!has_column(columns, name) &&
-		    strlen(missing) + strlen(name) + 2 < sizeof(missing)) {
-			strcat(missing, missing[0] ? ", " : "");
-			strcat(missing, name);
-		}
+		note_missing(missing, sizeof(missing), columns, name);
 	}
 	if (missing[0] == '\0')
 		report(c, "outbox columns", true, "%s", columns ? columns : "");
