@@ -28,6 +28,9 @@ ob_acktrack_free(ob_acktrack *t)
 void
 ob_acktrack_reset(ob_acktrack *t)
 {
+	/* Acknowledgements served while the producer was torn down still
+	 * count: take the acknowledged prefix before forgetting the rest. */
+	(void)ob_acktrack_confirmable(t);
 	t->head_seq = t->tail_seq;
 	t->open = false;
 	t->inflight = 0;

@@ -43,7 +43,9 @@ typedef struct ob_acktrack {
 void ob_acktrack_init(ob_acktrack *t, ob_lsn start_lsn);
 void ob_acktrack_free(ob_acktrack *t);
 /* Forget everything in flight (the producer that held it is gone) and
- * start again from the confirmable position. */
+ * start again from the confirmable position, which first advances over
+ * every transaction acknowledged so far (reports served while the
+ * producer was being destroyed count). */
 void ob_acktrack_reset(ob_acktrack *t);
 
 /* Open a transaction ending at end_lsn (wal2json's B record knows it) and
@@ -72,7 +74,9 @@ bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t
 /* A keepalive said the server's WAL ends at wal_end. */
 void ob_acktrack_keepalive(ob_acktrack *t, ob_lsn wal_end);
 
-/* The highest LSN that may be confirmed now. Never decreases. */
+/* The highest LSN that may be confirmed now. Never decreases. It also
+ * removes the acknowledged prefix of the FIFO: the sequence numbers of
+ * those transactions are no longer tracked afterwards. */
 ob_lsn ob_acktrack_confirmable(ob_acktrack *t);
 /* Events handed over and not yet acknowledged. */
 uint64_t ob_acktrack_inflight(const ob_acktrack *t);

@@ -353,6 +353,31 @@ test_txn_info(void **state)
 	ob_acktrack_free(&t);
 }
 
+/* Acknowledgements served while the producer is torn down arrive after
+ * the relay last asked for the confirmable LSN; a reset must still count
+ * them, or their transactions are published again for nothing. */
+static void
+test_reset_counts_acks_not_yet_asked_for(void **state)
+{
+	ob_acktrack t;
+	uint64_t s0, s1;
+
+	(void)state;
+	ob_acktrack_init(&t, 0x100);
+	s0 = ob_acktrack_begin(&t, 0x200, 1);
+	ob_acktrack_add(&t, s0);
+	ob_acktrack_commit(&t, s0);
+	s1 = ob_acktrack_begin(&t, 0x300, 2);
+	ob_acktrack_add(&t, s1);
+	ob_acktrack_commit(&t, s1);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x100);
+	ob_acktrack_ack(&t, s0); /* served during teardown: nobody asks */
+	ob_acktrack_reset(&t);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x200);
+	assert_int_equal(ob_acktrack_inflight(&t), 0);
+	ob_acktrack_free(&t);
+}
+
 /* --- randomised check against a brute-force model ------------------------ */
 
 typedef struct model_txn {
@@ -603,6 +628,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_scenarios),
 	    cmocka_unit_test(test_txn_info),
+	    cmocka_unit_test(test_reset_counts_acks_not_yet_asked_for),
 	    cmocka_unit_test(test_random_against_model),
 	    cmocka_unit_test(test_growth_reverse_acks),
 	    cmocka_unit_test(test_empty_transactions_take_no_entry),

@@ -1,0 +1,99 @@
+/*
+ * replay.h: where a re-read stream resumes, and which records to retry
+ * alone.
+ *
+ * The slot is read again from its confirmed position whenever the
+ * replication connection breaks or the producer is recreated. This module
+ * decides, for each transaction and event read, whether it was already
+ * handed to the producer (skip it), must be handed over now, or must be
+ * produced alone and awaited before anything else (isolate it).
+ *
+ * Positions: a transaction is named by its commit end LSN, an event by its
+ * ordinal among the published events of its transaction (0, 1, ...), which
+ * is the same every time the transaction is decoded.
+ *
+ * - Across a reconnect inside one process, transactions handed over whole
+ *   are skipped by their end LSN, and a transaction cut off in the middle
+ *   skips the events handed over before the cut.
+ * - After the producer was recreated, everything after the confirmed
+ *   position is handed over again (ob_replay_reset).
+ * - A broker error on one produce request fails every record of that batch
+ *   with the same code, so such a record is only a suspect: its position is
+ *   remembered (ob_replay_suspect), and when the re-read reaches it, it is
+ *   produced alone; only an error it then gets alone is its own.
+ *
+ * Pure bookkeeping: no I/O, no logging.
+ */
+#ifndef OUTBOXD_REPLAY_H
+#define OUTBOXD_REPLAY_H
+
+#include "outboxd/common.h"
+#include "outboxd/lsn.h"
+
+/* An event's position: its transaction's end LSN and its ordinal in it. */
+typedef struct ob_event_pos {
+	ob_lsn txn_end;
+	uint64_t index;
+} ob_event_pos;
+
+typedef enum ob_replay_action {
+	OB_REPLAY_PUBLISH, /* hand the event over */
+	OB_REPLAY_SKIP,    /* it was handed over before the stream broke */
+	OB_REPLAY_ISOLATE, /* a suspect: produce it alone, then go on */
+} ob_replay_action;
+
+typedef struct ob_replay {
+	/* How far the producer got, across reconnects. */
+	ob_lsn handed_lsn;       /* end LSN of the last transaction handed over whole */
+	ob_lsn partial_lsn;      /* a transaction cut off by a broken stream ... */
+	uint64_t partial_events; /* ... and how many of its events were handed over */
+
+	/* The transaction being read. */
+	bool in_txn;
+	bool skip_txn;    /* handed over whole before a reconnect */
+	ob_lsn txn_end;   /* its end LSN */
+	uint64_t handed;  /* events of it handed over (or skipped as such) */
+	uint64_t to_skip; /* events still to skip of a replayed cut-off txn */
+
+	/* Suspects in position order; owned. */
+	ob_event_pos *suspects;
+	size_t suspects_len;
+	size_t suspects_cap;
+} ob_replay;
+
+void ob_replay_init(ob_replay *r);
+void ob_replay_free(ob_replay *r);
+
+/* A transaction ending at end_lsn begins. False when it was handed over
+ * whole before: all its events are then skipped. */
+bool ob_replay_begin(ob_replay *r, ob_lsn end_lsn);
+/* What to do with the next event of the open transaction; *pos gets its
+ * position. OB_REPLAY_SKIP counts it at once; after OB_REPLAY_PUBLISH or
+ * OB_REPLAY_ISOLATE the caller calls ob_replay_handed() once the event is
+ * queued, so an event whose hand-over was cut short is read again. */
+ob_replay_action ob_replay_next(ob_replay *r, ob_event_pos *pos);
+/* The event last returned by ob_replay_next() was handed over. */
+void ob_replay_handed(ob_replay *r);
+/* The open transaction committed: every event of it was handed over. */
+void ob_replay_commit(ob_replay *r);
+/* The stream broke: remember how far the open transaction got, so its
+ * replay skips what was handed over. */
+void ob_replay_cut(ob_replay *r);
+/* The producer was recreated: nothing is handed over past confirmed, the
+ * position the slot is read again from. Suspects are kept. */
+void ob_replay_reset(ob_replay *r, ob_lsn confirmed);
+
+/* The record at pos failed in a batch: isolate it when it is read again.
+ * Adding a position twice keeps one. */
+void ob_replay_suspect(ob_replay *r, ob_event_pos pos);
+/* The suspect at pos was produced alone and settled (delivered or
+ * dead-lettered): forget it. */
+void ob_replay_settled(ob_replay *r, ob_event_pos pos);
+/* Suspects not yet settled. */
+size_t ob_replay_suspects(const ob_replay *r);
+
+/* Order of positions: negative, zero or positive as a is before, at or
+ * after b. */
+int ob_event_pos_cmp(ob_event_pos a, ob_event_pos b);
+
+#endif
