@@ -256,8 +256,9 @@ check_slot(checker *c)
 
 		report(c, "wal2json", ok, "%s",
 		       ok ? "output plugin loads"
-			  : "could not create a wal2json slot (see the log); install "
-			    "postgresql-15-wal2json and check max_replication_slots");
+			  : "could not create a wal2json slot (see the log); install the "
+			    "plugin (" OB_WAL2JSON_PACKAGE_HINT
+			    ") and check max_replication_slots");
 		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "

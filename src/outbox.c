@@ -16,144 +16,6 @@
 #include <string.h>
 
 void
-ob_event_init(ob_event *ev)
-{
-	memset(ev, 0, sizeof(*ev));
-}
-
-void
-ob_event_free(ob_event *ev)
-{
-	free(ev->buf);
-	memset(ev, 0, sizeof(*ev));
-}
-
-void
-ob_event_reset(ob_event *ev)
-{
-	char *buf = ev->buf;
-	size_t cap = ev->buf_cap;
-
-	memset(ev, 0, sizeof(*ev));
-	ev->buf = buf;
-	ev->buf_cap = cap;
-}
-
-/* Make room for len more bytes and return where they go. */
-static char *
-event_reserve(ob_event *ev, size_t len)
-{
-	if (ev->buf_len + len > ev->buf_cap) {
-		size_t cap = ev->buf_cap ? ev->buf_cap : 1024;
-
-		while (cap < ev->buf_len + len)
-			cap *= 2;
-		ev->buf = ob_xrealloc(ev->buf, cap);
-		ev->buf_cap = cap;
-	}
-	return ev->buf + ev->buf_len;
-}
-
-ob_span
-ob_event_put(ob_event *ev, const void *data, size_t len)
-{
-	ob_span s = {ev->buf_len, len};
-
-	if (len > 0)
-		memcpy(event_reserve(ev, len), data, len);
-	ev->buf_len += len;
-	return s;
-}
-
-/* Add a header whose value is already in the buffer. The name is stored
- * NUL-terminated, as librdkafka wants it. */
-static bool
-add_header_span(ob_event *ev, const char *name, ob_span value)
-{
-	ob_event_header *h;
-
-	if (ev->headers_len == OB_EVENT_MAX_HEADERS)
-		return false;
-	h = &ev->headers[ev->headers_len++];
-	h->name = ob_event_put(ev, name, strlen(name) + 1);
-	h->name.len--;
-	h->value = value;
-	return true;
-}
-
-bool
-ob_event_add_header(ob_event *ev, const char *name, const void *value, size_t value_len)
-{
-	/* Copy the value first: value may not point into ev->buf. */
-	if (ev->headers_len == OB_EVENT_MAX_HEADERS)
-		return false;
-	return add_header_span(ev, name, ob_event_put(ev, value, value_len));
-}
-
-void
-ob_event_begin_dlq(ob_event *ev, const ob_config *cfg, const char *reason, const char *error,
-		   ob_lsn source_lsn)
-{
-	char lsn[OB_LSN_BUFLEN];
-
-	ob_event_reset(ev);
-	ev->dlq_reason = reason;
-	ev->topic = ob_event_put(ev, cfg->outbox.dlq_topic, strlen(cfg->outbox.dlq_topic));
-	ob_lsn_format(source_lsn, lsn);
-	/* Two headers always fit in an empty event. */
-	(void)ob_event_add_header(ev, "error", error, strlen(error));
-	(void)ob_event_add_header(ev, "source-lsn", lsn, strlen(lsn));
-}
-
-void
-ob_event_view(const ob_event *ev, ob_record_view *view)
-{
-	memset(view, 0, sizeof(*view));
-	view->topic = ob_event_ptr(ev, ev->topic);
-	view->topic_len = ev->topic.len;
-	view->has_key = ev->has_key;
-	view->key = ob_event_ptr(ev, ev->key);
-	view->key_len = ev->key.len;
-	view->has_value = ev->has_value;
-	view->value = ob_event_ptr(ev, ev->value);
-	view->value_len = ev->value.len;
-	view->timestamp_ms = ev->timestamp_ms;
-	view->headers_len = ev->headers_len;
-	for (size_t i = 0; i < ev->headers_len; i++) {
-		view->header_names[i] = ob_event_ptr(ev, ev->headers[i].name);
-		view->header_values[i] = ob_event_ptr(ev, ev->headers[i].value);
-		view->header_value_lens[i] = ev->headers[i].value.len;
-	}
-}
-
-void
-ob_event_build_dlq(ob_event *out, const ob_config *cfg, const char *reason, const char *error,
-		   ob_lsn source_lsn, const ob_record_view *orig, bool value_too_large)
-{
-	ob_event_begin_dlq(out, cfg, reason, error, source_lsn);
-	out->timestamp_ms = orig->timestamp_ms;
-	if (value_too_large) {
-		char size[32];
-
-		snprintf(size, sizeof(size), "%zu", orig->value_len);
-		(void)ob_event_add_header(out, "payload-size", size, strlen(size));
-	}
-	for (size_t i = 0; i < orig->headers_len; i++) {
-		if (!ob_event_add_header(out, orig->header_names[i], orig->header_values[i],
-					 orig->header_value_lens[i]))
-			break; /* the error header already says what happened */
-	}
-	if (orig->has_key) {
-		out->key = ob_event_put(out, orig->key, orig->key_len);
-		out->has_key = true;
-	}
-	if (orig->has_value && !value_too_large) {
-		out->value = ob_event_put(out, orig->value, orig->value_len);
-		out->has_value = true;
-	}
-}
-
-void
 ob_mapper_init(ob_mapper *m, const ob_config *cfg)
 {
 	memset(m, 0, sizeof(*m));
@@ -165,6 +27,7 @@ ob_mapper_free(ob_mapper *m)
 {
 	free(m->content_buf);
 	free(m->headers_buf);
+	ob_event_free(&m->scratch);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -266,7 +129,7 @@ put_hex_decoded(ob_event *ev, const char *s, size_t len, ob_span *out)
 
 	if (len % 2 != 0)
 		return false;
-	dst = event_reserve(ev, len / 2);
+	dst = ob_event_reserve(ev, len / 2);
 	for (size_t i = 0; i < len; i += 2) {
 		int hi = hex_value(s[i]), lo = hex_value(s[i + 1]);
 
@@ -274,9 +137,7 @@ put_hex_decoded(ob_event *ev, const char *s, size_t len, ob_span *out)
 			return false;
 		dst[i / 2] = (char)(hi << 4 | lo);
 	}
-	out->off = ev->buf_len;
-	out->len = len / 2;
-	ev->buf_len += len / 2;
+	*out = ob_event_claim(ev, len / 2);
 	return true;
 }
 
@@ -284,13 +145,11 @@ put_hex_decoded(ob_event *ev, const char *s, size_t len, ob_span *out)
 static bool
 put_unescaped(ob_event *ev, const char *s, size_t len, ob_span *out)
 {
-	long n = ob_json_unescape(s, len, event_reserve(ev, len));
+	long n = ob_json_unescape(s, len, ob_event_reserve(ev, len));
 
 	if (n < 0)
 		return false;
-	out->off = ev->buf_len;
-	out->len = (size_t)n;
-	ev->buf_len += (size_t)n;
+	*out = ob_event_claim(ev, (size_t)n);
 	return true;
 }
 
@@ -375,13 +234,6 @@ put_topic(ob_event *ev, const field_source *src, const char *tpl, char *missing,
 	ev->topic.off = start;
 	ev->topic.len = ev->buf_len - start;
 	return true;
-}
-
-/* Copy a span's bytes out to the heap, so they survive resetting ev. */
-static char *
-span_dup(const ob_event *ev, ob_span s)
-{
-	return ob_xstrndup(ob_event_ptr(ev, s), s.len);
 }
 
 /* The text of the headers field: an object's JSON text, decoded into the
@@ -533,9 +385,9 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 	}
 	if (reason == NULL) {
 		ev->headers_len = 0;
-		(void)add_header_span(ev, "id", id);
+		(void)ob_event_add_header_span(ev, "id", id);
 		if (has_type)
-			(void)add_header_span(ev, "type", type);
+			(void)ob_event_add_header_span(ev, "type", type);
 		if (!headers_ok ||
 		    (headers != NULL && !add_object_headers(ev, headers, headers_len))) {
 			headers_ok = false;
@@ -546,40 +398,30 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 		}
 	}
 	if (reason != NULL) {
-		/* Save what the dead-letter record keeps, then rebuild ev. */
-		char *key = ev->has_key ? span_dup(ev, ev->key) : NULL;
-		char *idv = has_id ? span_dup(ev, id) : NULL;
-		char *typev = has_type ? span_dup(ev, type) : NULL;
-		char *value = ev->has_value ? span_dup(ev, ev->value) : NULL;
-		size_t key_len = ev->key.len, id_len = id.len, type_len = type.len;
-		size_t value_len = ev->value.len;
-		int64_t ts = ev->timestamp_ms;
+		/* Keep what could be read: the id and type headers, the headers
+		 * object (all or none of its members), the key and the value;
+		 * the dead-letter record is built from them in the mapper's
+		 * scratch event, which then takes ev's place. */
+		ob_record_view view;
+		ob_event swap;
 
-		ob_event_begin_dlq(ev, cfg, reason, error, lsn);
-		ev->timestamp_ms = ts;
-		if (idv != NULL)
-			(void)ob_event_add_header(ev, "id", idv, id_len);
-		if (typev != NULL)
-			(void)ob_event_add_header(ev, "type", typev, type_len);
+		ev->headers_len = 0;
+		if (has_id)
+			(void)ob_event_add_header_span(ev, "id", id);
+		if (has_type)
+			(void)ob_event_add_header_span(ev, "type", type);
 		if (headers_ok && headers != NULL) {
 			size_t kept = ev->headers_len;
 
-			/* All or none of the object's members. */
 			if (!add_object_headers(ev, headers, headers_len))
 				ev->headers_len = kept;
 		}
-		if (key != NULL) {
-			ev->key = ob_event_put(ev, key, key_len);
-			ev->has_key = true;
-		}
-		if (value != NULL) {
-			ev->value = ob_event_put(ev, value, value_len);
-			ev->has_value = true;
-		}
-		free(key);
-		free(idv);
-		free(typev);
-		free(value);
+		ob_event_view(ev, &view);
+		ob_event_build_dlq(&m->scratch, cfg->outbox.dlq_topic, reason, error, lsn, &view,
+				   false);
+		swap = *ev;
+		*ev = m->scratch;
+		m->scratch = swap;
 	}
 	return reason == NULL ? OB_MAP_EVENT : OB_MAP_DLQ;
 }
@@ -645,7 +487,7 @@ ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 		}
 	}
 	if (reason != NULL) {
-		ob_event_begin_dlq(ev, cfg, reason, error, rec->lsn);
+		ob_event_begin_dlq(ev, cfg->outbox.dlq_topic, reason, error, rec->lsn);
 		ev->timestamp_ms = commit_ms;
 		ev->value = ob_event_put(ev, content, content_len);
 		ev->has_value = true;

@@ -27,7 +27,17 @@ struct ob_pgrepl {
 	void *tick_ctx;
 	char *copybuf;  /* the last message from PQgetCopyData, owned */
 	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
+	/* The last error the server reported on this connection. */
+	char err_state[6]; /* its SQLSTATE; empty for a lost connection */
+	char err_msg[256];
 };
+
+/* Settings that change how wal2json renders values, pinned on every
+ * connection so published records do not depend on the database's or the
+ * role's defaults: bytea as hex, timestamps in ISO form, intervals in the
+ * postgres style and floats with every digit. */
+#define PINNED_OPTIONS                                                                             \
+	"-c bytea_output=hex -c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3"
 
 /* The message of a failed result or connection, without the trailing
  * newline libpq adds. The buffer is static: log it right away. */
@@ -44,6 +54,57 @@ clean_error(const char *msg)
 	return buf;
 }
 
+/* Remember the server's error in res (NULL: the connection was lost) and
+ * return its message, cleaned, for logging. */
+static const char *
+note_error(ob_pgrepl *p, const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = clean_error(res ? PQresultErrorMessage(res) : PQerrorMessage(p->conn));
+
+	snprintf(p->err_state, sizeof(p->err_state), "%s", state ? state : "");
+	snprintf(p->err_msg, sizeof(p->err_msg), "%s", msg);
+	return msg;
+}
+
+static bool
+state_is(const PGresult *res, const char *sqlstate)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	return state != NULL && strcmp(state, sqlstate) == 0;
+}
+
+const char *
+ob_pgrepl_error_state(const ob_pgrepl *p)
+{
+	return p->err_state;
+}
+
+const char *
+ob_pgrepl_error_message(const ob_pgrepl *p)
+{
+	return p->err_msg;
+}
+
+/* The options connection parameter: the user's own (from conninfo, else
+ * PGOPTIONS), then the pinned settings, which win. The caller frees. */
+static char *
+session_options(const char *conninfo)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	const char *user = getenv("PGOPTIONS");
+	char *out;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+		if (strcmp(o->keyword, "options") == 0 && o->val != NULL)
+			user = o->val;
+	}
+	out = ob_xasprintf("%s%s" PINNED_OPTIONS, user ? user : "", user ? " " : "");
+	PQconninfoFree(opts);
+	return out;
+}
+
 ob_pg_status
 ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 {
@@ -53,13 +114,15 @@ ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 	 * within about a minute, by TCP keepalives when the line is idle and
 	 * by tcp_user_timeout when our status updates go unacknowledged.
 	 * Silence on the stream itself is never taken for death (a large
-	 * filtered transaction is silent). */
+	 * filtered transaction is silent). The session options come after
+	 * conninfo, so the pinned settings always apply. */
+	char *options = session_options(cfg->pg.conninfo);
 	/* clang-format off */
 	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
 			      "keepalives_interval", "keepalives_count", "dbname", "replication",
-			      "fallback_application_name", NULL};
+			      "fallback_application_name", "options", NULL};
 	const char *values[] = {"10", "60000", "30", "10", "3", cfg->pg.conninfo, "database",
-				"outboxd", NULL};
+				"outboxd", options, NULL};
 	/* clang-format on */
 	ob_pgrepl *p;
 
@@ -68,6 +131,7 @@ ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 	/* expand_dbname=1: conninfo may be a full connection string or URI;
 	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
 	p->conn = PQconnectdbParams(keys, values, 1);
+	free(options);
 	if (PQstatus(p->conn) != CONNECTION_OK) {
 		ob_error("could not connect to postgres: %s", clean_error(PQerrorMessage(p->conn)));
 		PQfinish(p->conn);
@@ -269,6 +333,26 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 	return ok;
 }
 
+/* For a server error no retry gets past, the fix to log with it; NULL
+ * for errors worth retrying. Classified by SQLSTATE, which does not change
+ * with the server's lc_messages. */
+static const char *
+fatal_hint(const PGresult *res)
+{
+	if (state_is(res, "58P01")) /* undefined_file: the plugin's library */
+		return "install the wal2json output plugin on the server (" OB_WAL2JSON_PACKAGE_HINT
+		       ")";
+	if (state_is(res, "55000")) /* object_not_in_prerequisite_state */
+		return "check wal_level = logical (then restart Postgres) and that the slot "
+		       "is not invalidated (wal_status lost: drop and recreate it, and raise "
+		       "max_slot_wal_keep_size)";
+	if (state_is(res, "42501")) /* insufficient_privilege */
+		return "grant the role REPLICATION (see sql/role.sql)";
+	if (state_is(res, "53400")) /* configuration_limit_exceeded */
+		return "raise max_replication_slots or drop an unused slot";
+	return NULL;
+}
+
 ob_pg_status
 ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
 {
@@ -280,23 +364,11 @@ ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
 	ob_pg_status st = OB_PG_OK;
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		const char *msg = clean_error(PQresultErrorMessage(res));
+		const char *msg = note_error(p, res);
+		const char *hint = fatal_hint(res);
 
-		if (strstr(msg, "wal2json") != NULL && strstr(msg, "could not access") != NULL) {
-			ob_error("could not create replication slot %s: %s; install the wal2json "
-				 "output plugin on the server (Debian: postgresql-15-wal2json)",
-				 slot, msg);
-			st = OB_PG_FATAL;
-		} else if (strstr(msg, "wal_level") != NULL) {
-			ob_error("could not create replication slot %s: %s; set wal_level = "
-				 "logical in postgresql.conf and restart Postgres",
-				 slot, msg);
-			st = OB_PG_FATAL;
-		} else if (strstr(msg, "permission denied") != NULL ||
-			   strstr(msg, "must be superuser or replication") != NULL) {
-			ob_error("could not create replication slot %s: %s; grant the role "
-				 "REPLICATION (see sql/role.sql)",
-				 slot, msg);
+		if (hint != NULL) {
+			ob_error("could not create replication slot %s: %s; %s", slot, msg, hint);
 			st = OB_PG_FATAL;
 		} else {
 			ob_error("could not create replication slot %s: %s", slot, msg);
@@ -326,7 +398,7 @@ ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot)
 }
 
 ob_pg_status
-ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg)
+ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn confirmed)
 {
 	const char *slot = cfg->pg.slot;
 	const char *db = PQdb(p->conn);
@@ -334,6 +406,17 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg)
 
 	if (!ob_pgrepl_slot_info(p, slot, &info))
 		return OB_PG_RETRY;
+	if (!info.exists && streamed) {
+		/* Recreating it would start at the current WAL position and skip
+		 * every event since the confirmed one without a word. */
+		ob_error("replication slot %s no longer exists (dropped, or a failover to a "
+			 "server without it): events committed after " OB_LSN_FMT
+			 " may not have been published; stopping. To recover, create the slot "
+			 "again (\"outboxd slot create\") and republish the outbox rows written "
+			 "since then",
+			 slot, OB_LSN_ARGS(confirmed));
+		return OB_PG_FATAL;
+	}
 	if (!info.exists) {
 		if (!cfg->pg.create_slot) {
 			ob_error("replication slot %s does not exist; create it with "
@@ -413,22 +496,14 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
 			   cfg->pg.slot, OB_LSN_ARGS(start), tables, prefix_opt);
 	res = exec_query(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
-		const char *msg = clean_error(PQresultErrorMessage(res));
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		const char *msg = note_error(p, res);
+		const char *hint = fatal_hint(res);
 
-		if (state != NULL && strcmp(state, "55006") == 0) {
+		if (state_is(res, "55006")) {
 			st = OB_PG_STANDBY; /* "replication slot ... is active for PID n" */
 			ob_debug("slot busy: %s", msg);
-		} else if (strstr(msg, "invalidated") != NULL) {
-			ob_error("could not start replication: %s; drop and recreate the slot "
-				 "and raise max_slot_wal_keep_size",
-				 msg);
-			st = OB_PG_FATAL;
-		} else if (strstr(msg, "wal2json") != NULL &&
-			   strstr(msg, "could not access") != NULL) {
-			ob_error("could not start replication: %s; install the wal2json output "
-				 "plugin (Debian: postgresql-15-wal2json)",
-				 msg);
+		} else if (hint != NULL) {
+			ob_error("could not start replication: %s; %s", msg, hint);
 			st = OB_PG_FATAL;
 		} else {
 			ob_error("could not start replication: %s", msg);
@@ -441,6 +516,24 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
 	PQclear(res);
 	free(sql);
 	return st;
+}
+
+bool
+ob_pgrepl_identify(ob_pgrepl *p, ob_pg_system *sys)
+{
+	PGresult *res = exec_query(p, "IDENTIFY_SYSTEM");
+	bool ok =
+	    PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 2;
+
+	memset(sys, 0, sizeof(*sys));
+	if (!ok) {
+		ob_error("could not identify the server: %s", note_error(p, res));
+	} else {
+		copy_field(sys->system_id, sizeof(sys->system_id), res, 0);
+		sys->timeline = atoi(PQgetvalue(res, 0, 1));
+	}
+	PQclear(res);
+	return ok;
 }
 
 int
@@ -480,8 +573,7 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	n = PQgetCopyData(p->conn, &p->copybuf, 1);
 	if (n == 0) {
 		if (!PQconsumeInput(p->conn)) {
-			ob_error("could not read from postgres: %s",
-				 clean_error(PQerrorMessage(p->conn)));
+			ob_error("could not read from postgres: %s", note_error(p, NULL));
 			return OB_READ_ERROR;
 		}
 		n = PQgetCopyData(p->conn, &p->copybuf, 1);
@@ -491,13 +583,12 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	if (n == -1) {
 		PGresult *res = PQgetResult(p->conn);
 
-		ob_error("replication stream ended: %s",
-			 clean_error(res ? PQresultErrorMessage(res) : "server closed the stream"));
+		ob_error("replication stream ended: %s", note_error(p, res));
 		PQclear(res);
 		return OB_READ_ERROR;
 	}
 	if (n < 0) {
-		ob_error("could not read from postgres: %s", clean_error(PQerrorMessage(p->conn)));
+		ob_error("could not read from postgres: %s", note_error(p, NULL));
 		return OB_READ_ERROR;
 	}
 	memset(msg, 0, sizeof(*msg));

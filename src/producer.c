@@ -27,6 +27,8 @@ struct ob_producer {
 	void *ctx;
 	bool failed;
 	char fatal_reason[512];
+	/* message.max.bytes: the largest record the client sends. */
+	size_t max_record_bytes;
 	/* Brokers whose connection is up, from the statistics callback. */
 	int brokers_up;
 	/* Test hook: raise a fatal error after this many records (0: never). */
@@ -76,7 +78,7 @@ conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
 }
 
 static long long
-conf_get_number(rd_kafka_conf_t *conf, const char *key)
+conf_get_number(const rd_kafka_conf_t *conf, const char *key)
 {
 	char buf[64];
 	size_t size = sizeof(buf);
@@ -197,39 +199,25 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	return 0; /* librdkafka frees json */
 }
 
-/* Delivery errors a fresh producer may get past: outages, timeouts (when
- * the user set message.timeout.ms), leadership moves and idempotence
- * trouble. On these the relay recreates the producer and reads the slot
- * again. Every other delivery error is the record's own (too large,
- * invalid, refused by a broker rule or authorization): it is
- * dead-lettered, or halts, as SPEC §5 says for permanent errors. */
+/* Delivery errors that may be the record's own: its size, its content
+ * (a broker rule, a timestamp out of range) or its topic's name, which
+ * comes from the record's columns. The broker answers a whole batch with
+ * one code, so such an error only makes the record a suspect; the relay
+ * produces it alone before calling the error its own. Every other delivery
+ * error is a fault of the producer or the cluster (outages, leadership
+ * moves, idempotence trouble, an unknown or unauthorized topic, an unknown
+ * server error): a fresh producer reading the slot again gets past it, and
+ * nothing is dead-lettered for it. */
 static bool
-is_transient(rd_kafka_resp_err_t err)
+may_be_records_own(rd_kafka_resp_err_t err)
 {
 	switch (err) {
-	case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
-	case RD_KAFKA_RESP_ERR__TIMED_OUT:
-	case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
-	case RD_KAFKA_RESP_ERR__TRANSPORT:
-	case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
-	case RD_KAFKA_RESP_ERR__DESTROY:
-	case RD_KAFKA_RESP_ERR__FATAL:
-	case RD_KAFKA_RESP_ERR__STATE:
-	case RD_KAFKA_RESP_ERR__INCONSISTENT:
-	case RD_KAFKA_RESP_ERR__FENCED:
-	case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
-	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
-	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-	case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
-	case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
-	case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
-	case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
-	case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
-	case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
-	case RD_KAFKA_RESP_ERR_DUPLICATE_SEQUENCE_NUMBER:
-	case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
-	case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
-	case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
+	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+	case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+	case RD_KAFKA_RESP_ERR_INVALID_MSG:
+	case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+	case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+	case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
 		return true;
 	default:
 		return false;
@@ -256,8 +244,14 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		return;
 	memset(&d, 0, sizeof(d));
 	d.tag = (uint64_t)(uintptr_t)m->_private;
-	d.ok = m->err == RD_KAFKA_RESP_ERR_NO_ERROR;
-	d.error = d.ok ? NULL : rd_kafka_err2str(m->err);
+	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		d.status = OB_DELIVERED;
+	else if (may_be_records_own(m->err) &&
+		 rd_kafka_fatal_error(rk, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		d.status = OB_DELIVERY_SUSPECT;
+	else
+		d.status = OB_DELIVERY_RETRY;
+	d.error = d.status == OB_DELIVERED ? NULL : rd_kafka_err2str(m->err);
 	d.value_too_large = is_too_large(m->err);
 	d.partition = m->partition;
 	d.record.topic = rd_kafka_topic_name(m->rkt);
@@ -269,7 +263,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	d.record.value = m->payload;
 	d.record.value_len = m->len;
 	d.record.timestamp_ms = rd_kafka_message_timestamp(m, &tstype);
-	if (!d.ok && rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+	if (d.status != OB_DELIVERED &&
+	    rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
 		size_t n = rd_kafka_header_cnt(hdrs);
 		ob_record_view *r = &d.record;
 
@@ -280,12 +275,9 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 				r->headers_len = i + 1;
 		}
 	}
-	/* A failure that comes with a fatal producer error, or that a retry
-	 * could fix, is the producer's fault, not the record's: the relay
-	 * then recreates the producer and reads the slot again. */
-	if (!d.ok && !p->failed &&
-	    (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-	     is_transient(m->err))) {
+	/* A failure a fresh producer may get past fails the producer: the
+	 * relay then recreates it and reads the slot again. */
+	if (d.status == OB_DELIVERY_RETRY && !p->failed) {
 		p->failed = true;
 		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "delivery failed: %s",
 			 rd_kafka_err2str(m->err));
@@ -323,6 +315,7 @@ ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, 
 		ob_error("could not create wake-up pipe: %s", strerror(errno));
 		goto fail_destroy;
 	}
+	p->max_record_bytes = (size_t)conf_get_number(rd_kafka_conf(p->rk), "message.max.bytes");
 	p->main_queue = rd_kafka_queue_get_main(p->rk);
 	if (!fatal_hook_fired && getenv("OUTBOXD_TEST_FATAL_AFTER") != NULL)
 		p->fatal_after = atol(getenv("OUTBOXD_TEST_FATAL_AFTER"));
@@ -435,14 +428,21 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 		*too_large = true;
 		*why = "record larger than the producer queue (queue.buffering.max.kbytes)";
 		return OB_SEND_REFUSED;
-	case RD_KAFKA_RESP_ERR__FATAL:
-	case RD_KAFKA_RESP_ERR__STATE:
-		p->failed = true;
-		return OB_SEND_FATAL;
-	default:
-		*too_large = is_too_large(err);
+	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+		/* librdkafka's own check of this one record's size. */
+		*too_large = true;
 		*why = rd_kafka_err2str(err);
 		return OB_SEND_REFUSED;
+	default:
+		/* A fatal error, or the topic is unknown or not ours: a fresh
+		 * producer reading the slot again may get past it. */
+		if (!p->failed) {
+			p->failed = true;
+			snprintf(p->fatal_reason, sizeof(p->fatal_reason),
+				 "could not produce to %.200s: %s", topic, rd_kafka_err2str(err));
+			ob_error("kafka producer failed: %s", p->fatal_reason);
+		}
+		return OB_SEND_FATAL;
 	}
 }
 
@@ -468,6 +468,12 @@ ob_producer_failed(const ob_producer *p, const char **why)
 	if (why != NULL)
 		*why = p->fatal_reason;
 	return p->failed;
+}
+
+size_t
+ob_producer_max_record_bytes(const ob_producer *p)
+{
+	return p->max_record_bytes;
 }
 
 bool

@@ -1,36 +1,39 @@
 /*
- * relay.c: the loop between the slot and the producer (DESIGN.md §1).
+ * relay.c: the loop between the slot and the producer.
  *
- * State that outlives one Postgres connection lives in the relay struct:
- * the producer, the ack tracker, and how far transactions were handed to
- * the producer (handed_lsn), so a reconnect inside one process skips what
- * was already produced instead of producing it twice.
+ * ob_relay_run() turns run_connection() until a stop: each call connects
+ * to Postgres, checks the database and the slot, starts replication from
+ * the confirmable position and streams until something ends the
+ * connection; the one switch of ob_relay_run() handles that outcome
+ * (reconnect, back off, wait as a standby, recreate the producer, or stop),
+ * as pg_recvlogical does.
  *
- * The flow of one connection: connect, check the database (wal_level,
- * table, columns), prepare the slot (or wait as a standby), START_REPLICATION
- * from the confirmable LSN, then turn the loop in stream() until the stream
- * breaks, the producer fails, a bad event halts us, or a signal asks us to
- * stop.
+ * State that outlives one connection: the producer, the ack tracker (what
+ * may be confirmed), the replay state (what was already handed to the
+ * producer, and which suspect records to produce alone), and who the
+ * server is (a slot is created only before the first stream, and a
+ * different server or a vanished slot later is an operator's matter).
  */
 #include "outboxd/relay.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "outboxd/acktrack.h"
 #include "outboxd/check.h"
+#include "outboxd/dlqueue.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
 #include "outboxd/outbox.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
+#include "outboxd/replay.h"
+#include "outboxd/signals.h"
 #include "outboxd/wal2json.h"
 
 /* How long SIGTERM waits for in-flight events before giving up. */
@@ -43,85 +46,80 @@
 #define BACKOFF_START_MS        100
 /* How often a standby says it is still waiting. */
 #define STANDBY_LOG_INTERVAL_MS 60000
+/* A server error met this many times in a row at one position is not
+ * going away by itself. */
+#define REPEATED_ERROR_LIMIT    5
 
-/* Tags carried by records through the producer: the transaction's
- * sequence number shifted left, and a bit for dead-letter records. */
-#define TAG_DLQ       1u
-#define TAG(seq, dlq) (((seq) << 1) | ((dlq) ? TAG_DLQ : 0u))
+/*
+ * A record's tag, which its delivery report carries back: its ack tracker
+ * transaction (the low TAG_SEQ_BITS of the sequence number, rebuilt from
+ * the tracker's oldest entry, since far fewer transactions are ever
+ * tracked at once), its index in the transaction (saturating), and what
+ * kind of record it is.
+ */
+#define TAG_KIND_BITS  2
+#define TAG_INDEX_BITS 31
+#define TAG_SEQ_BITS   31
+#define TAG_INDEX_MAX  ((UINT64_C(1) << TAG_INDEX_BITS) - 1)
+#define TAG_SEQ_MASK   ((UINT64_C(1) << TAG_SEQ_BITS) - 1)
 
-static volatile sig_atomic_t stop_requested;
+typedef enum record_kind {
+	KIND_EVENT,            /* an outbox event */
+	KIND_DLQ,              /* a dead-letter record */
+	KIND_DLQ_HEADERS_ONLY, /* a dead-letter record that did not fit, cut down */
+} record_kind;
 
 typedef enum outcome {
-	OUTCOME_STOP,            /* a signal asked us to stop */
-	OUTCOME_PG_LOST,         /* reconnect to Postgres */
-	OUTCOME_PRODUCER_FAILED, /* recreate the producer, re-read from confirmed */
-	OUTCOME_HALT,            /* exit 1: an operator must look */
+	OUTCOME_STOP,      /* a signal asked us to stop */
+	OUTCOME_HALT,      /* exit 1: an operator must look */
+	OUTCOME_LOST,      /* the connection broke: reconnect at once */
+	OUTCOME_RETRY,     /* Postgres is not usable yet: back off, then reconnect */
+	OUTCOME_STANDBY,   /* another process holds the slot: wait */
+	OUTCOME_REPRODUCE, /* recreate the producer and read the slot again */
 } outcome;
-
-/* A record the broker refused for good, waiting to be dead-lettered. */
-typedef struct refused {
-	struct refused *next;
-	uint64_t seq;
-	ob_event dlq; /* the dead-letter record, built in the callback */
-} refused;
 
 typedef struct relay {
 	const ob_config *cfg;
 	ob_mapper mapper;
 	ob_acktrack ack;
+	ob_replay replay;
 	ob_producer *producer;
 	ob_pgrepl *pg;
 	ob_event ev;       /* the event being mapped, reused */
-	ob_event dlq_ev;   /* a dead-letter record being built, reused */
+	ob_event dlq_ev;   /* a dead-letter record built for a refused record, reused */
+	ob_event small_ev; /* a dead-letter record cut down to headers, reused */
 	ob_w2j_record rec; /* points into the message being handled */
+	ob_dlqueue refused;
+	bool draining; /* drain_refused() is running: do not re-enter it */
 
-	/* The transaction being read. */
-	bool in_txn;
-	bool txn_skip; /* already handed over before a reconnect */
-	uint64_t txn_seq;
-	ob_lsn txn_end;
+	/* The transaction being read (its position is in replay). */
 	int64_t txn_commit_us;
-	bool txn_tracked;     /* it has an entry in the ack tracker (txn_seq) */
-	uint64_t txn_events;  /* events of it handed over (or skipped as such) */
-	uint64_t replay_skip; /* events still to skip of a replayed cut-off txn */
+	bool txn_tracked; /* it has an entry in the ack tracker (txn_seq) */
+	uint64_t txn_seq;
 
-	/* How far the producer got, across reconnects. */
-	ob_lsn handed_lsn;       /* end LSN of the last transaction handed over whole */
-	ob_lsn partial_lsn;      /* a transaction cut off by a broken stream ... */
-	uint64_t partial_events; /* ... and how many of its events were handed */
-
+	/* The server and the stream. */
+	bool streamed;       /* replication started once: the slot is ours */
+	ob_pg_system server; /* who we streamed from */
 	ob_lsn received;
 	ob_lsn wal_end;
 	ob_lsn sent_flush;
 	int64_t last_status_ms;
 	bool reply_due;
 
-	refused *refused_head;
-	refused **refused_tail;
-	bool draining; /* drain_refused() is running: do not re-enter it */
+	/* The last server error, and how often it came at one position. */
+	char err_state[6];
+	char err_msg[256];
+	ob_lsn err_lsn;
+	int err_repeats;
+
+	/* A suspect record being produced alone. */
+	bool isolating;
+	ob_event_pos isolated;
+	/* Set when a batch was refused: its records are read again and
+	 * produced alone. */
+	char reproduce_why[256];
 	bool halt;
 } relay;
-
-static void
-on_signal(int sig)
-{
-	(void)sig;
-	stop_requested = 1;
-}
-
-static void
-install_signals(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, NULL);
-}
 
 /* Log a line that carries the LSN (and the topic, when given) as fields,
  * so JSON logs can be filtered on them. */
@@ -145,20 +143,81 @@ static void OB_PRINTF(5, 6) log_at(ob_log_level level, ob_lsn lsn, const char *t
 	ob_log_kv(level, fields, "%s", msg);
 }
 
+static uint64_t
+make_tag(uint64_t seq, uint64_t index, record_kind kind)
+{
+	if (index > TAG_INDEX_MAX)
+		index = TAG_INDEX_MAX;
+	return ((seq & TAG_SEQ_MASK) << (TAG_INDEX_BITS + TAG_KIND_BITS)) |
+	       (index << TAG_KIND_BITS) | (uint64_t)kind;
+}
+
+static void
+split_tag(const relay *r, uint64_t tag, uint64_t *seq, uint64_t *index, record_kind *kind)
+{
+	uint64_t low = tag >> (TAG_INDEX_BITS + TAG_KIND_BITS);
+
+	*seq = r->ack.head_seq + ((low - r->ack.head_seq) & TAG_SEQ_MASK);
+	*index = (tag >> TAG_KIND_BITS) & TAG_INDEX_MAX;
+	*kind = (record_kind)(tag & ((1u << TAG_KIND_BITS) - 1));
+}
+
+/* A suspect record was refused alone: the error is its own. Queue its
+ * dead-letter record, or halt when that is not possible or wanted. */
+static void
+refused_alone(relay *r, const ob_delivery *d, uint64_t seq, uint64_t index, record_kind kind,
+	      ob_lsn end_lsn)
+{
+	const ob_record_view *rec = &d->record;
+	ob_dlqueue_entry *e;
+	char error[512];
+
+	if (kind == KIND_DLQ_HEADERS_ONLY || (kind == KIND_DLQ && !d->value_too_large)) {
+		log_at(OB_LOG_ERROR, end_lsn, rec->topic, rec->topic_len,
+		       "could not publish dead-letter record to %.*s: %s; stopping without "
+		       "confirming " OB_LSN_FMT,
+		       (int)rec->topic_len, rec->topic, d->error, OB_LSN_ARGS(end_lsn));
+		r->halt = true;
+		return;
+	}
+	if (kind == KIND_DLQ) {
+		e = ob_dlqueue_push(&r->refused, seq, index, KIND_DLQ_HEADERS_ONLY);
+		ob_event_build_dlq_headers_only(&e->ev, "too-large", rec,
+						ob_producer_max_record_bytes(r->producer));
+		return;
+	}
+	if (r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
+		log_at(OB_LOG_ERROR, end_lsn, rec->topic, rec->topic_len,
+		       "broker refused a record for %.*s: %s; on_bad_event = halt: stopping "
+		       "without confirming " OB_LSN_FMT,
+		       (int)rec->topic_len, rec->topic, d->error, OB_LSN_ARGS(end_lsn));
+		r->halt = true;
+		return;
+	}
+	snprintf(error, sizeof(error), "broker refused the record for %.*s: %s",
+		 (int)rec->topic_len, rec->topic, d->error);
+	e = ob_dlqueue_push(&r->refused, seq, index, KIND_DLQ);
+	ob_event_build_dlq(&e->ev, r->cfg->outbox.dlq_topic,
+			   d->value_too_large ? "too-large" : "refused", error, end_lsn, rec,
+			   d->value_too_large);
+}
+
 /* Delivery report callback (runs inside ob_producer_poll). */
 static void
 on_delivery(void *ctx, const ob_delivery *d)
 {
 	relay *r = ctx;
-	uint64_t seq = d->tag >> 1;
-	bool is_dlq = (d->tag & TAG_DLQ) != 0;
+	uint64_t seq, index;
+	record_kind kind;
 	ob_lsn end_lsn = 0;
 	int64_t commit_us = 0;
-	const char *failed_why;
+	ob_event_pos pos;
 
+	split_tag(r, d->tag, &seq, &index, &kind);
 	if (!ob_acktrack_txn_info(&r->ack, seq, &end_lsn, &commit_us))
 		return; /* a report from a producer we dropped */
-	if (d->ok) {
+	switch (d->status) {
+	case OB_DELIVERED: {
 		double latency = (double)(ob_now_us() - commit_us) / 1e6;
 
 		ob_metrics_published(d->record.topic, d->record.topic_len,
@@ -166,88 +225,51 @@ on_delivery(void *ctx, const ob_delivery *d)
 		ob_acktrack_ack(&r->ack, seq);
 		return;
 	}
-	if (ob_producer_failed(r->producer, &failed_why))
-		return; /* the producer's fault: re-read from the slot */
-	if (is_dlq) {
-		log_at(OB_LOG_ERROR, end_lsn, d->record.topic, d->record.topic_len,
-		       "could not publish dead-letter record to %.*s: %s; stopping without "
-		       "confirming " OB_LSN_FMT,
-		       (int)d->record.topic_len, d->record.topic, d->error, OB_LSN_ARGS(end_lsn));
-		r->halt = true;
+	case OB_DELIVERY_RETRY:
+		return; /* the producer failed: the slot is read again */
+	case OB_DELIVERY_SUSPECT:
+		break;
+	}
+	pos = (ob_event_pos){end_lsn, index};
+	if (r->isolating && ob_event_pos_cmp(pos, r->isolated) == 0) {
+		refused_alone(r, d, seq, index, kind, end_lsn);
 		return;
 	}
-	if (r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
-		log_at(OB_LOG_ERROR, end_lsn, d->record.topic, d->record.topic_len,
-		       "broker refused a record for %.*s: %s; on_bad_event = halt: stopping "
-		       "without confirming " OB_LSN_FMT,
-		       (int)d->record.topic_len, d->record.topic, d->error, OB_LSN_ARGS(end_lsn));
-		r->halt = true;
-		return;
-	}
-	/* Dead-letter it after the poll returns (producing may need to wait
-	 * for queue room, which cannot happen inside this callback). */
-	refused *rf = ob_xcalloc(1, sizeof(*rf));
-	char error[512];
-
-	snprintf(error, sizeof(error), "broker refused the record for %.*s: %s",
-		 (int)d->record.topic_len, d->record.topic, d->error);
-	rf->seq = seq;
-	ob_event_init(&rf->dlq);
-	ob_event_build_dlq(&rf->dlq, r->cfg, d->value_too_large ? "too-large" : "refused", error,
-			   end_lsn, &d->record, d->value_too_large);
-	*r->refused_tail = rf;
-	r->refused_tail = &rf->next;
+	/* Refused with its batch, which may hold the culprit: read the slot
+	 * again and produce this record alone when it comes. */
+	ob_replay_suspect(&r->replay, pos);
+	if (r->reproduce_why[0] == '\0')
+		snprintf(r->reproduce_why, sizeof(r->reproduce_why),
+			 "the broker refused a batch for %.*s: %s", (int)d->record.topic_len,
+			 d->record.topic, d->error);
 }
 
-static bool publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out);
+static bool publish(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind kind,
+		    outcome *out);
 
-/* Dead-letter the records refused in delivery reports. Each keeps its
- * transaction unconfirmable until its dead-letter record is queued. While
- * one is waiting for queue room, reports keep being served, and may add
- * more refusals: those wait for this loop instead of re-entering it. */
+/* Produce the dead-letter records of refused records, in order. Each keeps
+ * its transaction unconfirmable until its dead-letter record is queued.
+ * While one waits for queue room, reports keep being served and may queue
+ * more: those wait for this loop instead of re-entering it. */
 static bool
 drain_refused(relay *r, outcome *out)
 {
+	ob_dlqueue_entry *e;
 	bool ok = true;
 
 	if (r->draining)
 		return true;
 	r->draining = true;
-	while (ok && r->refused_head != NULL) {
-		refused *rf = r->refused_head;
-
-		r->refused_head = rf->next;
-		if (r->refused_head == NULL)
-			r->refused_tail = &r->refused_head;
-		ob_warn("dead-lettering record: reason=%s", rf->dlq.dlq_reason);
-		ok = publish(r, &rf->dlq, rf->seq, out);
-		if (!ok) {
-			/* Keep it for the next try (after a reconnect). */
-			rf->next = r->refused_head;
-			r->refused_head = rf;
-			if (rf->next == NULL)
-				r->refused_tail = &rf->next;
-			break;
+	while (ok && (e = ob_dlqueue_peek(&r->refused)) != NULL) {
+		ob_warn("dead-lettering record: reason=%s", e->ev.dlq_reason);
+		ok = publish(r, &e->ev, e->seq, e->index, (record_kind)e->kind, out);
+		if (ok) {
+			ob_acktrack_ack(&r->ack, e->seq); /* the refused original */
+			ob_dlqueue_pop(&r->refused);
 		}
-		ob_acktrack_ack(&r->ack, rf->seq); /* the refused original */
-		ob_event_free(&rf->dlq);
-		free(rf);
 	}
 	r->draining = false;
 	return ok;
-}
-
-static void
-drop_refused(relay *r)
-{
-	while (r->refused_head != NULL) {
-		refused *rf = r->refused_head;
-
-		r->refused_head = rf->next;
-		ob_event_free(&rf->dlq);
-		free(rf);
-	}
-	r->refused_tail = &r->refused_head;
 }
 
 /* Send a status update if one is due: always when forced or asked for,
@@ -295,101 +317,157 @@ report_alive(relay *r, bool streaming)
 static bool
 serve_producer(relay *r, int timeout_ms, outcome *out)
 {
-	const char *why;
-
 	ob_producer_poll(r->producer, timeout_ms);
-	if (ob_producer_failed(r->producer, &why)) {
-		*out = OUTCOME_PRODUCER_FAILED;
-		return false;
-	}
 	if (r->halt) {
 		*out = OUTCOME_HALT;
+		return false;
+	}
+	if (ob_producer_failed(r->producer, NULL) || r->reproduce_why[0] != '\0') {
+		*out = OUTCOME_REPRODUCE;
 		return false;
 	}
 	return drain_refused(r, out);
 }
 
-/* Queue one record of transaction seq, waiting while the producer's queue
- * is full (the WAL is not read meanwhile: that is the backpressure). A
- * record refused at once is dead-lettered in its place. */
+/* The client refused a record at once (it is larger than message.max.bytes
+ * or the queue): dead-letter it in its place, cut down to headers if the
+ * dead-letter record is the one too large, or halt. */
 static bool
-publish(relay *r, const ob_event *ev, uint64_t seq, outcome *out)
+publish_refused(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind kind,
+		const char *why, bool too_large, outcome *out)
 {
-	bool is_dlq = ev->dlq_reason != NULL;
+	ob_record_view view;
+	char error[512];
+
+	ob_event_view(ev, &view);
+	if (kind == KIND_DLQ && too_large) {
+		ob_warn("dead-letter record for %.*s is too large (%s); publishing its headers "
+			"only",
+			(int)view.topic_len, view.topic, why);
+		ob_event_build_dlq_headers_only(&r->small_ev, ev->dlq_reason, &view,
+						ob_producer_max_record_bytes(r->producer));
+		return publish(r, &r->small_ev, seq, index, KIND_DLQ_HEADERS_ONLY, out);
+	}
+	if (kind != KIND_EVENT || r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
+		ob_error("could not publish %s record to %.*s: %s; stopping",
+			 kind != KIND_EVENT ? "dead-letter" : "a", (int)view.topic_len, view.topic,
+			 why);
+		*out = OUTCOME_HALT;
+		return false;
+	}
+	snprintf(error, sizeof(error), "producer refused the record for %.*s: %s",
+		 (int)view.topic_len, view.topic, why);
+	ob_event_build_dlq(&r->dlq_ev, r->cfg->outbox.dlq_topic,
+			   too_large ? "too-large" : "refused", error, r->replay.txn_end, &view,
+			   too_large);
+	ob_warn("dead-lettering record: %s", error);
+	return publish(r, &r->dlq_ev, seq, index, KIND_DLQ, out);
+}
+
+/* Queue one record of transaction seq, waiting while the producer's queue
+ * is full (the WAL is not read meanwhile: that is the backpressure). */
+static bool
+publish(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind kind, outcome *out)
+{
 	bool too_large;
 	const char *why;
 
 	for (;;) {
-		switch (ob_producer_send(r->producer, ev, TAG(seq, is_dlq), &why, &too_large)) {
+		if (r->reproduce_why[0] != '\0') {
+			*out = OUTCOME_REPRODUCE; /* this producer's records are dropped */
+			return false;
+		}
+		switch (ob_producer_send(r->producer, ev, make_tag(seq, index, kind), &why,
+					 &too_large)) {
 		case OB_SEND_OK:
 			ob_acktrack_add(&r->ack, seq);
-			if (is_dlq)
+			if (kind != KIND_EVENT)
 				ob_metrics_dead_lettered(ev->dlq_reason);
 			return true;
 		case OB_SEND_QUEUE_FULL:
-			if (stop_requested) {
+			if (ob_signals_stop_requested()) {
 				*out = OUTCOME_STOP;
 				return false;
 			}
 			if (!serve_producer(r, 100, out))
 				return false;
 			if (!send_status(r, false)) {
-				*out = OUTCOME_PG_LOST;
+				*out = OUTCOME_LOST;
 				return false;
 			}
 			report_alive(r, r->pg != NULL);
 			break;
 		case OB_SEND_REFUSED:
-			if (is_dlq || r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
-				ob_error("could not publish %s record to %.*s: %s; stopping",
-					 is_dlq ? "dead-letter" : "a", (int)ev->topic.len,
-					 ob_event_ptr(ev, ev->topic), why);
-				*out = OUTCOME_HALT;
-				return false;
-			} else {
-				ob_record_view view;
-				char error[512];
-
-				snprintf(error, sizeof(error),
-					 "producer refused the record for %.*s: %s",
-					 (int)ev->topic.len, ob_event_ptr(ev, ev->topic), why);
-				ob_event_view(ev, &view);
-				ob_event_build_dlq(&r->dlq_ev, r->cfg,
-						   too_large ? "too-large" : "refused", error,
-						   r->txn_end, &view, too_large);
-				ob_warn("dead-lettering record: %s", error);
-				return publish(r, &r->dlq_ev, seq, out);
-			}
+			return publish_refused(r, ev, seq, index, kind, why, too_large, out);
 		case OB_SEND_FATAL:
-			*out = OUTCOME_PRODUCER_FAILED;
+			*out = OUTCOME_REPRODUCE;
 			return false;
 		}
 	}
 }
 
-/* Start reading a transaction, or mark it skipped when it was handed over
- * before a reconnect. It gets an ack tracker entry with its first event
- * only: the many transactions wal2json sends as bare B/C pairs (their
- * changes were all filtered out) cost no memory while events are in
- * flight. */
+/* Serve reports until every record handed over is acknowledged and no
+ * dead-letter record waits. */
+static bool
+settle(relay *r, outcome *out)
+{
+	while (ob_acktrack_inflight(&r->ack) > 0 || ob_dlqueue_peek(&r->refused) != NULL) {
+		if (ob_signals_stop_requested()) {
+			*out = OUTCOME_STOP;
+			return false;
+		}
+		if (!serve_producer(r, 100, out))
+			return false;
+		if (!send_status(r, false)) {
+			*out = OUTCOME_LOST;
+			return false;
+		}
+		report_alive(r, true);
+	}
+	return true;
+}
+
+/* Produce a suspect record alone: once nothing else is in flight, so its
+ * batch holds it only, and waiting for its report (and for the
+ * dead-letter record that replaces it, if it is refused). Only an error
+ * it gets alone is its own. */
+static bool
+publish_alone(relay *r, const ob_event *ev, uint64_t seq, ob_event_pos pos, record_kind kind,
+	      outcome *out)
+{
+	bool ok;
+
+	log_at(OB_LOG_INFO, pos.txn_end, ob_event_ptr(ev, ev->topic), ev->topic.len,
+	       "retrying event %llu of transaction " OB_LSN_FMT
+	       " alone: the broker refused the batch it was in",
+	       (unsigned long long)pos.index, OB_LSN_ARGS(pos.txn_end));
+	if (!settle(r, out))
+		return false;
+	r->isolating = true;
+	r->isolated = pos;
+	ok = publish(r, ev, seq, pos.index, kind, out);
+	if (ok)
+		ob_replay_handed(&r->replay);
+	ok = ok && settle(r, out);
+	r->isolating = false;
+	if (ok)
+		ob_replay_settled(&r->replay, pos);
+	return ok;
+}
+
+/* Start reading a transaction. It gets an ack tracker entry with its first
+ * event only: the many transactions wal2json sends as bare B/C pairs
+ * (their changes were all filtered out) cost no memory while events are
+ * in flight. */
 static void
 begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
 {
-	r->in_txn = true;
-	r->txn_end = end_lsn;
 	r->txn_commit_us = commit_us;
-	r->txn_events = 0;
 	r->txn_tracked = false;
-	r->txn_skip = end_lsn <= r->handed_lsn;
-	r->replay_skip = 0;
-	if (r->txn_skip) {
+	if (!ob_replay_begin(&r->replay, end_lsn))
 		log_at(OB_LOG_DEBUG, end_lsn, NULL, 0,
 		       "skipping transaction " OB_LSN_FMT ": already handed to the producer",
 		       OB_LSN_ARGS(end_lsn));
-		return;
-	}
-	if (end_lsn == r->partial_lsn)
-		r->replay_skip = r->partial_events;
 }
 
 /* The open transaction's ack tracker entry, opened on first use. */
@@ -397,7 +475,7 @@ static uint64_t
 txn_seq(relay *r)
 {
 	if (!r->txn_tracked) {
-		r->txn_seq = ob_acktrack_begin(&r->ack, r->txn_end, r->txn_commit_us);
+		r->txn_seq = ob_acktrack_begin(&r->ack, r->replay.txn_end, r->txn_commit_us);
 		r->txn_tracked = true;
 	}
 	return r->txn_seq;
@@ -406,14 +484,15 @@ txn_seq(relay *r)
 static void
 commit_txn(relay *r)
 {
-	r->in_txn = false;
-	if (r->txn_skip)
+	bool skipped = r->replay.skip_txn;
+
+	ob_replay_commit(&r->replay);
+	if (skipped)
 		return;
 	if (r->txn_tracked)
 		ob_acktrack_commit(&r->ack, r->txn_seq);
 	else
-		ob_acktrack_empty(&r->ack, r->txn_end);
-	r->handed_lsn = r->txn_end;
+		ob_acktrack_empty(&r->ack, r->replay.txn_end);
 	ob_metrics_transaction();
 }
 
@@ -421,18 +500,22 @@ commit_txn(relay *r)
 static bool
 handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 {
-	if (mr == OB_MAP_SKIP || r->txn_skip)
+	record_kind kind = mr == OB_MAP_DLQ ? KIND_DLQ : KIND_EVENT;
+	ob_replay_action action;
+	ob_event_pos pos;
+
+	if (mr == OB_MAP_SKIP)
 		return true;
-	if (r->replay_skip > 0) {
-		r->replay_skip--; /* produced before the stream broke */
-		r->txn_events++;
-		return true;
-	}
+	action = ob_replay_next(&r->replay, &pos);
+	if (action == OB_REPLAY_SKIP)
+		return true; /* produced before the stream broke */
 	if (mr == OB_MAP_DLQ) {
+		size_t len;
+		const char *error = ob_event_find_header(&r->ev, "error", &len);
+
 		log_at(OB_LOG_WARNING, lsn, NULL, 0,
-		       "bad event at " OB_LSN_FMT ": %.*s (reason %s)", OB_LSN_ARGS(lsn),
-		       (int)r->ev.headers[0].value.len,
-		       ob_event_ptr(&r->ev, r->ev.headers[0].value), r->ev.dlq_reason);
+		       "bad event at " OB_LSN_FMT ": %.*s (reason %s)", OB_LSN_ARGS(lsn), (int)len,
+		       error ? error : "", r->ev.dlq_reason);
 		if (r->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
 			log_at(OB_LOG_ERROR, lsn, NULL, 0,
 			       "on_bad_event = halt: stopping without confirming " OB_LSN_FMT,
@@ -441,11 +524,13 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 			return false;
 		}
 	}
+	if (action == OB_REPLAY_ISOLATE)
+		return publish_alone(r, &r->ev, txn_seq(r), pos, kind, out);
 	/* Counted only once handed over: a publish cut short (queue full,
 	 * then the stream broke) must be read again, not skipped. */
-	if (!publish(r, &r->ev, txn_seq(r), out))
+	if (!publish(r, &r->ev, txn_seq(r), pos.index, kind, out))
 		return false;
-	r->txn_events++;
+	ob_replay_handed(&r->replay);
 	return true;
 }
 
@@ -459,7 +544,7 @@ handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *
 	char error[512];
 
 	snprintf(error, sizeof(error), "could not parse wal2json record: %s", err);
-	if (!r->in_txn) {
+	if (!r->replay.in_txn) {
 		/* A B or C record we cannot read: going on could skip a whole
 		 * transaction, so stop before confirming anything past it. */
 		log_at(OB_LOG_ERROR, msg->data_start, NULL, 0,
@@ -472,7 +557,8 @@ handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *
 	view.value_len = msg->len;
 	view.has_value = true;
 	view.timestamp_ms = r->txn_commit_us / 1000;
-	ob_event_build_dlq(&r->ev, r->cfg, "bad-record", error, msg->data_start, &view, false);
+	ob_event_build_dlq(&r->ev, r->cfg->outbox.dlq_topic, "bad-record", error, msg->data_start,
+			   &view, false);
 	return handle_event(r, OB_MAP_DLQ, msg->data_start, out);
 }
 
@@ -489,10 +575,10 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 
 	switch (r->rec.action) {
 	case OB_W2J_BEGIN:
-		if (r->in_txn) {
+		if (r->replay.in_txn) {
 			ob_error("transaction " OB_LSN_FMT " began before " OB_LSN_FMT " ended",
-				 OB_LSN_ARGS(r->rec.nextlsn), OB_LSN_ARGS(r->txn_end));
-			*out = OUTCOME_PG_LOST;
+				 OB_LSN_ARGS(r->rec.nextlsn), OB_LSN_ARGS(r->replay.txn_end));
+			*out = OUTCOME_LOST;
 			ok = false;
 			break;
 		}
@@ -500,18 +586,18 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 			  r->rec.has_timestamp ? r->rec.timestamp_us : ob_now_us());
 		break;
 	case OB_W2J_COMMIT:
-		if (r->in_txn)
+		if (r->replay.in_txn)
 			commit_txn(r);
 		break;
 	case OB_W2J_INSERT:
-		if (r->in_txn)
+		if (r->replay.in_txn)
 			ok = handle_event(r,
 					  ob_mapper_map_insert(&r->mapper, &r->rec,
 							       r->txn_commit_us / 1000, &r->ev),
 					  r->rec.lsn, out);
 		break;
 	case OB_W2J_MESSAGE:
-		if (r->in_txn) {
+		if (r->replay.in_txn) {
 			ok = handle_event(r,
 					  ob_mapper_map_message(&r->mapper, &r->rec,
 								r->txn_commit_us / 1000, &r->ev),
@@ -536,7 +622,7 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	return ok;
 }
 
-/* The loop of one replication connection. */
+/* Read the stream until something ends it. */
 static outcome
 stream(relay *r)
 {
@@ -547,7 +633,7 @@ stream(relay *r)
 		int64_t wait_ms;
 
 		report_alive(r, true);
-		if (stop_requested)
+		if (ob_signals_stop_requested())
 			return OUTCOME_STOP;
 		if (!serve_producer(r, 0, &out))
 			return out;
@@ -556,7 +642,7 @@ stream(relay *r)
 		 * whether libpq's buffer is empty, so poll() may wait. */
 		bool drained = false;
 
-		for (int n = 0; n < READ_BATCH && !stop_requested; n++) {
+		for (int n = 0; n < READ_BATCH && !ob_signals_stop_requested(); n++) {
 			ob_pgrepl_msg msg;
 			ob_read_result rr = ob_pgrepl_read(r->pg, &msg);
 
@@ -565,11 +651,11 @@ stream(relay *r)
 				break;
 			}
 			if (rr == OB_READ_ERROR)
-				return OUTCOME_PG_LOST;
+				return OUTCOME_LOST;
 			if (msg.wal_end > r->wal_end)
 				r->wal_end = msg.wal_end;
 			if (msg.keepalive) {
-				if (!r->in_txn)
+				if (!r->replay.in_txn)
 					ob_acktrack_keepalive(&r->ack, msg.wal_end);
 				if (msg.reply_requested)
 					r->reply_due = true;
@@ -580,7 +666,7 @@ stream(relay *r)
 		if (!serve_producer(r, 0, &out))
 			return out;
 		if (!send_status(r, false))
-			return OUTCOME_PG_LOST;
+			return OUTCOME_LOST;
 
 		fds[0] = (struct pollfd){ob_pgrepl_socket(r->pg), POLLIN, 0};
 		fds[1] = (struct pollfd){ob_producer_wake_fd(r->producer), POLLIN, 0};
@@ -593,28 +679,28 @@ stream(relay *r)
 			wait_ms = 0; /* records wait in libpq's buffer: no sleeping */
 		if (poll(fds, 2, (int)wait_ms) < 0 && errno != EINTR) {
 			ob_error("could not poll: %s", strerror(errno));
-			return OUTCOME_PG_LOST;
+			return OUTCOME_LOST;
 		}
 	}
 }
 
-/* Sleep up to ms, serving delivery reports, until a stop is requested.
- * False with *out set when the producer needs attention. */
+/* Wait up to ms, serving delivery reports, with state on /readyz. False
+ * when a stop was requested. A producer that fails meanwhile is noticed
+ * by the next stream. */
 static bool
-idle(relay *r, int64_t ms, outcome *out)
+pause_for(relay *r, int64_t ms, ob_ready_state state)
 {
 	int64_t deadline = ob_mono_ms() + ms;
 
-	while (!stop_requested) {
+	ob_metrics_set_ready(state);
+	while (!ob_signals_stop_requested()) {
 		int64_t left = deadline - ob_mono_ms();
 
 		report_alive(r, false);
 		if (left <= 0)
 			return true;
-		if (!serve_producer(r, left < 100 ? (int)left : 100, out))
-			return false;
+		ob_producer_poll(r->producer, left < 100 ? (int)left : 100);
 	}
-	*out = OUTCOME_STOP;
 	return false;
 }
 
@@ -623,18 +709,49 @@ idle(relay *r, int64_t ms, outcome *out)
 static void
 disconnect(relay *r, bool graceful)
 {
-	if (r->in_txn && !r->txn_skip) {
-		r->partial_lsn = r->txn_end;
-		/* What was handed now, plus what a replay had still to skip. */
-		r->partial_events = r->txn_events + r->replay_skip;
-		if (r->txn_tracked)
-			ob_acktrack_abort(&r->ack, r->txn_seq);
-	}
-	r->in_txn = false;
+	if (r->replay.in_txn && !r->replay.skip_txn && r->txn_tracked)
+		ob_acktrack_abort(&r->ack, r->txn_seq);
+	ob_replay_cut(&r->replay);
 	ob_pgrepl_close(r->pg, graceful);
 	r->pg = NULL;
 	r->reply_due = false;
 	ob_metrics_set_connected(false, ob_producer_connected(r->producer));
+}
+
+/* Keep the connection's last server error before the connection goes. */
+static void
+keep_error(relay *r)
+{
+	snprintf(r->err_state, sizeof(r->err_state), "%s", ob_pgrepl_error_state(r->pg));
+	snprintf(r->err_msg, sizeof(r->err_msg), "%s", ob_pgrepl_error_message(r->pg));
+}
+
+/* Count the kept server error. Lost connections and server shutdowns
+ * (SQLSTATE class 08, 57P01-57P03) never count; any other error met
+ * REPEATED_ERROR_LIMIT times in a row with the stream no further on is
+ * not going away: false, logged. */
+static bool
+note_server_error(relay *r)
+{
+	const char *s = r->err_state;
+
+	if (s[0] == '\0' || strncmp(s, "08", 2) == 0 || strncmp(s, "57P0", 4) == 0) {
+		r->err_repeats = 0;
+		return true;
+	}
+	if (r->err_repeats > 0 && r->err_lsn == r->received)
+		r->err_repeats++;
+	else
+		r->err_repeats = 1;
+	r->err_lsn = r->received;
+	if (r->err_repeats < REPEATED_ERROR_LIMIT)
+		return true;
+	log_at(OB_LOG_ERROR, r->received, NULL, 0,
+	       "the server failed %d times in a row at " OB_LSN_FMT
+	       " with the same error: %s (SQLSTATE %s); stopping: replication slot %s cannot "
+	       "get past it",
+	       r->err_repeats, OB_LSN_ARGS(r->received), r->err_msg, r->err_state, r->cfg->pg.slot);
+	return false;
 }
 
 /* While a query waits for the server: stay alive, keep serving delivery
@@ -647,7 +764,33 @@ on_query_tick(void *ctx)
 	report_alive(r, false);
 	if (r->producer != NULL)
 		ob_producer_poll(r->producer, 0);
-	return !stop_requested;
+	return !ob_signals_stop_requested();
+}
+
+/* The server must be the one streamed from before: the same system
+ * (another one does not hold this slot's position, even if it has a slot
+ * of that name). A new timeline is a promoted standby of the same system. */
+static ob_pg_status
+check_server(relay *r, ob_pg_system *sys)
+{
+	if (!ob_pgrepl_identify(r->pg, sys))
+		return OB_PG_RETRY;
+	if (!r->streamed)
+		return OB_PG_OK;
+	if (strcmp(sys->system_id, r->server.system_id) != 0) {
+		ob_error("the server is a different system (system identifier %s, streamed from "
+			 "%s before): it does not hold the position of replication slot %s, "
+			 "confirmed up to " OB_LSN_FMT "; stopping. Point postgres.conninfo at the "
+			 "original server, or create the slot on this one and republish the outbox "
+			 "rows written since then",
+			 sys->system_id, r->server.system_id, r->cfg->pg.slot,
+			 OB_LSN_ARGS(ob_acktrack_confirmable(&r->ack)));
+		return OB_PG_FATAL;
+	}
+	if (sys->timeline != r->server.timeline)
+		ob_info("the server is on timeline %d now (was %d): a standby was promoted",
+			sys->timeline, r->server.timeline);
+	return OB_PG_OK;
 }
 
 /* Connect, check, take the slot and start streaming. */
@@ -655,55 +798,93 @@ static ob_pg_status
 connect_stream(relay *r)
 {
 	ob_pg_status st = ob_pgrepl_connect(r->cfg, &r->pg);
+	ob_pg_system sys;
 	ob_lsn start;
 
+	r->err_state[0] = '\0';
 	if (st != OB_PG_OK)
 		return st;
 	ob_pgrepl_set_tick(r->pg, on_query_tick, r);
-	st = ob_check_database(r->pg, r->cfg, NULL);
+	st = check_server(r, &sys);
 	if (st == OB_PG_OK)
-		st = ob_pgrepl_prepare_slot(r->pg, r->cfg);
+		st = ob_check_database(r->pg, r->cfg, NULL);
 	start = ob_acktrack_confirmable(&r->ack);
+	if (st == OB_PG_OK)
+		st = ob_pgrepl_prepare_slot(r->pg, r->cfg, r->streamed, start);
 	if (st == OB_PG_OK)
 		st = ob_pgrepl_start(r->pg, r->cfg, start);
 	if (st != OB_PG_OK) {
+		keep_error(r);
 		ob_pgrepl_close(r->pg, false);
 		r->pg = NULL;
 		return st;
 	}
+	r->streamed = true;
+	r->server = sys;
 	r->sent_flush = 0;
 	r->last_status_ms = 0;
 	return OB_PG_OK;
 }
 
-/* Recreate the producer after a fatal error: everything not confirmed is
- * read again from the slot (at-least-once). */
-static bool
-restart_producer(relay *r)
+/* One replication connection, from connecting to what ended it. */
+static outcome
+run_connection(relay *r)
 {
-	const char *why = "";
+	outcome out;
 
-	ob_producer_failed(r->producer, &why);
-	ob_warn("recreating the kafka producer after a fatal error (%s); re-reading the slot "
-		"from " OB_LSN_FMT,
-		why, OB_LSN_ARGS(ob_acktrack_confirmable(&r->ack)));
-	ob_producer_free(r->producer);
+	switch (connect_stream(r)) {
+	case OB_PG_OK:
+		break;
+	case OB_PG_RETRY:
+		return note_server_error(r) ? OUTCOME_RETRY : OUTCOME_HALT;
+	case OB_PG_STANDBY:
+		return OUTCOME_STANDBY;
+	case OB_PG_FATAL:
+		return OUTCOME_HALT;
+	}
+	ob_metrics_set_ready(OB_READY_STREAMING);
+	ob_notify_ready("streaming");
+	out = stream(r);
+	if (out == OUTCOME_LOST || out == OUTCOME_REPRODUCE) {
+		keep_error(r);
+		disconnect(r, false);
+		if (out == OUTCOME_LOST && !note_server_error(r))
+			out = OUTCOME_HALT;
+	}
+	return out;
+}
+
+/* Recreate the producer: everything not confirmed is read again from the
+ * slot (at-least-once), suspects of refused batches are then produced
+ * alone. */
+static bool
+reproduce(relay *r)
+{
+	const char *why = r->reproduce_why;
+	char reason[512];
+
+	if (why[0] == '\0')
+		(void)ob_producer_failed(r->producer, &why);
+	snprintf(reason, sizeof(reason), "%s", why); /* why dies with the producer */
+	ob_warn("recreating the kafka producer (%s); re-reading the slot from " OB_LSN_FMT, reason,
+		OB_LSN_ARGS(ob_acktrack_confirmable(&r->ack)));
+	ob_producer_free(r->producer); /* serves the reports already waiting */
 	r->producer = NULL;
 	ob_acktrack_reset(&r->ack);
-	drop_refused(r);
-	r->handed_lsn = ob_acktrack_confirmable(&r->ack);
-	r->partial_lsn = 0;
-	r->partial_events = 0;
+	ob_dlqueue_clear(&r->refused);
+	ob_replay_reset(&r->replay, ob_acktrack_confirmable(&r->ack));
+	r->reproduce_why[0] = '\0';
 	ob_metrics_reconnect(OB_TARGET_KAFKA);
 	return ob_producer_new(r->cfg, on_delivery, r, &r->producer);
 }
 
-/* Stop: flush what is in flight (bounded), confirm it, close. */
-static void
+/* Stop: flush what is in flight (bounded), confirm it, close. False when
+ * a record met during the flush needs an operator (exit 1). */
+static bool
 shut_down(relay *r)
 {
 	int64_t deadline = ob_mono_ms() + SHUTDOWN_FLUSH_MS;
-	outcome out;
+	outcome out = OUTCOME_STOP;
 
 	ob_notify_stopping();
 	ob_info("stopping: flushing %llu in-flight events",
@@ -728,6 +909,13 @@ shut_down(relay *r)
 			       OB_LSN_ARGS(r->sent_flush));
 		disconnect(r, true);
 	}
+	return out != OUTCOME_HALT;
+}
+
+static int64_t
+doubled(int64_t backoff, int64_t max)
+{
+	return backoff * 2 > max ? max : backoff * 2;
 }
 
 int
@@ -736,17 +924,21 @@ ob_relay_run(const ob_config *cfg)
 	relay r;
 	int exit_code = 0;
 	int64_t backoff = BACKOFF_START_MS;
+	int64_t reproduce_backoff = BACKOFF_START_MS;
+	ob_lsn last_reproduced = (ob_lsn)-1;
 	int64_t last_standby_log = -STANDBY_LOG_INTERVAL_MS;
 	bool running = true;
 
 	memset(&r, 0, sizeof(r));
 	r.cfg = cfg;
-	r.refused_tail = &r.refused_head;
+	ob_dlqueue_init(&r.refused);
 	ob_mapper_init(&r.mapper, cfg);
 	ob_acktrack_init(&r.ack, 0);
+	ob_replay_init(&r.replay);
 	ob_event_init(&r.ev);
 	ob_event_init(&r.dlq_ev);
-	install_signals();
+	ob_event_init(&r.small_ev);
+	ob_signals_install();
 	ob_notify_init();
 	ob_metrics_set_ready(OB_READY_CONNECTING);
 	if (!ob_producer_new(cfg, on_delivery, &r, &r.producer)) {
@@ -754,19 +946,27 @@ ob_relay_run(const ob_config *cfg)
 		goto out;
 	}
 
-	while (running && !stop_requested) {
-		ob_pg_status st = connect_stream(&r);
-		outcome out = OUTCOME_STOP;
-
-		switch (st) {
-		case OB_PG_OK:
-			backoff = BACKOFF_START_MS;
-			ob_metrics_set_ready(OB_READY_STREAMING);
-			ob_notify_ready("streaming");
-			out = stream(&r);
+	while (running && !ob_signals_stop_requested()) {
+		switch (run_connection(&r)) {
+		case OUTCOME_STOP:
+			running = false;
 			break;
-		case OB_PG_STANDBY:
-			ob_metrics_set_ready(OB_READY_STANDBY);
+		case OUTCOME_HALT:
+			exit_code = 1;
+			running = false;
+			break;
+		case OUTCOME_LOST:
+			backoff = BACKOFF_START_MS;
+			ob_metrics_set_ready(OB_READY_CONNECTING);
+			ob_metrics_reconnect(OB_TARGET_POSTGRES);
+			break;
+		case OUTCOME_RETRY:
+			ob_metrics_reconnect(OB_TARGET_POSTGRES);
+			ob_info("retrying in %lld ms", (long long)backoff);
+			running = pause_for(&r, backoff, OB_READY_CONNECTING);
+			backoff = doubled(backoff, cfg->pg.reconnect_max_backoff_ms);
+			break;
+		case OUTCOME_STANDBY:
 			ob_metrics_set_connected(false, ob_producer_connected(r.producer));
 			if (ob_mono_ms() - last_standby_log >= STANDBY_LOG_INTERVAL_MS) {
 				ob_info("replication slot %s is active in another process; waiting "
@@ -775,55 +975,41 @@ ob_relay_run(const ob_config *cfg)
 				last_standby_log = ob_mono_ms();
 			}
 			ob_notify_ready("standby");
-			if (!idle(&r, cfg->pg.standby_retry_ms, &out))
-				break;
-			continue;
-		case OB_PG_RETRY:
-			ob_metrics_set_ready(OB_READY_CONNECTING);
-			ob_metrics_reconnect(OB_TARGET_POSTGRES);
-			ob_info("retrying in %lld ms", (long long)backoff);
-			if (!idle(&r, backoff, &out))
-				break;
-			backoff = backoff * 2 > cfg->pg.reconnect_max_backoff_ms
-				      ? cfg->pg.reconnect_max_backoff_ms
-				      : backoff * 2;
-			continue;
-		case OB_PG_FATAL:
-			exit_code = 1;
-			running = false;
-			continue;
-		}
-
-		switch (out) {
-		case OUTCOME_STOP:
-			running = false;
+			running = pause_for(&r, cfg->pg.standby_retry_ms, OB_READY_STANDBY);
 			break;
-		case OUTCOME_HALT:
-			exit_code = 1;
-			running = false;
-			break;
-		case OUTCOME_PG_LOST:
-			disconnect(&r, false);
-			ob_metrics_set_ready(OB_READY_CONNECTING);
-			ob_metrics_reconnect(OB_TARGET_POSTGRES);
-			break;
-		case OUTCOME_PRODUCER_FAILED:
-			disconnect(&r, false);
-			if (!restart_producer(&r)) {
+		case OUTCOME_REPRODUCE:
+			if (!reproduce(&r)) {
 				exit_code = 1; /* the same settings worked at start */
 				running = false;
+				break;
 			}
+			/* A producer that fails again with the slot no further on
+			 * (the cluster is down, a topic is unknown or not
+			 * authorized) is recreated at a growing interval. */
+			if (ob_acktrack_confirmable(&r.ack) != last_reproduced) {
+				last_reproduced = ob_acktrack_confirmable(&r.ack);
+				reproduce_backoff = BACKOFF_START_MS;
+				break;
+			}
+			ob_info("kafka producer failed again; retrying in %lld ms",
+				(long long)reproduce_backoff);
+			running = pause_for(&r, reproduce_backoff, OB_READY_KAFKA_DOWN);
+			reproduce_backoff =
+			    doubled(reproduce_backoff, cfg->pg.reconnect_max_backoff_ms);
 			break;
 		}
 	}
-	shut_down(&r);
+	if (!shut_down(&r))
+		exit_code = 1;
 
 out:
-	drop_refused(&r);
+	ob_dlqueue_clear(&r.refused);
 	ob_producer_free(r.producer);
 	ob_event_free(&r.ev);
 	ob_event_free(&r.dlq_ev);
+	ob_event_free(&r.small_ev);
 	ob_mapper_free(&r.mapper);
+	ob_replay_free(&r.replay);
 	ob_acktrack_free(&r.ack);
 	ob_info("outboxd stopped (exit code %d)", exit_code);
 	return exit_code;

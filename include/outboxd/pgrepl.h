@@ -16,6 +16,15 @@
 
 typedef struct ob_pgrepl ob_pgrepl;
 
+/* Where the wal2json plugin comes from, for hints. */
+#define OB_WAL2JSON_PACKAGE_HINT "Debian and Ubuntu: postgresql-15-wal2json"
+
+/* Who the server is (IDENTIFY_SYSTEM). */
+typedef struct ob_pg_system {
+	char system_id[32]; /* the cluster's system identifier, as text */
+	int timeline;
+} ob_pg_system;
+
 typedef enum ob_pg_status {
 	OB_PG_OK,
 	OB_PG_RETRY,   /* transient: reconnect with backoff */
@@ -79,8 +88,23 @@ bool ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot) OB_MUST_CHECK;
 
 /* Check the slot and create it if missing and create_slot is set: STANDBY
  * if another process holds it, FATAL if it is unusable (another plugin,
- * another database, invalidated, missing without create_slot). */
-ob_pg_status ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg);
+ * another database, invalidated, missing without create_slot). A slot is
+ * created only before anything was streamed from it: once streamed, a
+ * missing slot is FATAL, naming confirmed, the position reached (creating
+ * it again would skip every event since). */
+ob_pg_status ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed,
+				    ob_lsn confirmed);
+
+/* IDENTIFY_SYSTEM: the server's system identifier and timeline. False
+ * (logged) on error. */
+bool ob_pgrepl_identify(ob_pgrepl *p, ob_pg_system *sys) OB_MUST_CHECK;
+
+/* The SQLSTATE of the last error the server reported on this connection
+ * (a failed command or the end of the stream); "" when there was none or
+ * the connection was lost. */
+const char *ob_pgrepl_error_state(const ob_pgrepl *p);
+/* That error's message. */
+const char *ob_pgrepl_error_message(const ob_pgrepl *p);
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
  * wal2json options outboxd needs. */

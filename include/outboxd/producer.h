@@ -6,7 +6,11 @@
  * Delivery reports are served on the caller's thread by ob_producer_poll();
  * each calls the delivery callback with the tag given to ob_producer_send().
  * A report that is not OK is final: librdkafka retries everything
- * retriable itself (message.timeout.ms=0 never expires).
+ * retriable itself (message.timeout.ms=0 never expires). A failed report
+ * is either a suspect (an error that may be the record's own, but the
+ * broker answers a whole batch with one code) or a fault of the producer
+ * or the cluster, after which the producer is failed and must be
+ * recreated.
  *
  * No libpq type appears here; the producer knows nothing of Postgres.
  */
@@ -15,16 +19,23 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
-#include "outboxd/outbox.h"
+#include "outboxd/event.h"
 
 typedef struct ob_producer ob_producer;
+
+typedef enum ob_delivery_status {
+	OB_DELIVERED,        /* the broker acknowledged the record */
+	OB_DELIVERY_SUSPECT, /* refused with an error that may be the record's own */
+	OB_DELIVERY_RETRY,   /* a fault of the producer or the cluster; the
+			      * producer is already failed when the callback runs */
+} ob_delivery_status;
 
 /* What a delivery report says about one record. The record's pointers
  * borrow from librdkafka and are valid only during the callback. */
 typedef struct ob_delivery {
 	uint64_t tag;
-	bool ok;
-	bool value_too_large; /* refused because the record is too large */
+	ob_delivery_status status;
+	bool value_too_large; /* refused because the record (or its batch) is too large */
 	const char *error;    /* NULL when ok */
 	int32_t partition;
 	ob_record_view record;
@@ -35,8 +46,9 @@ typedef void (*ob_delivery_fn)(void *ctx, const ob_delivery *d);
 typedef enum ob_send_result {
 	OB_SEND_OK,
 	OB_SEND_QUEUE_FULL, /* nothing queued: serve reports and retry */
-	OB_SEND_REFUSED,    /* this record can never be sent; d says why */
-	OB_SEND_FATAL,      /* the producer is unusable: recreate it */
+	OB_SEND_REFUSED,    /* the client refused this one record for good; *why says why */
+	OB_SEND_FATAL,      /* the producer is failed (fatal error, unknown or
+			     * unauthorized topic): recreate it */
 } ob_send_result;
 
 /* Create a producer. False (logged, naming the property) if a [kafka]
@@ -58,8 +70,14 @@ void ob_producer_poll(ob_producer *p, int timeout_ms);
  * caller polls it and then calls ob_producer_poll(p, 0). */
 int ob_producer_wake_fd(const ob_producer *p);
 
-/* True once a fatal error was raised; *why (may be NULL) describes it. */
+/* True once the producer failed: a fatal error, or a delivery report or
+ * produce call that a fresh producer may get past (already true inside
+ * the delivery callback of such a report). *why (may be NULL) describes
+ * it. */
 bool ob_producer_failed(const ob_producer *p, const char **why);
+/* message.max.bytes: the largest record (key, value and headers with
+ * their framing) the client sends. */
+size_t ob_producer_max_record_bytes(const ob_producer *p);
 /* True while at least one broker connection is up. */
 bool ob_producer_connected(const ob_producer *p);
 

@@ -1482,8 +1482,8 @@ test_build_dlq(void **state)
 				    H_N,
 				    H_TR}};
 
-		ob_event_build_dlq(&out, cfg, "too-large", "Broker: Message size too large",
-				   0x152D660, &view, true);
+		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "too-large",
+				   "Broker: Message size too large", 0x152D660, &view, true);
 		check_event("too large", OB_MAP_DLQ, &out, &ex);
 	}
 	/* Refused for another reason: the value is kept. */
@@ -1498,15 +1498,16 @@ test_build_dlq(void **state)
 		    CREATED_MS,
 		    {H_ERR("Topic authorization failed"), H_LSN("1/0"), H_ID, H_TYPE, H_N, H_TR}};
 
-		ob_event_build_dlq(&out, cfg, "refused", "Broker: Topic authorization failed",
-				   UINT64_C(0x100000000), &view, false);
+		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "refused",
+				   "Broker: Topic authorization failed", UINT64_C(0x100000000),
+				   &view, false);
 		check_event("refused", OB_MAP_DLQ, &out, &ex);
 	}
 	/* The reason is kept by pointer, as documented. */
 	{
 		static const char reason[] = "too-large";
 
-		ob_event_build_dlq(&out, cfg, reason, "e", 1, &view, true);
+		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, reason, "e", 1, &view, true);
 		assert_ptr_equal(out.dlq_reason, reason);
 	}
 	/* A keyless tombstone stays keyless, without a value. */
@@ -1519,7 +1520,7 @@ test_build_dlq(void **state)
 		bare.topic = "t";
 		bare.topic_len = 1;
 		bare.timestamp_ms = 5;
-		ob_event_build_dlq(&out, cfg, "refused", "x", 0x10, &bare, false);
+		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "refused", "x", 0x10, &bare, false);
 		check_event("bare", OB_MAP_DLQ, &out, &ex);
 	}
 	/* A too-large record with no value says so: size 0, no value. */
@@ -1532,7 +1533,8 @@ test_build_dlq(void **state)
 
 		memset(&bare, 0, sizeof(bare));
 		bare.timestamp_ms = 5;
-		ob_event_build_dlq(&out, cfg, "too-large", "x", 0x10, &bare, true);
+		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "too-large", "x", 0x10, &bare,
+				   true);
 		check_event("bare too large", OB_MAP_DLQ, &out, &ex);
 	}
 	ob_event_free(&orig);
@@ -1561,7 +1563,7 @@ test_build_dlq_header_overflow(void **state)
 	assert_false(ob_event_add_header(&orig, "one-too-many", "v", 1));
 	assert_int_equal(orig.headers_len, OB_EVENT_MAX_HEADERS);
 	ob_event_view(&orig, &view);
-	ob_event_build_dlq(&out, cfg, "too-large", "x", 1, &view, true);
+	ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "too-large", "x", 1, &view, true);
 	ob_event_view(&out, &dv);
 	assert_int_equal(dv.headers_len, OB_EVENT_MAX_HEADERS);
 	assert_string_equal(dv.header_names[0], "error");
@@ -1588,8 +1590,8 @@ test_begin_dlq_resets(void **state)
 	(void)state;
 	ob_event_init(&ev);
 	map_basic(cfg, &ev);
-	ob_event_begin_dlq(&ev, cfg, "bad-record", "could not parse wal2json record",
-			   UINT64_C(0x16B374D848));
+	ob_event_begin_dlq(&ev, cfg->outbox.dlq_topic, "bad-record",
+			   "could not parse wal2json record", UINT64_C(0x16B374D848));
 	check_event("begin_dlq", OB_MAP_DLQ, &ev, &ex);
 	ob_event_free(&ev);
 	free_config(cfg);
