@@ -356,6 +356,7 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	rd_kafka_vu_t vu[7];
 	rd_kafka_error_t *error;
 	rd_kafka_resp_err_t err;
+	rd_kafka_topic_t *rkt;
 	char topic[512];
 	size_t n = 0;
 
@@ -380,8 +381,21 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	memcpy(topic, ob_event_ptr(ev, ev->topic), ev->topic.len);
 	topic[ev->topic.len] = '\0';
 
-	vu[n].vtype = RD_KAFKA_VTYPE_TOPIC;
-	vu[n++].u.cstr = topic;
+	/* Produce through a handle from rd_kafka_topic_new(): the call that
+	 * creates a topic's handle asks the cluster for its metadata at once.
+	 * A record produced by topic name alone waits in the unassigned
+	 * partition for librdkafka's 1 s topic scan instead (librdkafka before
+	 * 2.10.1, its issue #5032): up to a second for the first record to
+	 * each topic after every start. Later calls only find the handle. */
+	rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+	if (rkt != NULL) {
+		vu[n].vtype = RD_KAFKA_VTYPE_RKT;
+		vu[n++].u.rkt = rkt;
+	} else {
+		/* Let produceva report the error, as it did before. */
+		vu[n].vtype = RD_KAFKA_VTYPE_TOPIC;
+		vu[n++].u.cstr = topic;
+	}
 	if (ev->has_key) {
 		vu[n].vtype = RD_KAFKA_VTYPE_KEY;
 		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->key);
@@ -402,6 +416,8 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
 
 	error = rd_kafka_produceva(p->rk, vu, n);
+	if (rkt != NULL)
+		rd_kafka_topic_destroy(rkt); /* a queued record holds its own reference */
 	if (error == NULL) {
 		/* librdkafka owns hdrs now. */
 		if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
