@@ -4,6 +4,10 @@
 # jansson, inih, libmicrohttpd, libsystemd), PostgreSQL 15 with the wal2json
 # plugin, cmocka, and the Python modules and tools the integration tests use.
 #
+# It also generates the de_DE.UTF-8 locale: the integration tests run a
+# Postgres cluster with lc_messages = de_DE.UTF-8 (a server answering in
+# German must be understood by outboxd all the same).
+#
 # Idempotent: when everything is installed already it says so and touches
 # nothing (no network); otherwise it runs apt-get update once and installs
 # what is missing. Needs root (or sudo) only in that case.
@@ -20,7 +24,10 @@ PACKAGES=(
     # tests
     libcmocka-dev clang-format postgresql-15 postgresql-15-wal2json
     python3 python3-confluent-kafka python3-psycopg2 python3-pytest python3-yaml kcat
+    locales
 )
+# The locale the tests' German-speaking Postgres cluster uses.
+TEST_LOCALE="de_DE.UTF-8"
 
 if [[ "${1:-}" == "--list" ]]; then
     printf '%s\n' "${PACKAGES[@]}"
@@ -34,8 +41,13 @@ for p in "${PACKAGES[@]}"; do
     [[ "$status" == "installed" ]] || missing+=("$p")
 done
 
-if ((${#missing[@]} == 0)); then
-    echo "deps: all ${#PACKAGES[@]} packages present"
+# locale -a spells it de_DE.utf8.
+have_locale() {
+    locale -a 2>/dev/null | grep -qix "${TEST_LOCALE/UTF-8/utf8}"
+}
+
+if ((${#missing[@]} == 0)) && have_locale; then
+    echo "deps: all ${#PACKAGES[@]} packages present, locale $TEST_LOCALE generated"
     exit 0
 fi
 
@@ -44,14 +56,27 @@ if [[ $(id -u) -ne 0 ]]; then
     if command -v sudo >/dev/null; then
         SUDO=(sudo)
     else
-        echo "deps: missing ${missing[*]}; run this script as root" >&2
+        echo "deps: missing ${missing[*]:-} (locale $TEST_LOCALE?); run this script as root" >&2
         exit 1
     fi
 fi
 
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
-    -o Dpkg::Use-Pty=0 "${missing[@]}" >/dev/null
+if ((${#missing[@]} > 0)); then
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -qq
+    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Use-Pty=0 "${missing[@]}" >/dev/null
+fi
+
+if ! have_locale; then
+    echo "deps: generating locale $TEST_LOCALE"
+    # Uncomment its line in /etc/locale.gen, or add one; then generate.
+    "${SUDO[@]}" sed -i "s/^# *\(${TEST_LOCALE} UTF-8\)\$/\1/" /etc/locale.gen
+    if ! grep -qx "${TEST_LOCALE} UTF-8" /etc/locale.gen; then
+        echo "${TEST_LOCALE} UTF-8" | "${SUDO[@]}" tee -a /etc/locale.gen >/dev/null
+    fi
+    "${SUDO[@]}" locale-gen >/dev/null
+    have_locale || { echo "deps: could not generate locale $TEST_LOCALE" >&2; exit 1; }
+fi
 echo "deps: done"

@@ -299,13 +299,14 @@ def probe(pg, slot_name):
 
 @pytest.fixture
 def own_cluster(tmp_path):
-    """own_cluster(wal_level='logical', **conf) -> a started PgCluster of
-    the test's own with public.outbox; destroyed at the end."""
+    """own_cluster(wal_level='logical', port=None, **conf) -> a started
+    PgCluster of the test's own with public.outbox (on port, or a free
+    one); destroyed at the end."""
     made = []
 
-    def make(wal_level="logical", **conf):
+    def make(wal_level="logical", port=None, **conf):
         c = harness.PgCluster(str(tmp_path / ("pg%d" % len(made))),
-                              wal_level=wal_level, extra_conf=conf)
+                              wal_level=wal_level, port=port, extra_conf=conf)
         made.append(c)
         c.start()
         c.run_file(str(OUTBOX_SQL))
@@ -759,17 +760,23 @@ def test_invalidated_slot_exits_1(own_cluster, outboxd_factory, slot_name):
     d = outboxd_factory(on_cluster(cluster))
     wait_streaming(cluster, slot_name)
     assert d.stop() == 0, d.log_tail()
-    cluster.sql("CREATE TABLE filler (t text)")
+    invalidate_slot(cluster, slot_name)
+    d.start()
+    expect_exit(d, 1, "invalidated")
+
+
+def invalidate_slot(cluster, slot):
+    """Writes and checkpoints WAL on cluster (which must have a small
+    max_slot_wal_keep_size) until slot is invalidated (wal_status lost)."""
+    cluster.sql("CREATE TABLE IF NOT EXISTS filler (t text)")
 
     def lost():
         cluster.sql("INSERT INTO filler SELECT repeat(md5(g::text), 8) "
                     "FROM generate_series(1, 25000) g")
         cluster.sql("SELECT pg_switch_wal()")
         cluster.sql("CHECKPOINT")
-        return cluster.slot(slot_name)["wal_status"] == "lost"
-    wait_until(lost, 120, 0, "slot %s invalidated" % slot_name)
-    d.start()
-    expect_exit(d, 1, "invalidated")
+        return cluster.slot(slot)["wal_status"] == "lost"
+    wait_until(lost, 120, 0, "slot %s invalidated" % slot)
 
 
 def test_wal_level_replica(own_cluster, outboxd_factory, slot_name):
