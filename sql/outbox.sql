@@ -1,6 +1,6 @@
 -- outbox.sql — the transactional-outbox table outboxd publishes from.
 --
--- The column names below are outboxd's defaults (SPEC §2, [outbox]); with
+-- The column names below are outboxd's defaults (README "Configuration reference", [outbox]); with
 -- this table no [outbox] setting needs changing. Run it as the owner of the
 -- application's schema, in the application's database:
 --
@@ -26,7 +26,7 @@
 -- sql/examples.sql. The table must exist all the same: outboxd's preflight
 -- check reads its columns.
 --
--- Column -> Kafka record mapping (SPEC §3):
+-- Column -> Kafka record mapping (README, "The Kafka record"):
 --
 --   id              header "id" on every record (outbox.id_column). Consumers
 --                   deduplicate on it: delivery is at-least-once across

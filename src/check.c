@@ -152,6 +152,7 @@ check_columns(checker *c)
 	};
 	char missing[512] = "";
 	char *columns = NULL;
+	ob_topic_piece piece;
 	char *sql;
 
 	if (c->table_oid == NULL)
@@ -166,11 +167,13 @@ check_columns(checker *c)
 	for (size_t i = 0; i < OB_ARRAY_LEN(mapped); i++)
 		note_missing(missing, sizeof(missing), columns, mapped[i]);
 	/* The topic template's {column} placeholders must exist too. */
-	for (const char *p = strchr(cfg->outbox.topic, '{'); p != NULL; p = strchr(p + 1, '{')) {
-		const char *end = strchr(p, '}');
+	for (const char *cursor = cfg->outbox.topic;
+	     ob_topic_template_next(&cursor, &piece) == OB_TOPIC_PIECE;) {
 		char name[128];
 
-		snprintf(name, sizeof(name), "%.*s", (int)(end - p - 1), p + 1);
+		if (!piece.is_column)
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)piece.len, piece.text);
 		note_missing(missing, sizeof(missing), columns, name);
 	}
 	if (missing[0] == '\0')

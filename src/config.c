@@ -59,14 +59,11 @@ static const config_key config_keys[] = {
     {"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
 };
 
-/* librdkafka properties outboxd pins, with the only value it accepts. */
-static const struct {
-	const char *key;
-	const char *value;
-} pinned_kafka[] = {
+const ob_kafka_setting ob_kafka_pinned[] = {
     {"enable.idempotence", "true"},
     {"acks", "all"},
 };
+const size_t ob_kafka_pinned_len = OB_ARRAY_LEN(ob_kafka_pinned);
 
 static const config_key *
 find_key(const char *section, const char *key)
@@ -183,11 +180,11 @@ kafka_put(ob_config *cfg, const char *key, const char *value)
 static bool
 set_kafka(ob_config *cfg, const char *key, const char *value, const char *origin)
 {
-	for (size_t i = 0; i < OB_ARRAY_LEN(pinned_kafka); i++) {
-		if (strcmp(key, pinned_kafka[i].key) == 0 &&
-		    strcasecmp(value, pinned_kafka[i].value) != 0) {
+	for (size_t i = 0; i < ob_kafka_pinned_len; i++) {
+		if (strcmp(key, ob_kafka_pinned[i].key) == 0 &&
+		    strcasecmp(value, ob_kafka_pinned[i].value) != 0) {
 			ob_error("kafka.%s (%s) cannot be changed: outboxd requires %s=%s", key,
-				 origin, key, pinned_kafka[i].value);
+				 origin, key, ob_kafka_pinned[i].value);
 			return false;
 		}
 	}
@@ -384,25 +381,46 @@ split_table(ob_config *cfg)
 	return true;
 }
 
+ob_topic_scan
+ob_topic_template_next(const char **cursor, ob_topic_piece *piece)
+{
+	const char *p = *cursor;
+	const char *end;
+
+	if (*p == '\0')
+		return OB_TOPIC_END;
+	if (*p == '{') {
+		end = strchr(p, '}');
+		if (end == NULL || end == p + 1 ||
+		    memchr(p + 1, '{', (size_t)(end - p - 1)) != NULL)
+			return OB_TOPIC_BAD_BRACE;
+		*piece = (ob_topic_piece){p + 1, (size_t)(end - p - 1), true};
+		*cursor = end + 1;
+		return OB_TOPIC_PIECE;
+	}
+	if (*p == '}')
+		return OB_TOPIC_BAD_BRACE;
+	end = p + strcspn(p, "{}");
+	*piece = (ob_topic_piece){p, (size_t)(end - p), false};
+	*cursor = end;
+	return OB_TOPIC_PIECE;
+}
+
 /* Check that every {column} of the topic template is closed and non-empty. */
 static bool
 check_topic_template(const char *tpl)
 {
-	for (const char *p = tpl; *p; p++) {
-		if (*p == '{') {
-			const char *end = strchr(p, '}');
+	const char *cursor = tpl;
+	ob_topic_piece piece;
+	ob_topic_scan scan;
 
-			if (end == NULL || end == p + 1) {
-				ob_error("invalid value \"%s\" for outbox.topic: "
-					 "expected {column} placeholders",
-					 tpl);
-				return false;
-			}
-			p = end;
-		} else if (*p == '}') {
-			ob_error("invalid value \"%s\" for outbox.topic: unmatched }", tpl);
-			return false;
-		}
+	while ((scan = ob_topic_template_next(&cursor, &piece)) == OB_TOPIC_PIECE)
+		;
+	if (scan == OB_TOPIC_BAD_BRACE) {
+		ob_error("invalid value \"%s\" for outbox.topic: expected literal text and "
+			 "{column} placeholders, found a stray brace at offset %zu",
+			 tpl, (size_t)(cursor - tpl));
+		return false;
 	}
 	return true;
 }

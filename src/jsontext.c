@@ -287,17 +287,11 @@ hex4(const char *s, unsigned *out)
 	unsigned v = 0;
 
 	for (int i = 0; i < 4; i++) {
-		char c = s[i];
+		int d = ob_hex_digit(s[i]);
 
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v |= (unsigned)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			v |= (unsigned)(c - 'A' + 10);
-		else
+		if (d < 0)
 			return -1;
+		v = (v << 4) | (unsigned)d;
 	}
 	*out = v;
 	return 0;

@@ -14,18 +14,11 @@ parse_hex32(const char *s, size_t len, size_t *pos, uint32_t *out)
 	size_t start = *pos;
 
 	while (*pos < len && *pos - start < 8) {
-		char c = s[*pos];
-		unsigned d;
+		int d = ob_hex_digit(s[*pos]);
 
-		if (c >= '0' && c <= '9')
-			d = (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			d = (unsigned)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			d = (unsigned)(c - 'A' + 10);
-		else
+		if (d < 0)
 			break;
-		v = (v << 4) | d;
+		v = (v << 4) | (uint32_t)d;
 		(*pos)++;
 	}
 	*out = v;

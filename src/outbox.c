@@ -1,5 +1,5 @@
 /*
- * outbox.c: outbox row or logical message -> Kafka record (SPEC.md §3).
+ * outbox.c: outbox row or logical message -> Kafka record (README, "The Kafka record").
  *
  * Both sources are read through one accessor, get_field(): a row's column
  * from the wal2json record (with its Postgres type) or a member of the
@@ -109,18 +109,6 @@ type_is(const field_value *fv, const char *prefix)
 	return fv->pg_type_len >= n && memcmp(fv->pg_type, prefix, n) == 0;
 }
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Append the hex string s decoded; false if it is not valid hex. */
 static bool
 put_hex_decoded(ob_event *ev, const char *s, size_t len, ob_span *out)
@@ -131,7 +119,7 @@ put_hex_decoded(ob_event *ev, const char *s, size_t len, ob_span *out)
 		return false;
 	dst = ob_event_reserve(ev, len / 2);
 	for (size_t i = 0; i < len; i += 2) {
-		int hi = hex_value(s[i]), lo = hex_value(s[i + 1]);
+		int hi = ob_hex_digit(s[i]), lo = ob_hex_digit(s[i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return false;
@@ -161,7 +149,7 @@ typedef enum field_status {
 } field_status;
 
 /*
- * Append the bytes a field value stands for (SPEC §3): json/jsonb values as
+ * Append the bytes a field value stands for (README, "The Kafka record"): json/jsonb values as
  * their JSON text (wal2json sends them as a string holding that text),
  * bytea as its raw bytes, other strings as they are, and numbers, booleans,
  * objects and arrays as their original JSON text.
@@ -205,31 +193,22 @@ static bool
 put_topic(ob_event *ev, const field_source *src, const char *tpl, char *missing, size_t missing_len)
 {
 	size_t start = ev->buf_len;
-	const char *p = tpl;
+	const char *cursor = tpl;
+	ob_topic_piece piece;
 
-	while (*p) {
-		const char *open = strchr(p, '{');
-		const char *close;
-		ob_span piece;
+	while (ob_topic_template_next(&cursor, &piece) == OB_TOPIC_PIECE) {
 		char name[256];
-		size_t name_len;
+		ob_span value;
 
-		if (open == NULL) {
-			ob_event_put(ev, p, strlen(p));
-			break;
+		if (!piece.is_column) {
+			ob_event_put(ev, piece.text, piece.len);
+			continue;
 		}
-		ob_event_put(ev, p, (size_t)(open - p));
-		close = strchr(open, '}'); /* the config checked it is there */
-		name_len = (size_t)(close - open - 1);
-		if (name_len >= sizeof(name))
-			name_len = sizeof(name) - 1;
-		memcpy(name, open + 1, name_len);
-		name[name_len] = '\0';
-		if (put_field(ev, src, name, &piece) != FIELD_OK) {
+		snprintf(name, sizeof(name), "%.*s", (int)piece.len, piece.text);
+		if (put_field(ev, src, name, &value) != FIELD_OK) {
 			snprintf(missing, missing_len, "%s", name);
 			return false;
 		}
-		p = close + 1;
 	}
 	ev->topic.off = start;
 	ev->topic.len = ev->buf_len - start;
@@ -264,7 +243,7 @@ headers_text(ob_mapper *m, const field_source *src, const char **text, size_t *l
 	return true;
 }
 
-/* Add the members of a headers object (SPEC §3): strings as they are,
+/* Add the members of a headers object (README, "The Kafka record"): strings as they are,
  * other values as their JSON text. False if text is not a JSON object,
  * has a bad escape, or has too many members. */
 static bool

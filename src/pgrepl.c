@@ -542,6 +542,18 @@ ob_pgrepl_socket(const ob_pgrepl *p)
 	return PQsocket(p->conn);
 }
 
+/* The streaming replication messages inside CopyData (the "Streaming
+ * Replication Protocol" chapter of the PostgreSQL manual), big-endian:
+ *
+ *   XLogData 'w':             dataStart u64, walEnd u64, sendTime i64, data...
+ *   Primary keepalive 'k':    walEnd u64, sendTime i64, replyRequested u8
+ *   Standby status update 'r': written u64, flushed u64, applied u64,
+ *                              sendTime i64, replyRequested u8
+ */
+#define XLOGDATA_HEADER_LEN (1 + 8 + 8 + 8)
+#define KEEPALIVE_LEN       (1 + 8 + 8 + 1)
+#define STATUS_UPDATE_LEN   (1 + 8 + 8 + 8 + 8 + 1)
+
 static uint64_t
 read_be64(const char *s)
 {
@@ -592,17 +604,26 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 		return OB_READ_ERROR;
 	}
 	memset(msg, 0, sizeof(*msg));
-	if (p->copybuf[0] == 'w' && n >= 25) {
-		msg->data_start = read_be64(p->copybuf + 1);
-		msg->wal_end = read_be64(p->copybuf + 9);
-		msg->data = p->copybuf + 25;
-		msg->len = (size_t)n - 25;
+	if (p->copybuf[0] == 'w' && n >= XLOGDATA_HEADER_LEN) {
+		size_t off = 1; /* 'w' */
+
+		msg->data_start = read_be64(p->copybuf + off);
+		off += 8; /* dataStart */
+		msg->wal_end = read_be64(p->copybuf + off);
+		off += 8; /* walEnd */
+		off += 8; /* sendTime */
+		msg->data = p->copybuf + off;
+		msg->len = (size_t)n - off;
 		return OB_READ_MSG;
 	}
-	if (p->copybuf[0] == 'k' && n >= 18) {
+	if (p->copybuf[0] == 'k' && n >= KEEPALIVE_LEN) {
+		size_t off = 1; /* 'k' */
+
 		msg->keepalive = true;
-		msg->wal_end = read_be64(p->copybuf + 1);
-		msg->reply_requested = p->copybuf[17] != 0;
+		msg->wal_end = read_be64(p->copybuf + off);
+		off += 8;                                    /* walEnd */
+		off += 8;                                    /* sendTime */
+		msg->reply_requested = p->copybuf[off] != 0; /* replyRequested */
 		return OB_READ_MSG;
 	}
 	ob_error("could not parse replication message: type '%c', %d bytes", p->copybuf[0], n);
@@ -612,14 +633,19 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 bool
 ob_pgrepl_send_status(ob_pgrepl *p, ob_lsn write, ob_lsn flush, bool reply_requested)
 {
-	char buf[34];
+	char buf[STATUS_UPDATE_LEN];
+	size_t off = 0;
 
-	buf[0] = 'r';
-	write_be64(buf + 1, write);
-	write_be64(buf + 9, flush);
-	write_be64(buf + 17, flush); /* apply */
-	write_be64(buf + 25, (uint64_t)(ob_now_us() - PG_EPOCH_OFFSET_US));
-	buf[33] = reply_requested ? 1 : 0;
+	buf[off++] = 'r';
+	write_be64(buf + off, write);
+	off += 8; /* written */
+	write_be64(buf + off, flush);
+	off += 8; /* flushed: what the slot may confirm */
+	write_be64(buf + off, flush);
+	off += 8; /* applied */
+	write_be64(buf + off, (uint64_t)(ob_now_us() - PG_EPOCH_OFFSET_US));
+	off += 8;                           /* sendTime */
+	buf[off] = reply_requested ? 1 : 0; /* replyRequested */
 	if (PQputCopyData(p->conn, buf, sizeof(buf)) <= 0 || PQflush(p->conn) != 0) {
 		ob_error("could not send status update: %s", clean_error(PQerrorMessage(p->conn)));
 		return false;

@@ -8,6 +8,8 @@
  */
 #include "outboxd/producer.h"
 
+#include "ob_build.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -31,20 +33,52 @@ struct ob_producer {
 	size_t max_record_bytes;
 	/* Brokers whose connection is up, from the statistics callback. */
 	int brokers_up;
+#if OB_TEST_HOOKS
 	/* Test hook: raise a fatal error after this many records (0: never). */
 	long fatal_after;
 	long sent;
+#endif
 };
 
-/* The fatal-error test hook fires once per process, so the producer that
- * replaces the failed one runs normally. */
+#if OB_TEST_HOOKS
+/* The fault-injection hook of test builds (meson -Dtest_hooks=true):
+ * OUTBOXD_TEST_FATAL_AFTER=N raises an idempotence fatal error after the
+ * N-th record. It fires once per process, so the producer that replaces
+ * the failed one runs normally. */
 static bool fatal_hook_fired;
 
-/* outboxd's defaults, applied before the user's properties (SPEC §2). */
-static const struct {
-	const char *key;
-	const char *value;
-} default_props[] = {
+static void
+test_hook_arm(ob_producer *p)
+{
+	if (!fatal_hook_fired && getenv("OUTBOXD_TEST_FATAL_AFTER") != NULL)
+		p->fatal_after = atol(getenv("OUTBOXD_TEST_FATAL_AFTER"));
+}
+
+static void
+test_hook_sent(ob_producer *p)
+{
+	if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
+		fatal_hook_fired = true;
+		rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+					  "OUTBOXD_TEST_FATAL_AFTER");
+	}
+}
+#else
+static void
+test_hook_arm(ob_producer *p)
+{
+	(void)p;
+}
+
+static void
+test_hook_sent(ob_producer *p)
+{
+	(void)p;
+}
+#endif
+
+/* outboxd's defaults, applied before the user's properties (README, "Configuration reference"). */
+static const ob_kafka_setting default_props[] = {
     {"partitioner", "murmur2_random"},
     {"message.timeout.ms", "0"},
     {"linger.ms", "5"},
@@ -54,15 +88,6 @@ static const struct {
     {"queue.buffering.max.kbytes", "4096"},
     {"queue.buffering.max.messages", "50000"},
     {"client.id", "outboxd"},
-};
-
-/* Applied after the user's properties; config.c refuses other values. */
-static const struct {
-	const char *key;
-	const char *value;
-} pinned_props[] = {
-    {"enable.idempotence", "true"},
-    {"acks", "all"},
 };
 
 static bool
@@ -121,8 +146,8 @@ build_conf(const ob_config *cfg)
 		ok = conf_set(conf, default_props[i].key, default_props[i].value) && ok;
 	for (size_t i = 0; i < cfg->kafka_len; i++)
 		ok = conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
-	for (size_t i = 0; i < OB_ARRAY_LEN(pinned_props); i++)
-		ok = conf_set(conf, pinned_props[i].key, pinned_props[i].value) && ok;
+	for (size_t i = 0; i < ob_kafka_pinned_len; i++)
+		ok = conf_set(conf, ob_kafka_pinned[i].key, ob_kafka_pinned[i].value) && ok;
 	ok = ok && fit_queue_to_records(cfg, conf);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
@@ -317,8 +342,7 @@ ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, 
 	}
 	p->max_record_bytes = (size_t)conf_get_number(rd_kafka_conf(p->rk), "message.max.bytes");
 	p->main_queue = rd_kafka_queue_get_main(p->rk);
-	if (!fatal_hook_fired && getenv("OUTBOXD_TEST_FATAL_AFTER") != NULL)
-		p->fatal_after = atol(getenv("OUTBOXD_TEST_FATAL_AFTER"));
+	test_hook_arm(p);
 	rd_kafka_queue_io_event_enable(p->main_queue, p->wake_pipe[1], "1", 1);
 	*out = p;
 	return true;
@@ -420,12 +444,7 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 		rd_kafka_topic_destroy(rkt); /* a queued record holds its own reference */
 	if (error == NULL) {
 		/* librdkafka owns hdrs now. */
-		if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
-			fatal_hook_fired = true;
-			rd_kafka_test_fatal_error(p->rk,
-						  RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
-						  "OUTBOXD_TEST_FATAL_AFTER");
-		}
+		test_hook_sent(p);
 		return OB_SEND_OK;
 	}
 	err = rd_kafka_error_code(error);

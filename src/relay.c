@@ -329,6 +329,27 @@ serve_producer(relay *r, int timeout_ms, outcome *out)
 	return drain_refused(r, out);
 }
 
+/* Wait up to 100 ms for the producer (its reports, room in its queue)
+ * while keeping the server informed. False with *out set when the
+ * connection must end: a stop was asked for, the producer failed or the
+ * server is gone. */
+static bool
+wait_for_producer(relay *r, outcome *out)
+{
+	if (ob_signals_stop_requested()) {
+		*out = OUTCOME_STOP;
+		return false;
+	}
+	if (!serve_producer(r, 100, out))
+		return false;
+	if (!send_status(r, false)) {
+		*out = OUTCOME_LOST;
+		return false;
+	}
+	report_alive(r, r->pg != NULL);
+	return true;
+}
+
 /* The client refused a record at once (it is larger than message.max.bytes
  * or the queue): dead-letter it in its place, cut down to headers if the
  * dead-letter record is the one too large, or halt. */
@@ -385,17 +406,8 @@ publish(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind 
 				ob_metrics_dead_lettered(ev->dlq_reason);
 			return true;
 		case OB_SEND_QUEUE_FULL:
-			if (ob_signals_stop_requested()) {
-				*out = OUTCOME_STOP;
+			if (!wait_for_producer(r, out))
 				return false;
-			}
-			if (!serve_producer(r, 100, out))
-				return false;
-			if (!send_status(r, false)) {
-				*out = OUTCOME_LOST;
-				return false;
-			}
-			report_alive(r, r->pg != NULL);
 			break;
 		case OB_SEND_REFUSED:
 			return publish_refused(r, ev, seq, index, kind, why, too_large, out);
@@ -412,17 +424,8 @@ static bool
 settle(relay *r, outcome *out)
 {
 	while (ob_acktrack_inflight(&r->ack) > 0 || ob_dlqueue_peek(&r->refused) != NULL) {
-		if (ob_signals_stop_requested()) {
-			*out = OUTCOME_STOP;
+		if (!wait_for_producer(r, out))
 			return false;
-		}
-		if (!serve_producer(r, 100, out))
-			return false;
-		if (!send_status(r, false)) {
-			*out = OUTCOME_LOST;
-			return false;
-		}
-		report_alive(r, true);
 	}
 	return true;
 }

@@ -1,5 +1,5 @@
 /*
- * acktrack.h: which WAL position may be confirmed (DESIGN.md §2).
+ * acktrack.h: which WAL position may be confirmed.
  *
  * A FIFO of the transactions handed to the producer, in commit order, each
  * with its commit end LSN and the number of its events the broker has not

@@ -4,7 +4,7 @@
  * OB_MUST_CHECK marks fallible functions: they return false (or a non-OK
  * status) after logging the failure once, and the caller must look at the
  * result. ob_xmalloc and friends abort on out-of-memory, which is the one
- * failure outboxd does not try to survive (DESIGN.md §6).
+ * failure outboxd does not try to survive (README, "Code style").
  */
 #ifndef OUTBOXD_COMMON_H
 #define OUTBOXD_COMMON_H
@@ -24,6 +24,9 @@ void *ob_xrealloc(void *ptr, size_t size);
 char *ob_xstrdup(const char *s);
 char *ob_xstrndup(const char *s, size_t n);
 char *ob_xasprintf(const char *fmt, ...) OB_PRINTF(1, 2);
+
+/* The value (0-15) of the hex digit c, either case; -1 if c is not one. */
+int ob_hex_digit(char c);
 
 /* Wall-clock time in microseconds and milliseconds since the Unix epoch. */
 int64_t ob_now_us(void);

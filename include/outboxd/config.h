@@ -1,5 +1,5 @@
 /*
- * config.h: outboxd's settings (SPEC.md §2).
+ * config.h: outboxd's settings (README, "Configuration reference").
  *
  * A configuration is built in three steps: ob_config_init() sets the
  * defaults, ob_config_load_file() and ob_config_set() apply the INI file and
@@ -23,7 +23,20 @@ typedef enum ob_bad_event_policy {
 	OB_BAD_EVENT_HALT,
 } ob_bad_event_policy;
 
-/* One librdkafka property, in the order it was set. */
+/* A librdkafka property in a table of outboxd's own (string constants). */
+typedef struct ob_kafka_setting {
+	const char *key;
+	const char *value;
+} ob_kafka_setting;
+
+/* The librdkafka properties outboxd pins, with the only value it accepts:
+ * the config refuses other values, and the producer applies them after the
+ * user's properties. */
+extern const ob_kafka_setting ob_kafka_pinned[];
+extern const size_t ob_kafka_pinned_len;
+
+/* One librdkafka property as the user set it, in order; owned by the
+ * config. */
 typedef struct ob_kafka_prop {
 	char *key;
 	char *value;
@@ -64,7 +77,7 @@ typedef struct ob_config {
 	} log;
 } ob_config;
 
-/* Fill cfg with the defaults of SPEC §2. Release with ob_config_free(). */
+/* Fill cfg with the defaults of README "Configuration reference". Release with ob_config_free(). */
 void ob_config_init(ob_config *cfg);
 void ob_config_free(ob_config *cfg);
 
@@ -82,6 +95,26 @@ bool ob_config_set(ob_config *cfg, const char *section, const char *key, const c
 
 /* Check cross-key rules and derive the schema and table names. */
 bool ob_config_finish(ob_config *cfg) OB_MUST_CHECK;
+
+/* One piece of an outbox.topic template: literal text, or the name of a
+ * {column} placeholder. Both point into the template. */
+typedef struct ob_topic_piece {
+	const char *text;
+	size_t len;
+	bool is_column;
+} ob_topic_piece;
+
+typedef enum ob_topic_scan {
+	OB_TOPIC_PIECE,     /* *piece is the next piece */
+	OB_TOPIC_END,       /* the template is used up */
+	OB_TOPIC_BAD_BRACE, /* a { without its }, an empty {}, or a lone } */
+} ob_topic_scan;
+
+/* The one reader of topic templates: the next piece of the template at
+ * *cursor, which is advanced past it. Start with *cursor at the template's
+ * first character. ob_config_finish() rejects templates that give
+ * OB_TOPIC_BAD_BRACE, so the other readers only see pieces and the end. */
+ob_topic_scan ob_topic_template_next(const char **cursor, ob_topic_piece *piece);
 
 /* The value of a [kafka] property as set by the user, or NULL. */
 const char *ob_config_kafka_get(const ob_config *cfg, const char *key);

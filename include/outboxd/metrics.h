@@ -1,5 +1,5 @@
 /*
- * metrics.h: the counters and gauges of SPEC §6.
+ * metrics.h: the counters and gauges of README "Metrics and health".
  *
  * The relay updates them on its thread; the HTTP server's thread renders
  * them. Scalars are C11 atomics; the per-topic and per-reason counters sit

@@ -5,7 +5,7 @@
  * outboxd needs (slot state, wal_level, the outbox table) and the
  * replication stream (START_REPLICATION with wal2json). Errors are logged
  * here, once, and classified so the caller knows whether to retry, wait as
- * a standby, or stop (SPEC §5). No librdkafka type appears here.
+ * a standby, or stop (README, "Failure modes"). No librdkafka type appears here.
  */
 #ifndef OUTBOXD_PGREPL_H
 #define OUTBOXD_PGREPL_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""outboxd benchmark (DESIGN.md §5); run it through tests/bench/run.sh.
+"""outboxd benchmark (README, "Benchmark"); run it through tests/bench/run.sh.
 
 Method. One throwaway PostgreSQL 15 cluster and one mock Kafka broker. For
 each mode (table rows, then logical messages) one wal2json slot per (tool,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/run.sh — outboxd's benchmark, one command (DESIGN.md §5):
+# tests/bench/run.sh — outboxd's benchmark, one command (README, "Benchmark"):
 #
 #   bash tests/bench/run.sh [--rows N] [--rounds R] [options]
 #

@@ -1,4 +1,4 @@
-"""Fault-injection tests of outboxd against real parts (SPEC.md §4 delivery
+"""Fault-injection tests of outboxd against real parts (README "Delivery guarantees":
 guarantees, §5 faults and bad input): Postgres connections dropped and
 servers restarted, the broker down or failing requests, a fatal producer
 error, kill -9 under load, bad events (dead-letter and halt), two daemons on
@@ -6,7 +6,7 @@ one slot, operator errors, a 300,000-row transaction under a memory bound
 and a long silence on the replication stream.
 
 Every scenario counts each published `id` header: nothing may be missing,
-and nothing may be duplicated except where SPEC §4 says at-least-once
+and nothing may be duplicated except where README "Delivery guarantees" says at-least-once
 (process crashes, a recreated producer). Tests that restart or reconfigure
 Postgres use a cluster of their own so the session cluster stays
 undisturbed."""
@@ -205,7 +205,7 @@ def check_delivery(records, ids, exactly_once):
 
 
 def delivery_mode(d):
-    """SPEC §4: no duplicates within one producer; a producer recreated
+    """README "Delivery guarantees": no duplicates within one producer; a producer recreated
     after a fatal error republishes from the slot (at-least-once). True
     means exactly once is required."""
     return RECREATED not in d.log_text()
@@ -381,7 +381,7 @@ def test_replication_connection_terminated_resumes_exactly_once(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """pg_terminate_backend on the walsender three times while rows are
     being inserted: outboxd reconnects each time and, inside one process,
-    publishes every event exactly once (SPEC §4, §5)."""
+    publishes every event exactly once (README, "Delivery guarantees" and "Failure modes")."""
     agg = "drop_%s" % test_id
     topic = make_topic(broker, agg)
     d = outboxd_factory()

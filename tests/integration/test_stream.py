@@ -1,6 +1,6 @@
 """Integration tests of outboxd's core behaviour against real parts: a
 PostgreSQL 15 cluster with wal2json and librdkafka's mock Kafka cluster in
-a process of its own (SPEC.md §3 the record, §4 the guarantees).
+a process of its own (README, "The Kafka record" and "Delivery guarantees").
 
 Every test uses aggregate types of its own (so topics of its own,
 outbox.event.<type>) and a slot of its own, on the shared session cluster
@@ -70,7 +70,7 @@ def stored_rows(pg, ids):
 
 
 def header_text(value):
-    """What SPEC §3 says a headers-column member becomes: strings as is,
+    """What README "The Kafka record" says a headers-column member becomes: strings as is,
     other JSON values as JSON text."""
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -168,7 +168,7 @@ def make_event(agg_type, key, seq, headers=None):
 
 def check_records_match_rows(records, rows):
     """Each record's topic, key, partition, value, headers and timestamp are
-    what SPEC §3 derives from its stored row."""
+    what README "The Kafka record" derives from its stored row."""
     for r in records:
         eid = header(r, "id").decode()
         row = rows[eid]
@@ -460,7 +460,7 @@ def test_kill9_then_restart_delivers_everything(pg, broker, consumer,
                                                 test_id):
     """kill -9 with events handed to the producer but not acknowledged (all
     brokers down), then restart on the same slot: every unacknowledged
-    event arrives (SPEC §4 at-least-once across crashes) and the events
+    event arrives (README "Delivery guarantees" at-least-once across crashes) and the events
     confirmed before the crash are not published again."""
     agg = "kill_%s" % test_id
     topic = "outbox.event.%s" % agg

@@ -1,6 +1,7 @@
 /*
  * test_config.c: defaults, INI files, -s overrides, ${ENV} expansion and
- * validation (config.h, SPEC.md §1-§2), and conninfo masking (log.h).
+ * validation (config.h, README, "Command line" and "Configuration reference"), and conninfo masking
+ * (log.h).
  *
  * Errors must name the key: the tests capture stderr and look for it.
  */
@@ -139,7 +140,7 @@ test_defaults(void **state)
 
 /* --- INI files ---------------------------------------------------------------- */
 
-/* The sample of SPEC §2 with every value changed, inline comments kept. */
+/* The sample of README "Configuration reference" with every value changed, inline comments kept. */
 static const char full_file[] =
     "; outboxd test configuration\n"
     "# hash comments too\n"
@@ -585,6 +586,7 @@ static const finish_case finish_cases[] = {
     {{"outbox.topic=outbox.{aggregate_type"}, false, NULL, NULL, "outbox.topic"},
     {{"outbox.topic=outbox.{}"}, false, NULL, NULL, "outbox.topic"},
     {{"outbox.topic=outbox}x"}, false, NULL, NULL, "outbox.topic"},
+    {{"outbox.topic=outbox.{a{b}"}, false, NULL, NULL, "outbox.topic"},
     {{"outbox.topic={a}.{b}"}, true, "public", "outbox"},
     {{"outbox.topic=fixed"}, true, "public", "outbox"},
     {{"postgres.slot=orders_1"}, true, "public", "outbox"},

@@ -1,5 +1,5 @@
 /*
- * test_metrics.c: the metrics of SPEC §6 and their Prometheus text
+ * test_metrics.c: the metrics of README "Metrics and health" and their Prometheus text
  * rendering (metrics.h).
  *
  * Metrics are process-wide, so the tests run in order and each states the
@@ -63,7 +63,7 @@ count_prefix(const char *text, const char *prefix)
 			fail_msg("%s is %g, expected %g", (series), got_, (double)(value));        \
 	} while (0)
 
-/* Every metric of SPEC §6 is declared with its type. */
+/* Every metric of README "Metrics and health" is declared with its type. */
 static void
 test_declared_metrics(void **state)
 {
