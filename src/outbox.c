@@ -11,6 +11,7 @@
 
 #include "outboxd/jsontext.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,110 +300,143 @@ read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
 	return commit_ms;
 }
 
-/*
- * The shared mapping. On a bad event the partially built record is turned
- * into a dead-letter record that keeps what could be read: the key, the id
- * and type headers, the headers object, and the payload (raw, if it could
- * not be decoded).
- */
+/* Why an event is bad; the first reason found wins. */
+typedef struct bad_event {
+	const char *reason; /* a string constant; NULL while the event is good */
+	char error[512];
+} bad_event;
+
+static void OB_PRINTF(3, 4) note_bad(bad_event *bad, const char *reason, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (bad->reason != NULL)
+		return;
+	bad->reason = reason;
+	va_start(ap, fmt);
+	vsnprintf(bad->error, sizeof(bad->error), fmt, ap);
+	va_end(ap);
+}
+
+/* Append a column the record cannot do without (key, id) into *out; a
+ * missing or NULL one makes the event bad with reason. */
+static bool
+put_required(ob_event *ev, const field_source *src, const char *what, const char *column,
+	     const char *reason, ob_span *out, bad_event *bad)
+{
+	field_status st = put_field(ev, src, column, out);
+
+	if (st == FIELD_OK)
+		return true;
+	note_bad(bad, reason, "%s column %s is %s", what, column,
+		 st == FIELD_NULL ? "null" : "missing");
+	return false;
+}
+
+/* Append the payload as the value. One that cannot be decoded makes the
+ * event bad; when that is the first fault found, its undecoded text
+ * becomes the value, for the dead-letter record. */
+static void
+put_payload(ob_event *ev, const field_source *src, const char *column, bad_event *bad)
+{
+	field_status st = put_field(ev, src, column, &ev->value);
+	field_value raw;
+
+	ev->has_value = st == FIELD_OK;
+	if (st != FIELD_UNDECODABLE || bad->reason != NULL)
+		return;
+	note_bad(bad, "bad-payload", "payload column %s could not be decoded", column);
+	if (get_field(src, column, &raw)) {
+		if (raw.kind != VALUE_ESCAPED || !put_unescaped(ev, raw.text, raw.len, &ev->value))
+			ev->value = ob_event_put(ev, raw.text, raw.len);
+		ev->has_value = true;
+	}
+}
+
+/* The id and type as read into the event's buffer, and the text of the
+ * headers object (NULL when there is none). */
+typedef struct read_fields {
+	ob_span id, type;
+	bool has_id, has_type;
+	const char *headers;
+	size_t headers_len;
+	bool headers_ok; /* false: the headers field is there but unreadable */
+} read_fields;
+
+/* Set the event's headers to the id and type headers that were read. */
+static void
+put_id_type(ob_event *ev, const read_fields *f)
+{
+	ev->headers_len = 0;
+	if (f->has_id)
+		(void)ob_event_add_header_span(ev, "id", f->id);
+	if (f->has_type)
+		(void)ob_event_add_header_span(ev, "type", f->type);
+}
+
+/* Turn a bad event into its dead-letter record, keeping what could be
+ * read: the key, the value, the id and type headers, and the headers
+ * object (all or none of its members). The record is built in the
+ * mapper's scratch event, which then takes ev's place. */
+static void
+become_dead_letter(ob_mapper *m, ob_event *ev, const read_fields *f, const bad_event *bad,
+		   ob_lsn lsn)
+{
+	ob_record_view view;
+	ob_event swap;
+
+	put_id_type(ev, f);
+	if (f->headers_ok && f->headers != NULL) {
+		size_t kept = ev->headers_len;
+
+		if (!add_object_headers(ev, f->headers, f->headers_len))
+			ev->headers_len = kept;
+	}
+	ob_event_view(ev, &view);
+	ob_event_build_dlq(&m->scratch, m->cfg->outbox.dlq_topic, bad->reason, bad->error, lsn,
+			   &view, false);
+	swap = *ev;
+	*ev = m->scratch;
+	m->scratch = swap;
+}
+
+/* The shared mapping of a row or a message's fields into ev; a bad event
+ * becomes its dead-letter record (OB_MAP_DLQ). */
 static ob_map_result
 map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
-	const char *reason = NULL;
-	char error[512] = "";
+	bad_event bad = {NULL, ""};
+	read_fields f = {{0, 0}, {0, 0}, false, false, NULL, 0, false};
 	char missing[256];
-	ob_span id = {0, 0}, type = {0, 0};
-	bool has_id = false, has_type = false, headers_ok;
-	const char *headers = NULL;
-	size_t headers_len = 0;
-	field_status st;
 
 	ob_event_reset(ev);
 	ev->timestamp_ms = read_timestamp(src, cfg->outbox.timestamp_column, commit_ms);
-
-	st = put_field(ev, src, cfg->outbox.key_column, &ev->key);
-	ev->has_key = st == FIELD_OK;
-	if (!ev->has_key && reason == NULL) {
-		reason = "missing-key";
-		snprintf(error, sizeof(error), "key column %s is %s", cfg->outbox.key_column,
-			 st == FIELD_NULL ? "null" : "missing");
-	}
-	st = put_field(ev, src, cfg->outbox.id_column, &id);
-	has_id = st == FIELD_OK;
-	if (!has_id && reason == NULL) {
-		reason = "missing-id";
-		snprintf(error, sizeof(error), "id column %s is %s", cfg->outbox.id_column,
-			 st == FIELD_NULL ? "null" : "missing");
-	}
+	ev->has_key =
+	    put_required(ev, src, "key", cfg->outbox.key_column, "missing-key", &ev->key, &bad);
+	f.has_id = put_required(ev, src, "id", cfg->outbox.id_column, "missing-id", &f.id, &bad);
 	if (cfg->outbox.type_column[0] != '\0')
-		has_type = put_field(ev, src, cfg->outbox.type_column, &type) == FIELD_OK;
-
-	st = put_field(ev, src, cfg->outbox.payload_column, &ev->value);
-	ev->has_value = st == FIELD_OK;
-	if (st == FIELD_UNDECODABLE && reason == NULL) {
-		field_value raw;
-
-		reason = "bad-payload";
-		snprintf(error, sizeof(error), "payload column %s could not be decoded",
-			 cfg->outbox.payload_column);
-		/* Keep the undecoded text as the dead-letter value. */
-		if (get_field(src, cfg->outbox.payload_column, &raw)) {
-			if (raw.kind != VALUE_ESCAPED ||
-			    !put_unescaped(ev, raw.text, raw.len, &ev->value))
-				ev->value = ob_event_put(ev, raw.text, raw.len);
-			ev->has_value = true;
-		}
-	}
-
-	headers_ok = headers_text(m, src, &headers, &headers_len);
-	if (reason == NULL && !put_topic(ev, src, cfg->outbox.topic, missing, sizeof(missing))) {
-		reason = "missing-topic-column";
-		snprintf(error, sizeof(error),
+		f.has_type = put_field(ev, src, cfg->outbox.type_column, &f.type) == FIELD_OK;
+	put_payload(ev, src, cfg->outbox.payload_column, &bad);
+	f.headers_ok = headers_text(m, src, &f.headers, &f.headers_len);
+	if (bad.reason == NULL && !put_topic(ev, src, cfg->outbox.topic, missing, sizeof(missing)))
+		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);
-	}
-	if (reason == NULL) {
-		ev->headers_len = 0;
-		(void)ob_event_add_header_span(ev, "id", id);
-		if (has_type)
-			(void)ob_event_add_header_span(ev, "type", type);
-		if (!headers_ok ||
-		    (headers != NULL && !add_object_headers(ev, headers, headers_len))) {
-			headers_ok = false;
-			reason = "bad-headers";
-			snprintf(error, sizeof(error),
+	if (bad.reason == NULL) {
+		put_id_type(ev, &f);
+		if (!f.headers_ok ||
+		    (f.headers != NULL && !add_object_headers(ev, f.headers, f.headers_len))) {
+			f.headers_ok = false;
+			note_bad(&bad, "bad-headers",
 				 "headers column %s is not a JSON object of at most %d members",
 				 cfg->outbox.headers_column, OB_EVENT_MAX_HEADERS - 2);
 		}
 	}
-	if (reason != NULL) {
-		/* Keep what could be read: the id and type headers, the headers
-		 * object (all or none of its members), the key and the value;
-		 * the dead-letter record is built from them in the mapper's
-		 * scratch event, which then takes ev's place. */
-		ob_record_view view;
-		ob_event swap;
-
-		ev->headers_len = 0;
-		if (has_id)
-			(void)ob_event_add_header_span(ev, "id", id);
-		if (has_type)
-			(void)ob_event_add_header_span(ev, "type", type);
-		if (headers_ok && headers != NULL) {
-			size_t kept = ev->headers_len;
-
-			if (!add_object_headers(ev, headers, headers_len))
-				ev->headers_len = kept;
-		}
-		ob_event_view(ev, &view);
-		ob_event_build_dlq(&m->scratch, cfg->outbox.dlq_topic, reason, error, lsn, &view,
-				   false);
-		swap = *ev;
-		*ev = m->scratch;
-		m->scratch = swap;
-	}
-	return reason == NULL ? OB_MAP_EVENT : OB_MAP_DLQ;
+	if (bad.reason == NULL)
+		return OB_MAP_EVENT;
+	become_dead_letter(m, ev, &f, &bad, lsn);
+	return OB_MAP_DLQ;
 }
 
 ob_map_result

@@ -372,89 +372,35 @@ ob_producer_free(ob_producer *p)
 	free(p);
 }
 
-ob_send_result
-ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
-		 bool *too_large)
+/* The event's headers as librdkafka headers; the caller owns the result
+ * until produceva takes it. */
+static rd_kafka_headers_t *
+event_headers(const ob_event *ev)
 {
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(ev->headers_len);
-	rd_kafka_vu_t vu[7];
-	rd_kafka_error_t *error;
-	rd_kafka_resp_err_t err;
-	rd_kafka_topic_t *rkt;
-	char topic[512];
-	size_t n = 0;
 
-	*why = NULL;
-	*too_large = false;
-	if (p->failed) {
-		rd_kafka_headers_destroy(hdrs);
-		return OB_SEND_FATAL;
-	}
 	for (size_t i = 0; i < ev->headers_len; i++) {
 		const ob_event_header *h = &ev->headers[i];
 
 		rd_kafka_header_add(hdrs, ob_event_ptr(ev, h->name), (ssize_t)h->name.len,
 				    ob_event_ptr(ev, h->value), (ssize_t)h->value.len);
 	}
-	if (ev->topic.len >= sizeof(topic) || ev->topic.len == 0 ||
-	    memchr(ob_event_ptr(ev, ev->topic), '\0', ev->topic.len) != NULL) {
-		rd_kafka_headers_destroy(hdrs);
-		*why = "invalid topic name";
-		return OB_SEND_REFUSED;
-	}
-	memcpy(topic, ob_event_ptr(ev, ev->topic), ev->topic.len);
-	topic[ev->topic.len] = '\0';
+	return hdrs;
+}
 
-	/* Produce through a handle from rd_kafka_topic_new(): the call that
-	 * creates a topic's handle asks the cluster for its metadata at once.
-	 * A record produced by topic name alone waits in the unassigned
-	 * partition for librdkafka's 1 s topic scan instead (librdkafka before
-	 * 2.10.1, its issue #5032): up to a second for the first record to
-	 * each topic after every start. Later calls only find the handle. */
-	rkt = rd_kafka_topic_new(p->rk, topic, NULL);
-	if (rkt != NULL) {
-		vu[n].vtype = RD_KAFKA_VTYPE_RKT;
-		vu[n++].u.rkt = rkt;
-	} else {
-		/* Let produceva report the error, as it did before. */
-		vu[n].vtype = RD_KAFKA_VTYPE_TOPIC;
-		vu[n++].u.cstr = topic;
-	}
-	if (ev->has_key) {
-		vu[n].vtype = RD_KAFKA_VTYPE_KEY;
-		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->key);
-		vu[n++].u.mem.size = ev->key.len;
-	}
-	if (ev->has_value) {
-		vu[n].vtype = RD_KAFKA_VTYPE_VALUE;
-		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->value);
-		vu[n++].u.mem.size = ev->value.len;
-	}
-	vu[n].vtype = RD_KAFKA_VTYPE_HEADERS;
-	vu[n++].u.headers = hdrs;
-	vu[n].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
-	vu[n++].u.i64 = ev->timestamp_ms;
-	vu[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
-	vu[n++].u.ptr = (void *)(uintptr_t)tag;
-	vu[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
-	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
+/* What a failed produce call means for the caller; takes error. */
+static ob_send_result
+produce_failed(ob_producer *p, rd_kafka_error_t *error, const char *topic, const char **why,
+	       bool *too_large)
+{
+	rd_kafka_resp_err_t err = rd_kafka_error_code(error);
 
-	error = rd_kafka_produceva(p->rk, vu, n);
-	if (rkt != NULL)
-		rd_kafka_topic_destroy(rkt); /* a queued record holds its own reference */
-	if (error == NULL) {
-		/* librdkafka owns hdrs now. */
-		test_hook_sent(p);
-		return OB_SEND_OK;
-	}
-	err = rd_kafka_error_code(error);
 	/* After a fatal error, produce fails with the fatal error's own code
 	 * before the error callback has run: ask librdkafka directly. */
 	if (rd_kafka_error_is_fatal(error) ||
 	    rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		err = RD_KAFKA_RESP_ERR__FATAL;
 	rd_kafka_error_destroy(error);
-	rd_kafka_headers_destroy(hdrs);
 	switch (err) {
 	case RD_KAFKA_RESP_ERR__QUEUE_FULL:
 		if (rd_kafka_outq_len(p->rk) > 0)
@@ -479,6 +425,76 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 		}
 		return OB_SEND_FATAL;
 	}
+}
+
+ob_send_result
+ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
+		 bool *too_large)
+{
+	rd_kafka_headers_t *hdrs;
+	rd_kafka_vu_t vu[7];
+	rd_kafka_error_t *error;
+	rd_kafka_topic_t *rkt;
+	char topic[512];
+	size_t n = 0;
+
+	*why = NULL;
+	*too_large = false;
+	if (p->failed)
+		return OB_SEND_FATAL;
+	if (ev->topic.len >= sizeof(topic) || ev->topic.len == 0 ||
+	    memchr(ob_event_ptr(ev, ev->topic), '\0', ev->topic.len) != NULL) {
+		*why = "invalid topic name";
+		return OB_SEND_REFUSED;
+	}
+	memcpy(topic, ob_event_ptr(ev, ev->topic), ev->topic.len);
+	topic[ev->topic.len] = '\0';
+
+	/* Produce through a handle from rd_kafka_topic_new(): the call that
+	 * creates a topic's handle asks the cluster for its metadata at once.
+	 * A record produced by topic name alone waits in the unassigned
+	 * partition for librdkafka's 1 s topic scan instead (librdkafka before
+	 * 2.10.1, its issue #5032): up to a second for the first record to
+	 * each topic after every start. Later calls only find the handle. */
+	rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+	if (rkt != NULL) {
+		vu[n].vtype = RD_KAFKA_VTYPE_RKT;
+		vu[n++].u.rkt = rkt;
+	} else {
+		/* Let produceva report the error. */
+		vu[n].vtype = RD_KAFKA_VTYPE_TOPIC;
+		vu[n++].u.cstr = topic;
+	}
+	if (ev->has_key) {
+		vu[n].vtype = RD_KAFKA_VTYPE_KEY;
+		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->key);
+		vu[n++].u.mem.size = ev->key.len;
+	}
+	if (ev->has_value) {
+		vu[n].vtype = RD_KAFKA_VTYPE_VALUE;
+		vu[n].u.mem.ptr = (void *)ob_event_ptr(ev, ev->value);
+		vu[n++].u.mem.size = ev->value.len;
+	}
+	hdrs = event_headers(ev);
+	vu[n].vtype = RD_KAFKA_VTYPE_HEADERS;
+	vu[n++].u.headers = hdrs;
+	vu[n].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
+	vu[n++].u.i64 = ev->timestamp_ms;
+	vu[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
+	vu[n++].u.ptr = (void *)(uintptr_t)tag;
+	vu[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
+
+	error = rd_kafka_produceva(p->rk, vu, n);
+	if (rkt != NULL)
+		rd_kafka_topic_destroy(rkt); /* a queued record holds its own reference */
+	if (error == NULL) {
+		/* librdkafka owns hdrs now. */
+		test_hook_sent(p);
+		return OB_SEND_OK;
+	}
+	rd_kafka_headers_destroy(hdrs);
+	return produce_failed(p, error, topic, why, too_large);
 }
 
 void

@@ -119,6 +119,12 @@ typedef struct relay {
 	 * produced alone. */
 	char reproduce_why[256];
 	bool halt;
+
+	/* Waits between attempts. */
+	int64_t backoff;           /* before the next connection attempt */
+	int64_t reproduce_backoff; /* before the next producer, when one fails again */
+	ob_lsn last_reproduced;    /* the confirmable LSN when the last one was made */
+	int64_t last_standby_log;
 } relay;
 
 /* Log a line that carries the LSN (and the topic, when given) as fields,
@@ -921,26 +927,84 @@ doubled(int64_t backoff, int64_t max)
 	return backoff * 2 > max ? max : backoff * 2;
 }
 
+static void
+relay_init(relay *r, const ob_config *cfg)
+{
+	memset(r, 0, sizeof(*r));
+	r->cfg = cfg;
+	ob_dlqueue_init(&r->refused);
+	ob_mapper_init(&r->mapper, cfg);
+	ob_acktrack_init(&r->ack, 0);
+	ob_replay_init(&r->replay);
+	ob_event_init(&r->ev);
+	ob_event_init(&r->dlq_ev);
+	ob_event_init(&r->small_ev);
+	r->backoff = BACKOFF_START_MS;
+	r->reproduce_backoff = BACKOFF_START_MS;
+	r->last_reproduced = (ob_lsn)-1;
+	r->last_standby_log = -STANDBY_LOG_INTERVAL_MS;
+}
+
+static void
+relay_free(relay *r)
+{
+	ob_dlqueue_clear(&r->refused);
+	ob_producer_free(r->producer);
+	ob_event_free(&r->ev);
+	ob_event_free(&r->dlq_ev);
+	ob_event_free(&r->small_ev);
+	ob_mapper_free(&r->mapper);
+	ob_replay_free(&r->replay);
+	ob_acktrack_free(&r->ack);
+}
+
+/* The slot is active in another process: say so (at most every
+ * STANDBY_LOG_INTERVAL_MS) and wait standby_retry_ms. False when a stop
+ * was requested meanwhile. */
+static bool
+wait_as_standby(relay *r)
+{
+	ob_metrics_set_connected(false, ob_producer_connected(r->producer));
+	if (ob_mono_ms() - r->last_standby_log >= STANDBY_LOG_INTERVAL_MS) {
+		ob_info("replication slot %s is active in another process; waiting as a standby, "
+			"retrying every %d ms",
+			r->cfg->pg.slot, r->cfg->pg.standby_retry_ms);
+		r->last_standby_log = ob_mono_ms();
+	}
+	ob_notify_ready("standby");
+	return pause_for(r, r->cfg->pg.standby_retry_ms, OB_READY_STANDBY);
+}
+
+/* A fresh producer was made: when the last one failed with the slot no
+ * further on (the cluster is down, a topic is unknown or not authorized),
+ * wait before reading again, at a growing interval. False when a stop was
+ * requested meanwhile. */
+static bool
+wait_after_reproduce(relay *r)
+{
+	ob_lsn confirmable = ob_acktrack_confirmable(&r->ack);
+	bool running;
+
+	if (confirmable != r->last_reproduced) {
+		r->last_reproduced = confirmable;
+		r->reproduce_backoff = BACKOFF_START_MS;
+		return true;
+	}
+	ob_info("kafka producer failed again; retrying in %lld ms",
+		(long long)r->reproduce_backoff);
+	running = pause_for(r, r->reproduce_backoff, OB_READY_KAFKA_DOWN);
+	r->reproduce_backoff = doubled(r->reproduce_backoff, r->cfg->pg.reconnect_max_backoff_ms);
+	return running;
+}
+
 int
 ob_relay_run(const ob_config *cfg)
 {
 	relay r;
 	int exit_code = 0;
-	int64_t backoff = BACKOFF_START_MS;
-	int64_t reproduce_backoff = BACKOFF_START_MS;
-	ob_lsn last_reproduced = (ob_lsn)-1;
-	int64_t last_standby_log = -STANDBY_LOG_INTERVAL_MS;
 	bool running = true;
 
-	memset(&r, 0, sizeof(r));
-	r.cfg = cfg;
-	ob_dlqueue_init(&r.refused);
-	ob_mapper_init(&r.mapper, cfg);
-	ob_acktrack_init(&r.ack, 0);
-	ob_replay_init(&r.replay);
-	ob_event_init(&r.ev);
-	ob_event_init(&r.dlq_ev);
-	ob_event_init(&r.small_ev);
+	relay_init(&r, cfg);
 	ob_signals_install();
 	ob_notify_init();
 	ob_metrics_set_ready(OB_READY_CONNECTING);
@@ -959,26 +1023,18 @@ ob_relay_run(const ob_config *cfg)
 			running = false;
 			break;
 		case OUTCOME_LOST:
-			backoff = BACKOFF_START_MS;
+			r.backoff = BACKOFF_START_MS;
 			ob_metrics_set_ready(OB_READY_CONNECTING);
 			ob_metrics_reconnect(OB_TARGET_POSTGRES);
 			break;
 		case OUTCOME_RETRY:
 			ob_metrics_reconnect(OB_TARGET_POSTGRES);
-			ob_info("retrying in %lld ms", (long long)backoff);
-			running = pause_for(&r, backoff, OB_READY_CONNECTING);
-			backoff = doubled(backoff, cfg->pg.reconnect_max_backoff_ms);
+			ob_info("retrying in %lld ms", (long long)r.backoff);
+			running = pause_for(&r, r.backoff, OB_READY_CONNECTING);
+			r.backoff = doubled(r.backoff, cfg->pg.reconnect_max_backoff_ms);
 			break;
 		case OUTCOME_STANDBY:
-			ob_metrics_set_connected(false, ob_producer_connected(r.producer));
-			if (ob_mono_ms() - last_standby_log >= STANDBY_LOG_INTERVAL_MS) {
-				ob_info("replication slot %s is active in another process; waiting "
-					"as a standby, retrying every %d ms",
-					cfg->pg.slot, cfg->pg.standby_retry_ms);
-				last_standby_log = ob_mono_ms();
-			}
-			ob_notify_ready("standby");
-			running = pause_for(&r, cfg->pg.standby_retry_ms, OB_READY_STANDBY);
+			running = wait_as_standby(&r);
 			break;
 		case OUTCOME_REPRODUCE:
 			if (!reproduce(&r)) {
@@ -986,19 +1042,7 @@ ob_relay_run(const ob_config *cfg)
 				running = false;
 				break;
 			}
-			/* A producer that fails again with the slot no further on
-			 * (the cluster is down, a topic is unknown or not
-			 * authorized) is recreated at a growing interval. */
-			if (ob_acktrack_confirmable(&r.ack) != last_reproduced) {
-				last_reproduced = ob_acktrack_confirmable(&r.ack);
-				reproduce_backoff = BACKOFF_START_MS;
-				break;
-			}
-			ob_info("kafka producer failed again; retrying in %lld ms",
-				(long long)reproduce_backoff);
-			running = pause_for(&r, reproduce_backoff, OB_READY_KAFKA_DOWN);
-			reproduce_backoff =
-			    doubled(reproduce_backoff, cfg->pg.reconnect_max_backoff_ms);
+			running = wait_after_reproduce(&r);
 			break;
 		}
 	}
@@ -1006,14 +1050,7 @@ ob_relay_run(const ob_config *cfg)
 		exit_code = 1;
 
 out:
-	ob_dlqueue_clear(&r.refused);
-	ob_producer_free(r.producer);
-	ob_event_free(&r.ev);
-	ob_event_free(&r.dlq_ev);
-	ob_event_free(&r.small_ev);
-	ob_mapper_free(&r.mapper);
-	ob_replay_free(&r.replay);
-	ob_acktrack_free(&r.ack);
+	relay_free(&r);
 	ob_info("outboxd stopped (exit code %d)", exit_code);
 	return exit_code;
 }
