@@ -218,8 +218,11 @@ def test_sigterm_while_slot_creation_waits_for_a_transaction(
 def test_broker_rule_refusal_is_dead_lettered_not_retried(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """A broker refusal no retry can fix (INVALID_TIMESTAMP, as a
-    message.timestamp.difference.max.ms rule gives) is a permanent delivery
-    error: the record is dead-lettered and the stream moves on, instead of
+    message.timestamp.difference.max.ms rule gives) is the record's own
+    once the record was refused alone: the broker answers a whole batch
+    with one code, so the first refusal only makes the record a suspect
+    (one fresh producer, the record produced alone), and the second,
+    alone, dead-letters it and the stream moves on, instead of
     recreating the producer and re-reading the same record forever."""
     agg = "rule_%s" % test_id
     topic = make_topic(broker, agg)
@@ -227,17 +230,19 @@ def test_broker_rule_refusal_is_dead_lettered_not_retried(
     broker.create_topic(dlq, 1)
     d = outboxd_factory()
     wait_streaming(pg, slot_name)
-    broker.cmd("error 0 INVALID_TIMESTAMP 1")
+    broker.cmd("error 0 INVALID_TIMESTAMP 2")
     feed = Feed(pg, agg)
     feed.commit(1)
     dead = consumer.collect([dlq], 1, timeout=30, settle=0.5)
     assert len(dead) == 1, d.log_tail()
     error = dict(dead[0]["headers"])["error"].decode()
     assert "imestamp" in error, error
-    assert "recreating the kafka producer" not in d.log_text(), d.log_tail()
+    assert d.log_text().count("recreating the kafka producer") == 1, d.log_tail()
+    assert "alone" in d.log_text(), d.log_tail()
     feed.commit(2)
     check_delivery(collect_all(consumer, topic, feed.ids[1:], timeout=30),
                    feed.ids[1:], exactly_once=True)
+    assert d.log_text().count("recreating the kafka producer") == 1, d.log_tail()
 
 
 def test_sigterm_during_a_slow_check_query_exits_0(pg, outboxd_factory):
