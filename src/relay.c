@@ -458,7 +458,9 @@ publish_alone(relay *r, const ob_event *ev, uint64_t seq, ob_event_pos pos, reco
 	if (ok)
 		ob_replay_handed(&r->replay);
 	ok = ok && settle(r, out);
-	r->isolating = false;
+	/* A stop leaves the record in flight: the shutdown flush still takes
+	 * a refusal of it as its own. */
+	r->isolating = !ok && *out == OUTCOME_STOP;
 	if (ok)
 		ob_replay_settled(&r->replay, pos);
 	return ok;

@@ -690,6 +690,32 @@ def test_bad_event_halt_exits_without_confirming(
     assert confirmed(pg, slot_name) < bad_end
 
 
+def test_halt_during_sigterm_flush_exits_1(
+        pg, broker, outboxd_factory, slot_name, test_id, probe):
+    """on_bad_event=halt and a SIGTERM while the flush still waits for a
+    record that the broker then refuses alone: the daemon halted, so it
+    exits 1 (a clean 0 would hide the halt from systemd), without
+    confirming the record's transaction."""
+    agg = "haltflush_%s" % test_id
+    make_topic(broker, agg)
+    d = outboxd_factory({"outbox": {"on_bad_event": "halt"}})
+    wait_streaming(pg, slot_name)
+    p = probe()
+    # The first refusal makes the record a suspect; the second, when it is
+    # produced alone, is its own. Slow responses keep it in flight while
+    # the SIGTERM arrives.
+    broker.cmd("error 0 INVALID_RECORD 2")
+    broker.cmd("rtt all 500")
+    feed = Feed(pg, agg)
+    feed.commit(1)
+    end = p.commits()[-1][1]
+    d.wait_log("alone", 30)
+    d.terminate()
+    expect_exit(d, 1, "halt")
+    assert confirmed(pg, slot_name) < end, (
+        pg.slot(slot_name)["confirmed_flush_lsn"], int_to_lsn(end))
+
+
 # ---------------------------------------------------------------------------
 # 9. two daemons on one slot
 
