@@ -348,7 +348,7 @@ def test_topic_authorization_failed_is_transient(
     check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
     p = probe()
 
-    assert broker.cmd("error 0 TOPIC_AUTHORIZATION_FAILED 12") == "ok"
+    assert broker.cmd("error 0 TOPIC_AUTHORIZATION_FAILED 16") == "ok"
     with ReadyzWatch(port) as watch:
         burst([feed], 3, 20)
         end = wait_until(lambda: len(p.commits()) >= 3 and p.commits(), 15,
