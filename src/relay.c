@@ -125,6 +125,9 @@ typedef struct relay {
 	int64_t reproduce_backoff; /* before the next producer, when one fails again */
 	ob_lsn last_reproduced;    /* the confirmable LSN when the last one was made */
 	int64_t last_standby_log;
+	/* Producers keep failing with the slot no further on: /readyz says
+	 * kafka-down until a record is delivered again. */
+	bool kafka_failing;
 } relay;
 
 /* Log a line that carries the LSN (and the topic, when given) as fields,
@@ -229,6 +232,7 @@ on_delivery(void *ctx, const ob_delivery *d)
 		ob_metrics_published(d->record.topic, d->record.topic_len,
 				     latency > 0 ? latency : 0);
 		ob_acktrack_ack(&r->ack, seq);
+		r->kafka_failing = false;
 		return;
 	}
 	case OB_DELIVERY_RETRY:
@@ -314,7 +318,8 @@ report_alive(relay *r, bool streaming)
 	ob_metrics_heartbeat();
 	ob_notify_watchdog();
 	if (streaming)
-		ob_metrics_set_ready(kafka ? OB_READY_STREAMING : OB_READY_KAFKA_DOWN);
+		ob_metrics_set_ready(kafka && !r->kafka_failing ? OB_READY_STREAMING
+								: OB_READY_KAFKA_DOWN);
 	ob_metrics_set_connected(streaming, kafka);
 }
 
@@ -992,6 +997,7 @@ wait_after_reproduce(relay *r)
 		r->reproduce_backoff = BACKOFF_START_MS;
 		return true;
 	}
+	r->kafka_failing = true;
 	ob_info("kafka producer failed again; retrying in %lld ms",
 		(long long)r->reproduce_backoff);
 	running = pause_for(r, r->reproduce_backoff, OB_READY_KAFKA_DOWN);
