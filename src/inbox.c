@@ -36,12 +36,12 @@
 #include "outboxd/producer.h"
 #include "outboxd/signals.h"
 
-#define EXIT_OPERATOR       1
-#define EXIT_USAGE          2
-#define POLL_MS             100
-#define BACKOFF_START_MS    100
-#define SEEK_TIMEOUT_MS     10000
-#define CLOSE_WAIT_SLICE_MS 100
+#define EXIT_OPERATOR    1
+#define EXIT_USAGE       2
+#define POLL_MS          100
+#define BACKOFF_START_MS 100
+#define SEEK_TIMEOUT_MS  10000
+#define BACKOFF_SLICE_MS 100
 
 /* outboxd's consumer defaults, applied before the user's [kafka]
  * properties. */
@@ -101,10 +101,10 @@ static void
 back_off(ob_inbox *ib)
 {
 	for (int slept = 0; slept < ib->backoff_ms && !ob_signals_stop_requested();
-	     slept += CLOSE_WAIT_SLICE_MS) {
+	     slept += BACKOFF_SLICE_MS) {
 		ob_metrics_heartbeat();
 		ob_notify_watchdog();
-		sleep_ms(CLOSE_WAIT_SLICE_MS);
+		sleep_ms(BACKOFF_SLICE_MS);
 	}
 	ib->backoff_ms *= 2;
 	if (ib->backoff_ms > ib->cfg->pg.reconnect_max_backoff_ms)
@@ -369,13 +369,13 @@ commit_one_by_one(ob_inbox *ib, const ob_inbox_row *rows, bool *good)
 				ib->exit_code = EXIT_OPERATOR;
 				return OB_INBOXDB_FATAL;
 			}
-			if (!dead_letter(ib, ib->batch[i], &v, "unstorable", error) ||
-			    !wait_dead_letters(ib)) {
-				ib->exit_code = ib->exit_code < 0 && !ob_signals_stop_requested()
-						    ? EXIT_OPERATOR
-						    : ib->exit_code;
+			if (!dead_letter(ib, ib->batch[i], &v, "unstorable", error)) {
+				ib->exit_code = EXIT_OPERATOR;
 				return OB_INBOXDB_FATAL;
 			}
+			/* Not acknowledged: a failure (exit 1 is set) or SIGTERM. */
+			if (!wait_dead_letters(ib))
+				return ib->exit_code < 0 ? OB_INBOXDB_RETRY : OB_INBOXDB_FATAL;
 			st = commit_range(ib, i, i + 1, rows, good, error, sizeof(error));
 		}
 	}
