@@ -2,7 +2,9 @@
 """The main job, on one machine: outboxd streaming from a throwaway
 PostgreSQL 15 (with wal2json) to a local Kafka-protocol broker, with sample
 outbox events written by a fake application and each Kafka record printed
-as it arrives.
+as it arrives; and the other end, `outboxd inbox`, storing the same
+records as rows of an inbox table in a second database, printed as they
+land.
 
     bash deploy/demo.sh              # builds first, then runs this
     python3 deploy/demo.py [--events N] [--rate R]
@@ -76,6 +78,30 @@ def show(record):
              headers, "", value), flush=True)
 
 
+class InboxRows:
+    """Prints the rows of the demo's inbox table that were not shown yet."""
+
+    def __init__(self, pg):
+        self.pg = pg
+        self.shown = 0
+
+    def show_new(self):
+        new = self.pg.sql("SELECT id, topic, type, payload::text FROM public.inbox "
+                          "ORDER BY received_at, kafka_offset OFFSET %s", (self.shown,),
+                          dbname="inbox_demo")
+        for r in new:
+            print("  inbox row  id=%s  %s  type=%s  payload=%s" % r, flush=True)
+        self.shown += len(new)
+
+    def wait_for(self, n, timeout):
+        """Shows rows until n are in the table (or timeout seconds)."""
+        deadline = time.monotonic() + timeout
+        while self.shown < n and time.monotonic() < deadline:
+            self.show_new()
+            time.sleep(0.2)
+        print("%d rows in the inbox table" % self.shown, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=0,
@@ -89,8 +115,9 @@ def main():
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     tmp = tempfile.mkdtemp(prefix="outboxd-demo-")
-    pg = broker = daemon = consumer = None
+    pg = broker = daemon = inbox = consumer = None
     seen = 0
+    rows = None
     try:
         print("starting a throwaway PostgreSQL 15 cluster ...", flush=True)
         pg = harness.PgCluster(os.path.join(tmp, "pg"))
@@ -111,6 +138,19 @@ def main():
         daemon.wait_log(r"streaming from slot", timeout=30)
         print("outboxd is streaming (log: %s; metrics: http://%s/metrics)"
               % (daemon.logfile, args.http), flush=True)
+        pg.create_db("inbox_demo")
+        pg.run_file(os.path.join(ROOT, "sql", "inbox.sql"), "inbox_demo")
+        inbox = harness.Outboxd(os.path.join(args.build, "outboxd"), {
+            "inbox": {"conninfo": pg.conninfo("inbox_demo"),
+                      "topics": "outbox.event.order,outbox.event.customer",
+                      "group": "outboxd-demo-inbox"},
+            "kafka": {"bootstrap.servers": broker.bootstraps},
+            "http": {"listen": ""},
+            "log": {"level": "info"},
+        }, os.path.join(tmp, "inbox"), command="inbox")
+        print("outboxd inbox is storing both topics into inbox_demo.public.inbox "
+              "(log: %s)" % inbox.logfile, flush=True)
+        rows = InboxRows(pg)
         writer = threading.Thread(target=write_events, args=(pg, stop, args.rate),
                                   daemon=True)
         writer.start()
@@ -129,6 +169,7 @@ def main():
                   "offset": msg.offset(), "key": key.decode() if key else None,
                   "value": msg.value(), "headers": msg.headers() or []})
             seen += 1
+            rows.show_new()
             if args.events and seen >= args.events:
                 break
     except KeyboardInterrupt:
@@ -139,6 +180,11 @@ def main():
         if consumer is not None:
             consumer.close()
         rc = None
+        if inbox is not None:
+            if rows is not None:
+                rows.wait_for(seen, 20)
+            inbox.terminate()
+            print("outboxd inbox exited with code %s" % inbox.wait(40), flush=True)
         if daemon is not None:
             daemon.terminate()
             rc = daemon.wait(40)

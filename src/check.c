@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/producer.h"
 
@@ -302,6 +303,32 @@ check_broker(checker *c)
 				    "auto-creates topics)");
 }
 
+/* The inbox's database and tables, when inbox.topics says the inbox is
+ * used (README, "Inbox"). */
+static void
+check_inbox(checker *c)
+{
+	ob_inboxdb *db = NULL;
+	char detail[1024];
+
+	if (c->cfg->inbox.topics[0] == '\0')
+		return;
+	switch (ob_inboxdb_connect(c->cfg, &db, detail, sizeof(detail))) {
+	case OB_INBOXDB_OK:
+		report(c, "inbox tables", true, "%s.%s and %s.outboxd_inbox_offsets",
+		       c->cfg->inbox.schema, c->cfg->inbox.table_name, c->cfg->inbox.schema);
+		ob_inboxdb_close(db);
+		break;
+	case OB_INBOXDB_FATAL:
+		report(c, "inbox tables", false, "%s", detail);
+		break;
+	case OB_INBOXDB_RETRY:
+	case OB_INBOXDB_REJECTED:
+		report(c, "inbox postgres", false, "%s", detail);
+		break;
+	}
+}
+
 int
 ob_check_run(const ob_config *cfg, FILE *out)
 {
@@ -323,6 +350,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		ob_pgrepl_close(c.pg, false);
 	}
 	check_broker(&c);
+	check_inbox(&c);
 	free(masked);
 	fprintf(out, "%s\n", c.all_ok ? "all checks passed" : "some checks failed");
 	return c.all_ok ? 0 : 2;

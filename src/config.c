@@ -21,6 +21,7 @@ typedef enum key_type {
 	KEY_NONEMPTY, /* must not be empty */
 	KEY_BOOL,
 	KEY_MS,        /* positive milliseconds */
+	KEY_COUNT,     /* a positive count */
 	KEY_BAD_EVENT, /* dlq | halt */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
@@ -54,6 +55,12 @@ static const config_key config_keys[] = {
     {"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
     {"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
     {"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
+    {"inbox", "conninfo", KEY_STRING, OFF(inbox.conninfo), ""},
+    {"inbox", "table", KEY_NONEMPTY, OFF(inbox.table), "public.inbox"},
+    {"inbox", "topics", KEY_STRING, OFF(inbox.topics), ""},
+    {"inbox", "group", KEY_NONEMPTY, OFF(inbox.group), "outboxd-inbox"},
+    {"inbox", "id_header", KEY_NONEMPTY, OFF(inbox.id_header), "id"},
+    {"inbox", "batch_max", KEY_COUNT, OFF(inbox.batch_max), "500"},
     {"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
     {"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
     {"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
@@ -64,6 +71,13 @@ const ob_kafka_setting ob_kafka_pinned[] = {
     {"acks", "all"},
 };
 const size_t ob_kafka_pinned_len = OB_ARRAY_LEN(ob_kafka_pinned);
+
+/* group.id comes from inbox.group, which the consumer sets after this table. */
+const ob_kafka_setting ob_kafka_consumer_pinned[] = {
+    {"enable.auto.commit", "false"},
+    {"enable.auto.offset.store", "false"},
+};
+const size_t ob_kafka_consumer_pinned_len = OB_ARRAY_LEN(ob_kafka_consumer_pinned);
 
 static const config_key *
 find_key(const char *section, const char *key)
@@ -95,6 +109,7 @@ parse_bool(const char *s, bool *out)
 	return false;
 }
 
+/* A positive int: milliseconds (KEY_MS) or a count (KEY_COUNT). */
 static bool
 parse_ms(const char *s, int *out)
 {
@@ -137,6 +152,10 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		ok = parse_ms(value, (int *)field);
 		expected = "a positive number of milliseconds";
 		break;
+	case KEY_COUNT:
+		ok = parse_ms(value, (int *)field);
+		expected = "a positive number";
+		break;
 	case KEY_BAD_EVENT:
 		if (strcmp(value, "dlq") == 0)
 			*(ob_bad_event_policy *)field = OB_BAD_EVENT_DLQ;
@@ -177,16 +196,33 @@ kafka_put(ob_config *cfg, const char *key, const char *value)
 	cfg->kafka_len++;
 }
 
+/* False (logged) if key is one of table's pinned properties and value differs. */
+static bool
+check_pinned(const ob_kafka_setting *table, size_t len, const char *key, const char *value,
+	     const char *origin)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (strcmp(key, table[i].key) == 0 && strcasecmp(value, table[i].value) != 0) {
+			ob_error("kafka.%s (%s) cannot be changed: outboxd requires %s=%s", key,
+				 origin, key, table[i].value);
+			return false;
+		}
+	}
+	return true;
+}
+
 static bool
 set_kafka(ob_config *cfg, const char *key, const char *value, const char *origin)
 {
-	for (size_t i = 0; i < ob_kafka_pinned_len; i++) {
-		if (strcmp(key, ob_kafka_pinned[i].key) == 0 &&
-		    strcasecmp(value, ob_kafka_pinned[i].value) != 0) {
-			ob_error("kafka.%s (%s) cannot be changed: outboxd requires %s=%s", key,
-				 origin, key, ob_kafka_pinned[i].value);
-			return false;
-		}
+	if (!check_pinned(ob_kafka_pinned, ob_kafka_pinned_len, key, value, origin) ||
+	    !check_pinned(ob_kafka_consumer_pinned, ob_kafka_consumer_pinned_len, key, value,
+			  origin))
+		return false;
+	if (strcmp(key, "group.id") == 0) {
+		ob_error("kafka.group.id (%s) cannot be set: outboxd inbox takes its consumer "
+			 "group from inbox.group",
+			 origin);
+		return false;
 	}
 	if (key[0] == '\0') {
 		ob_error("empty kafka property name (%s)", origin);
@@ -295,6 +331,8 @@ ob_config_free(ob_config *cfg)
 	free(cfg->kafka);
 	free(cfg->outbox.schema);
 	free(cfg->outbox.table_name);
+	free(cfg->inbox.schema);
+	free(cfg->inbox.table_name);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -357,25 +395,24 @@ ob_config_set_override(ob_config *cfg, const char *assignment)
 	return ok;
 }
 
-/* Split outbox.table into schema (default public) and table name. */
+/* Split the value t of the setting key ("outbox.table", "inbox.table")
+ * into *schema (default public) and *name, which replace what they held. */
 static bool
-split_table(ob_config *cfg)
+split_table(const char *key, const char *t, char **schema, char **name)
 {
-	const char *t = cfg->outbox.table;
 	const char *dot = strchr(t, '.');
 
-	free(cfg->outbox.schema);
-	free(cfg->outbox.table_name);
+	free(*schema);
+	free(*name);
 	if (dot == NULL) {
-		cfg->outbox.schema = ob_xstrdup("public");
-		cfg->outbox.table_name = ob_xstrdup(t);
+		*schema = ob_xstrdup("public");
+		*name = ob_xstrdup(t);
 	} else {
-		cfg->outbox.schema = ob_xstrndup(t, (size_t)(dot - t));
-		cfg->outbox.table_name = ob_xstrdup(dot + 1);
+		*schema = ob_xstrndup(t, (size_t)(dot - t));
+		*name = ob_xstrdup(dot + 1);
 	}
-	if (cfg->outbox.schema[0] == '\0' || cfg->outbox.table_name[0] == '\0' ||
-	    strchr(cfg->outbox.table_name, '.') != NULL) {
-		ob_error("invalid value \"%s\" for outbox.table: expected schema.table", t);
+	if ((*schema)[0] == '\0' || (*name)[0] == '\0' || strchr(*name, '.') != NULL) {
+		ob_error("invalid value \"%s\" for %s: expected schema.table", t, key);
 		return false;
 	}
 	return true;
@@ -428,7 +465,12 @@ check_topic_template(const char *tpl)
 bool
 ob_config_finish(ob_config *cfg)
 {
-	bool ok = split_table(cfg);
+	bool ok = split_table("outbox.table", cfg->outbox.table, &cfg->outbox.schema,
+			      &cfg->outbox.table_name);
+
+	if (!split_table("inbox.table", cfg->inbox.table, &cfg->inbox.schema,
+			 &cfg->inbox.table_name))
+		ok = false;
 
 	if (!check_topic_template(cfg->outbox.topic))
 		ok = false;

@@ -13,6 +13,7 @@
 #include "outboxd/check.h"
 #include "outboxd/config.h"
 #include "outboxd/http.h"
+#include "outboxd/inbox.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/pgrepl.h"
@@ -28,6 +29,7 @@ static const char usage_text[] =
     "  outboxd [run]  [-c FILE] [-s KEY=VALUE]...   stream until stopped (default)\n"
     "  outboxd check  [-c FILE] [-s KEY=VALUE]...   preflight; prints every problem found\n"
     "  outboxd slot create|drop|status [-c FILE] [-s KEY=VALUE]...\n"
+    "  outboxd inbox  [-c FILE] [-s KEY=VALUE]...   consume Kafka into a Postgres inbox table\n"
     "  outboxd --version | --help\n"
     "\n"
     "Options:\n"
@@ -94,7 +96,8 @@ parse_args(int argc, char **argv, cli *c)
 		if (strcmp(c->subcommand, "create") != 0 && strcmp(c->subcommand, "drop") != 0 &&
 		    strcmp(c->subcommand, "status") != 0)
 			return usage_error("unknown slot command", c->subcommand);
-	} else if (strcmp(c->command, "run") != 0 && strcmp(c->command, "check") != 0) {
+	} else if (strcmp(c->command, "run") != 0 && strcmp(c->command, "check") != 0 &&
+		   strcmp(c->command, "inbox") != 0) {
 		return usage_error("unknown command", c->command);
 	}
 	if (optind < argc)
@@ -131,8 +134,9 @@ log_startup(const ob_config *cfg)
 	free(masked);
 }
 
+/* Serve HTTP around the relay (run) or the inbox consumer (inbox). */
 static int
-run(const ob_config *cfg)
+run(const ob_config *cfg, bool inbox)
 {
 	ob_http *http = NULL;
 	int rc;
@@ -142,11 +146,12 @@ run(const ob_config *cfg)
 			 cfg->http.listen);
 		return EXIT_USAGE;
 	}
-	log_startup(cfg);
+	if (!inbox)
+		log_startup(cfg);
 	ob_metrics_init();
 	if (!ob_http_start(cfg->http.listen, &http))
 		return EXIT_OPERATOR; /* the address is taken or not ours */
-	rc = ob_relay_run(cfg);
+	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
 	ob_http_stop(http);
 	return rc;
 }
@@ -208,9 +213,12 @@ main(int argc, char **argv)
 		goto out;
 	}
 	ob_log_configure(cfg.log.format, cfg.log.level);
-	ob_log_set_context("slot", cfg.pg.slot);
-	if (strcmp(c.command, "run") == 0)
-		rc = run(&cfg);
+	if (strcmp(c.command, "inbox") == 0)
+		ob_log_set_context("group", cfg.inbox.group);
+	else
+		ob_log_set_context("slot", cfg.pg.slot);
+	if (strcmp(c.command, "run") == 0 || strcmp(c.command, "inbox") == 0)
+		rc = run(&cfg, strcmp(c.command, "inbox") == 0);
 	else if (strcmp(c.command, "check") == 0)
 		rc = ob_check_run(&cfg, stdout);
 	else

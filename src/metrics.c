@@ -43,6 +43,10 @@ static struct {
 	atomic_bool pg_connected;
 	atomic_bool kafka_connected;
 	atomic_uint_fast64_t reconnects[2];
+	atomic_uint_fast64_t inbox_inserted;
+	atomic_uint_fast64_t inbox_duplicate;
+	atomic_uint_fast64_t inbox_dead_lettered;
+	atomic_uint_fast64_t inbox_lag;
 	atomic_int ready;
 	atomic_int_fast64_t heartbeat_ms;
 } m = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -136,6 +140,20 @@ void
 ob_metrics_reconnect(ob_reconnect_target target)
 {
 	atomic_fetch_add(&m.reconnects[target], 1);
+}
+
+void
+ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered)
+{
+	atomic_fetch_add(&m.inbox_inserted, inserted);
+	atomic_fetch_add(&m.inbox_duplicate, duplicate);
+	atomic_fetch_add(&m.inbox_dead_lettered, dead_lettered);
+}
+
+void
+ob_metrics_set_inbox_lag(uint64_t records)
+{
+	atomic_store(&m.inbox_lag, records);
 }
 
 void
@@ -291,6 +309,17 @@ ob_metrics_render(void)
 	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_POSTGRES]));
 	put(&t, "outboxd_reconnects_total{target=\"kafka\"} %llu\n",
 	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_KAFKA]));
+	put_header(&t, "outboxd_inbox_records_total", "counter",
+		   "Inbox records committed to the inbox table's database, by result.");
+	put(&t, "outboxd_inbox_records_total{result=\"inserted\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.inbox_inserted));
+	put(&t, "outboxd_inbox_records_total{result=\"duplicate\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.inbox_duplicate));
+	put(&t, "outboxd_inbox_records_total{result=\"dead_lettered\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.inbox_dead_lettered));
+	put_gauge(&t, "outboxd_inbox_lag_records",
+		  "Records of the assigned partitions past the positions stored in Postgres.",
+		  atomic_load(&m.inbox_lag));
 	put_header(&t, "outboxd_build_info", "gauge", "Build information.");
 	put(&t, "outboxd_build_info{version=\"%s\"} 1\n", OB_VERSION);
 	return t.s;

@@ -90,8 +90,8 @@ static const ob_kafka_setting default_props[] = {
     {"client.id", "outboxd"},
 };
 
-static bool
-conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
+bool
+ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
 {
 	char err[512];
 
@@ -132,7 +132,7 @@ fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 		return false;
 	}
 	snprintf(value, sizeof(value), "%lld", need_kb);
-	return conf_set(conf, "queue.buffering.max.kbytes", value);
+	return ob_kafka_conf_set(conf, "queue.buffering.max.kbytes", value);
 }
 
 /* Build the full librdkafka configuration; NULL (logged) on a bad key. */
@@ -143,11 +143,12 @@ build_conf(const ob_config *cfg)
 	bool ok = true;
 
 	for (size_t i = 0; i < OB_ARRAY_LEN(default_props); i++)
-		ok = conf_set(conf, default_props[i].key, default_props[i].value) && ok;
+		ok = ob_kafka_conf_set(conf, default_props[i].key, default_props[i].value) && ok;
 	for (size_t i = 0; i < cfg->kafka_len; i++)
-		ok = conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
+		ok = ob_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
 	for (size_t i = 0; i < ob_kafka_pinned_len; i++)
-		ok = conf_set(conf, ob_kafka_pinned[i].key, ob_kafka_pinned[i].value) && ok;
+		ok =
+		    ob_kafka_conf_set(conf, ob_kafka_pinned[i].key, ob_kafka_pinned[i].value) && ok;
 	ok = ok && fit_queue_to_records(cfg, conf);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
@@ -167,8 +168,8 @@ ob_producer_check_config(const ob_config *cfg)
 	return true;
 }
 
-static void
-on_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
+void
+ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
 {
 	/* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
 	ob_log_level l = level <= 3   ? OB_LOG_ERROR
@@ -201,11 +202,9 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
 
-/* Count brokers in state UP from the statistics JSON. */
-static int
-on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+int
+ob_kafka_stats_brokers_up(const char *json, size_t json_len)
 {
-	ob_producer *p = opaque;
 	json_t *root = json_loadb(json, json_len, 0, NULL);
 	json_t *brokers = json_object_get(root, "brokers");
 	const char *name;
@@ -219,8 +218,16 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 		if (json_integer_value(nodeid) >= 0 && state != NULL && strcmp(state, "UP") == 0)
 			up++;
 	}
-	p->brokers_up = up;
 	json_decref(root);
+	return up;
+}
+
+static int
+on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+{
+	ob_producer *p = opaque;
+
+	p->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
 	return 0; /* librdkafka frees json */
 }
 
@@ -328,7 +335,7 @@ ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, 
 	rd_kafka_conf_set_opaque(conf, p);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
-	rd_kafka_conf_set_log_cb(conf, on_log);
+	rd_kafka_conf_set_log_cb(conf, ob_kafka_log);
 	rd_kafka_conf_set_stats_cb(conf, on_stats);
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
 	if (p->rk == NULL) {

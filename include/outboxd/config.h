@@ -34,6 +34,10 @@ typedef struct ob_kafka_setting {
  * user's properties. */
 extern const ob_kafka_setting ob_kafka_pinned[];
 extern const size_t ob_kafka_pinned_len;
+/* The librdkafka properties the inbox consumer pins (README, "Inbox"):
+ * offsets are stored in Postgres, so Kafka never commits on its own. */
+extern const ob_kafka_setting ob_kafka_consumer_pinned[];
+extern const size_t ob_kafka_consumer_pinned_len;
 
 /* One librdkafka property as the user set it, in order; owned by the
  * config. */
@@ -66,6 +70,16 @@ typedef struct ob_config {
 		ob_bad_event_policy on_bad_event;
 		char *dlq_topic;
 	} outbox;
+	struct {
+		char *conninfo;   /* "" means libpq defaults and environment */
+		char *table;      /* as configured: "schema.name" or "name" */
+		char *schema;     /* derived by ob_config_finish() */
+		char *table_name; /* derived by ob_config_finish() */
+		char *topics;     /* comma-separated; "" until configured */
+		char *group;
+		char *id_header;
+		int batch_max;
+	} inbox;
 	ob_kafka_prop *kafka;
 	size_t kafka_len;
 	struct {

@@ -34,6 +34,11 @@ void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_en
 void ob_metrics_set_connected(bool postgres, bool kafka);
 void ob_metrics_reconnect(ob_reconnect_target target);
 void ob_metrics_set_ready(ob_ready_state state);
+/* The inbox (README, "Inbox"): records of one committed database
+ * transaction by outcome, and the records of the assigned partitions not
+ * yet stored (high watermark minus the stored position, summed). */
+void ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered);
+void ob_metrics_set_inbox_lag(uint64_t records);
 /* The main loop calls this every turn; /healthz fails when it stops. */
 void ob_metrics_heartbeat(void);
 

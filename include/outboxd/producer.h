@@ -17,6 +17,8 @@
 #ifndef OUTBOXD_PRODUCER_H
 #define OUTBOXD_PRODUCER_H
 
+#include <librdkafka/rdkafka.h>
+
 #include "outboxd/common.h"
 #include "outboxd/config.h"
 #include "outboxd/event.h"
@@ -90,5 +92,16 @@ bool ob_producer_check_config(const ob_config *cfg) OB_MUST_CHECK;
  * topic is not NULL, *topic_exists says whether the cluster has it. */
 bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
 		       char *detail, size_t detail_len) OB_MUST_CHECK;
+
+/* Helpers shared with the inbox consumer (inbox.c). ob_kafka_conf_set()
+ * sets one property, false (logged, naming kafka.<key>) when librdkafka
+ * rejects it; ob_kafka_log() is the log callback that sends librdkafka's
+ * lines to outboxd's logger. */
+bool ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value) OB_MUST_CHECK;
+void ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf);
+
+/* The number of brokers (bootstrap entries left out) in state UP in
+ * librdkafka's statistics JSON; shared with the inbox consumer. */
+int ob_kafka_stats_brokers_up(const char *json, size_t json_len);
 
 #endif

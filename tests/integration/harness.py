@@ -474,12 +474,13 @@ def write_ini(path, config):
 
 
 class Outboxd:
-    """One outboxd process: `outboxd run -c FILE`, output to a log file."""
+    """One outboxd process: `outboxd COMMAND -c FILE` (command "run" unless
+    told, e.g. "inbox"), output to a log file."""
 
     _seq = 0
 
     def __init__(self, binary, config, tmpdir, extra_args=(), start=True,
-                 env=None):
+                 env=None, command="run"):
         if not os.access(binary, os.X_OK):
             raise HarnessError("outboxd binary %s is missing: build it with "
                                "`meson setup build && ninja -C build`"
@@ -494,13 +495,14 @@ class Outboxd:
         self.logfile = os.path.join(tmpdir, "outboxd-%d.log" % n)
         self.extra_args = list(extra_args)
         self.env = env
+        self.command = command
         self.proc = None
         write_ini(self.config_path, config)
         if start:
             self.start()
 
     def start(self):
-        """Starts `outboxd run -c FILE` (appending to the log file)."""
+        """Starts `outboxd COMMAND -c FILE` (appending to the log file)."""
         if self.proc is not None and self.proc.poll() is None:
             raise HarnessError("outboxd already running")
         env = dict(os.environ)
@@ -508,7 +510,7 @@ class Outboxd:
         with open(self.logfile, "ab") as log:
             log.write(b"=== start %s\n" % time.strftime("%H:%M:%S").encode())
             self.proc = subprocess.Popen(
-                [self.binary, "run", "-c", self.config_path]
+                [self.binary, self.command, "-c", self.config_path]
                 + self.extra_args,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=env)

@@ -25,3 +25,7 @@ def test_demo_shows_events_and_stops_cleanly():
     assert all(r[0] in ("outbox.event.order", "outbox.event.customer") for r in records)
     assert "outboxd exited with code 0" in out, out
     assert "6 records shown" in out, out
+    # The other end: outboxd inbox stored the same events as inbox rows.
+    rows = re.search(r"^(\d+) rows in the inbox table$", out, re.M)
+    assert rows and int(rows.group(1)) >= 6, out
+    assert "outboxd inbox exited with code 0" in out, out

@@ -26,7 +26,7 @@ DEPLOY_DIR = REPO_ROOT / "deploy"
 CONFIG_C = REPO_ROOT / "src" / "config.c"
 README = REPO_ROOT / "README.md"
 
-SECTIONS = ("postgres", "outbox", "kafka", "http", "log")
+SECTIONS = ("postgres", "outbox", "inbox", "kafka", "http", "log")
 
 
 # ---------------------------------------------------------------------------

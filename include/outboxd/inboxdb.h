@@ -1,0 +1,56 @@
+/*
+ * inboxdb.h: the inbox's database side (README, "Inbox"): rows and the
+ * consumed positions written in one transaction, so a record is in the
+ * inbox table exactly when its position is stored.
+ *
+ * One plain libpq connection (not a replication connection) to
+ * inbox.conninfo. The tables are those of sql/inbox.sql: the inbox table
+ * (inbox.table) and outboxd_inbox_offsets in the same schema. Every
+ * failure is logged once here; callers act on the status.
+ */
+#ifndef OUTBOXD_INBOXDB_H
+#define OUTBOXD_INBOXDB_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/inboxrow.h"
+
+typedef struct ob_inboxdb ob_inboxdb;
+
+typedef enum ob_inboxdb_status {
+	OB_INBOXDB_OK,
+	OB_INBOXDB_RETRY,    /* connection lost or a transient refusal: reconnect with
+			      * backoff; a failed commit's outcome is unknown */
+	OB_INBOXDB_REJECTED, /* the server refused the data (SQLSTATE class 22 or 23,
+			      * 54000): some row of the transaction cannot be stored */
+	OB_INBOXDB_FATAL,    /* a table is missing or unlike sql/inbox.sql: exit 1 */
+} ob_inboxdb_status;
+
+/* Where consumption of one partition resumes: the offset of the first
+ * record not yet stored. topic is borrowed. */
+typedef struct ob_inbox_position {
+	const char *topic;
+	int32_t partition;
+	int64_t next_offset; /* -1: nothing stored for this partition */
+} ob_inbox_position;
+
+/* Connect to inbox.conninfo and check that both tables exist. On
+ * OB_INBOXDB_OK *out is the caller's to close; otherwise *out is NULL and
+ * detail (may be NULL) holds the one-line reason, which is also logged. */
+ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail,
+				     size_t detail_len) OB_MUST_CHECK;
+void ob_inboxdb_close(ob_inboxdb *db);
+
+/* Fill next_offset of each of the n positions from outboxd_inbox_offsets
+ * (-1 where no row is stored for inbox.group). */
+ob_inboxdb_status ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n) OB_MUST_CHECK;
+
+/* In one transaction: insert the rows (ON CONFLICT (id) DO NOTHING) and
+ * store the positions (a stored position only ever moves forward). On
+ * OB_INBOXDB_OK *inserted is the number of rows that were new. On
+ * OB_INBOXDB_REJECTED error holds the server's message. */
+ob_inboxdb_status ob_inboxdb_commit(ob_inboxdb *db, const ob_inbox_row *rows, size_t n_rows,
+				    const ob_inbox_position *pos, size_t n_pos, uint64_t *inserted,
+				    char *error, size_t error_len) OB_MUST_CHECK;
+
+#endif

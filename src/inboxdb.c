@@ -1,0 +1,437 @@
+/*
+ * inboxdb.c: rows and positions of the inbox in one transaction (see
+ * inboxdb.h).
+ *
+ * Statements are multi-row INSERTs with one parameter per column, sent
+ * with PQexecParams; payload_raw goes in binary, everything else as text
+ * cast by the statement. A commit is four round trips whatever the batch
+ * size: BEGIN, the rows, the positions, COMMIT.
+ */
+#include "outboxd/inboxdb.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outboxd/log.h"
+
+#define ROW_COLUMNS 9
+#define POS_COLUMNS 4
+#define INBOX_SQL   "sql/inbox.sql"
+
+struct ob_inboxdb {
+	PGconn *conn;
+	char *group;
+	char *table;   /* the inbox table, quoted: "schema"."name" */
+	char *offsets; /* the offsets table, quoted */
+};
+
+/* Query parameters under construction; every array grows together. */
+typedef struct params {
+	const char **values;
+	int *lengths;
+	int *formats;
+	char (*numbers)[24]; /* text of integer parameters, two per row */
+	int n, cap;
+} params;
+
+static void
+params_reserve(params *p, int n)
+{
+	if (p->n + n <= p->cap)
+		return;
+	p->cap = (p->n + n) * 2;
+	p->values = ob_xrealloc(p->values, (size_t)p->cap * sizeof(*p->values));
+	p->lengths = ob_xrealloc(p->lengths, (size_t)p->cap * sizeof(*p->lengths));
+	p->formats = ob_xrealloc(p->formats, (size_t)p->cap * sizeof(*p->formats));
+	p->numbers = ob_xrealloc(p->numbers, (size_t)p->cap * sizeof(*p->numbers));
+}
+
+/* Add a text parameter (NULL: SQL NULL); value must outlive the query. */
+static void
+param_text(params *p, const char *value)
+{
+	params_reserve(p, 1);
+	p->values[p->n] = value;
+	p->lengths[p->n] = 0;
+	p->formats[p->n++] = 0;
+}
+
+static void
+param_bytes(params *p, const void *value, size_t len)
+{
+	params_reserve(p, 1);
+	p->values[p->n] = value;
+	p->lengths[p->n] = (int)len;
+	p->formats[p->n++] = 1;
+}
+
+static void
+param_int(params *p, long long v)
+{
+	params_reserve(p, 1);
+	snprintf(p->numbers[p->n], sizeof(p->numbers[p->n]), "%lld", v);
+	p->values[p->n] = p->numbers[p->n];
+	p->lengths[p->n] = -1; /* marks a number for params_seal() */
+	p->formats[p->n++] = 0;
+}
+
+static void
+params_free(params *p)
+{
+	free(p->values);
+	free(p->lengths);
+	free(p->formats);
+	free(p->numbers);
+}
+
+/* The values pointers of integer parameters point into numbers, which
+ * params_reserve() may move: fix them up before the query is sent. */
+static void
+params_seal(params *p)
+{
+	for (int i = 0; i < p->n; i++) {
+		if (p->formats[i] == 0 && p->values[i] != NULL && p->lengths[i] == -1)
+			p->values[i] = p->numbers[i];
+	}
+}
+
+static const char *
+clean(const char *msg, char *buf, size_t len)
+{
+	size_t n;
+
+	snprintf(buf, len, "%s", msg ? msg : "unknown error");
+	n = strlen(buf);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	return buf;
+}
+
+/* What a failed result means. Connection trouble and refusals that pass
+ * (shutdown, failover, serialization, resources) are retried; bad data is
+ * a rejected row; a missing or different table needs an operator. */
+static ob_inboxdb_status
+classify(const ob_inboxdb *db, const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (PQstatus(db->conn) != CONNECTION_OK || state == NULL)
+		return OB_INBOXDB_RETRY;
+	if (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 ||
+	    strcmp(state, "42P10") == 0)
+		return OB_INBOXDB_FATAL;
+	if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
+	    strcmp(state, "54000") == 0)
+		return OB_INBOXDB_REJECTED;
+	return OB_INBOXDB_RETRY;
+}
+
+/* Run one statement; on failure log it (unless it is a rejected row,
+ * which the caller reports with the record), copy the message to error
+ * and roll back. */
+static ob_inboxdb_status
+exec(ob_inboxdb *db, const char *what, const char *sql, params *p, int *affected, char *error,
+     size_t error_len)
+{
+	PGresult *res;
+	ob_inboxdb_status st = OB_INBOXDB_OK;
+	char buf[1024];
+
+	if (p != NULL) {
+		params_seal(p);
+		res = PQexecParams(db->conn, sql, p->n, NULL, p->values, p->lengths, p->formats, 0);
+	} else {
+		res = PQexec(db->conn, sql);
+	}
+	if (PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK) {
+		if (affected != NULL)
+			*affected = atoi(PQcmdTuples(res));
+		PQclear(res);
+		return OB_INBOXDB_OK;
+	}
+	st = classify(db, res);
+	clean(res ? PQresultErrorMessage(res) : PQerrorMessage(db->conn), buf, sizeof(buf));
+	if (error != NULL)
+		snprintf(error, error_len, "%s", buf);
+	if (st == OB_INBOXDB_FATAL)
+		ob_error("could not %s: %s; create the tables with %s or fix inbox.table", what,
+			 buf, INBOX_SQL);
+	else if (st == OB_INBOXDB_RETRY)
+		ob_error("could not %s: %s", what, buf);
+	PQclear(res);
+	if (PQstatus(db->conn) == CONNECTION_OK && PQtransactionStatus(db->conn) != PQTRANS_IDLE)
+		PQclear(PQexec(db->conn, "ROLLBACK"));
+	return st;
+}
+
+/* Check that both tables exist; FATAL with detail naming the SQL file. */
+static ob_inboxdb_status
+check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_len)
+{
+	char *table = ob_xasprintf("%s.%s", cfg->inbox.schema, cfg->inbox.table_name);
+	char *offsets = ob_xasprintf("%s.outboxd_inbox_offsets", cfg->inbox.schema);
+	params p = {0};
+	PGresult *res;
+	ob_inboxdb_status st = OB_INBOXDB_OK;
+	char buf[1024];
+
+	/* to_regclass() of a quoted name: the configured names are taken as
+	 * they are, like the statements that use them. */
+	param_text(&p, db->table);
+	param_text(&p, db->offsets);
+	res = PQexecParams(db->conn,
+			   "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", p.n,
+			   NULL, p.values, p.lengths, p.formats, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		clean(PQresultErrorMessage(res), buf, sizeof(buf));
+		snprintf(detail, detail_len, "could not look up the inbox tables: %s", buf);
+		st = OB_INBOXDB_RETRY;
+	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0 ||
+		   strcmp(PQgetvalue(res, 0, 1), "t") != 0) {
+		snprintf(detail, detail_len,
+			 "table %s does not exist; create the inbox tables with %s (or set "
+			 "inbox.table)",
+			 strcmp(PQgetvalue(res, 0, 0), "t") != 0 ? table : offsets, INBOX_SQL);
+		st = OB_INBOXDB_FATAL;
+	}
+	PQclear(res);
+	params_free(&p);
+	free(table);
+	free(offsets);
+	return st;
+}
+
+static char *
+quote_name(PGconn *conn, const char *schema, const char *name)
+{
+	char *s = PQescapeIdentifier(conn, schema, strlen(schema));
+	char *n = PQescapeIdentifier(conn, name, strlen(name));
+	char *out = ob_xasprintf("%s.%s", s, n);
+
+	PQfreemem(s);
+	PQfreemem(n);
+	return out;
+}
+
+ob_inboxdb_status
+ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail, size_t detail_len)
+{
+	/* clang-format off */
+	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
+			      "keepalives_interval", "keepalives_count", "dbname",
+			      "fallback_application_name", NULL};
+	const char *values[] = {"10", "60000", "30", "10", "3", cfg->inbox.conninfo,
+				"outboxd-inbox", NULL};
+	/* clang-format on */
+	ob_inboxdb *db = ob_xcalloc(1, sizeof(*db));
+	ob_inboxdb_status st = OB_INBOXDB_RETRY;
+	char local[1024], buf[1024];
+
+	if (detail == NULL) {
+		detail = local;
+		detail_len = sizeof(local);
+	}
+	*out = NULL;
+	detail[0] = '\0';
+	/* expand_dbname=1: conninfo may be a connection string or a URI. */
+	db->conn = PQconnectdbParams(keys, values, 1);
+	if (PQstatus(db->conn) != CONNECTION_OK) {
+		snprintf(detail, detail_len, "could not connect to the inbox database: %s",
+			 clean(PQerrorMessage(db->conn), buf, sizeof(buf)));
+		goto fail;
+	}
+	db->group = ob_xstrdup(cfg->inbox.group);
+	db->table = quote_name(db->conn, cfg->inbox.schema, cfg->inbox.table_name);
+	db->offsets = quote_name(db->conn, cfg->inbox.schema, "outboxd_inbox_offsets");
+	st = check_tables(db, cfg, detail, detail_len);
+	if (st != OB_INBOXDB_OK)
+		goto fail;
+	*out = db;
+	return OB_INBOXDB_OK;
+
+fail:
+	ob_error("%s", detail);
+	ob_inboxdb_close(db);
+	return st;
+}
+
+void
+ob_inboxdb_close(ob_inboxdb *db)
+{
+	if (db == NULL)
+		return;
+	PQfinish(db->conn);
+	free(db->group);
+	free(db->table);
+	free(db->offsets);
+	free(db);
+}
+
+ob_inboxdb_status
+ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
+{
+	char *sql = ob_xasprintf("SELECT topic, partition, next_offset FROM %s WHERE group_id = $1",
+				 db->offsets);
+	params p = {0};
+	PGresult *res;
+	ob_inboxdb_status st = OB_INBOXDB_OK;
+	char buf[1024];
+
+	for (size_t i = 0; i < n; i++)
+		pos[i].next_offset = -1;
+	param_text(&p, db->group);
+	res = PQexecParams(db->conn, sql, p.n, NULL, p.values, p.lengths, p.formats, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		st = classify(db, res);
+		ob_error("could not read the stored inbox positions: %s",
+			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
+		if (st == OB_INBOXDB_REJECTED)
+			st = OB_INBOXDB_RETRY;
+		goto out;
+	}
+	for (int r = 0; r < PQntuples(res); r++) {
+		for (size_t i = 0; i < n; i++) {
+			if (strcmp(pos[i].topic, PQgetvalue(res, r, 0)) == 0 &&
+			    pos[i].partition == atoi(PQgetvalue(res, r, 1)))
+				pos[i].next_offset = atoll(PQgetvalue(res, r, 2));
+		}
+	}
+out:
+	PQclear(res);
+	params_free(&p);
+	free(sql);
+	return st;
+}
+
+/* Append "($k::cast, ...)" for one tuple of columns starting at parameter
+ * first (1-based). */
+static void
+put_tuple(char **sql, size_t *len, size_t *cap, int first, const char *const *casts, int n)
+{
+	for (int c = 0; c < n; c++) {
+		char piece[48];
+		int w = snprintf(piece, sizeof(piece), "%s$%d%s%s", c == 0 ? "(" : ", ", first + c,
+				 casts[c], c == n - 1 ? ")" : "");
+
+		if (*len + (size_t)w + 2 > *cap) {
+			*cap = (*len + (size_t)w + 2) * 2;
+			*sql = ob_xrealloc(*sql, *cap);
+		}
+		memcpy(*sql + *len, piece, (size_t)w + 1);
+		*len += (size_t)w;
+	}
+}
+
+/* The statement of a multi-row INSERT: head, tuples separated by commas,
+ * tail. The caller frees. */
+static char *
+multi_row(const char *head, const char *tail, const char *const *casts, int columns, size_t rows)
+{
+	size_t cap = strlen(head) + strlen(tail) + rows * (size_t)columns * 16 + 16;
+	char *sql = ob_xmalloc(cap);
+	size_t len = (size_t)sprintf(sql, "%s", head);
+
+	for (size_t r = 0; r < rows; r++) {
+		if (r > 0)
+			sql[len++] = ',';
+		put_tuple(&sql, &len, &cap, (int)(r * (size_t)columns) + 1, casts, columns);
+	}
+	if (len + strlen(tail) + 1 > cap) {
+		cap = len + strlen(tail) + 1;
+		sql = ob_xrealloc(sql, cap);
+	}
+	strcpy(sql + len, tail);
+	return sql;
+}
+
+static ob_inboxdb_status
+insert_rows(ob_inboxdb *db, const ob_inbox_row *rows, size_t n, uint64_t *inserted, char *error,
+	    size_t error_len)
+{
+	static const char *const casts[ROW_COLUMNS] = {
+	    "::text", "::text",  "::int",   "::bigint", "::text",
+	    "::text", "::jsonb", "::bytea", "::jsonb",
+	};
+	char *head = ob_xasprintf("INSERT INTO %s (id, topic, partition, kafka_offset, key, type, "
+				  "payload, payload_raw, headers) VALUES ",
+				  db->table);
+	char *sql = multi_row(head, " ON CONFLICT (id) DO NOTHING", casts, ROW_COLUMNS, n);
+	params p = {0};
+	int affected = 0;
+	ob_inboxdb_status st;
+
+	for (size_t i = 0; i < n; i++) {
+		const ob_inbox_row *r = &rows[i];
+
+		param_text(&p, r->id);
+		param_text(&p, r->topic);
+		param_int(&p, r->partition);
+		param_int(&p, r->offset);
+		param_text(&p, r->key);
+		param_text(&p, r->type);
+		param_text(&p, r->payload_json);
+		if (r->payload_raw != NULL)
+			param_bytes(&p, r->payload_raw, r->payload_raw_len);
+		else
+			param_text(&p, NULL);
+		param_text(&p, r->headers_json);
+	}
+	st = exec(db, "insert into the inbox table", sql, &p, &affected, error, error_len);
+	*inserted = (uint64_t)affected;
+	params_free(&p);
+	free(sql);
+	free(head);
+	return st;
+}
+
+static ob_inboxdb_status
+store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, char *error,
+		size_t error_len)
+{
+	static const char *const casts[POS_COLUMNS] = {"::text", "::text", "::int", "::bigint"};
+	char *head = ob_xasprintf(
+	    "INSERT INTO %s AS o (group_id, topic, partition, next_offset) VALUES ", db->offsets);
+	char *sql = multi_row(head,
+			      " ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+			      "next_offset = EXCLUDED.next_offset, updated_at = now() "
+			      "WHERE o.next_offset < EXCLUDED.next_offset",
+			      casts, POS_COLUMNS, n);
+	params p = {0};
+	ob_inboxdb_status st;
+
+	for (size_t i = 0; i < n; i++) {
+		param_text(&p, db->group);
+		param_text(&p, pos[i].topic);
+		param_int(&p, pos[i].partition);
+		param_int(&p, pos[i].next_offset);
+	}
+	st = exec(db, "store the inbox positions", sql, &p, NULL, error, error_len);
+	params_free(&p);
+	free(sql);
+	free(head);
+	return st;
+}
+
+ob_inboxdb_status
+ob_inboxdb_commit(ob_inboxdb *db, const ob_inbox_row *rows, size_t n_rows,
+		  const ob_inbox_position *pos, size_t n_pos, uint64_t *inserted, char *error,
+		  size_t error_len)
+{
+	ob_inboxdb_status st;
+
+	*inserted = 0;
+	error[0] = '\0';
+	st = exec(db, "begin an inbox transaction", "BEGIN", NULL, NULL, error, error_len);
+	if (st == OB_INBOXDB_OK && n_rows > 0)
+		st = insert_rows(db, rows, n_rows, inserted, error, error_len);
+	if (st == OB_INBOXDB_OK && n_pos > 0)
+		st = store_positions(db, pos, n_pos, error, error_len);
+	if (st == OB_INBOXDB_OK)
+		st =
+		    exec(db, "commit an inbox transaction", "COMMIT", NULL, NULL, error, error_len);
+	if (st != OB_INBOXDB_OK)
+		*inserted = 0;
+	return st;
+}

@@ -1,0 +1,468 @@
+"""Integration tests of `outboxd inbox` (README, "Inbox") against real
+parts: a PostgreSQL 15 cluster holding the tables of sql/inbox.sql and
+librdkafka's mock Kafka cluster. Records are produced with confluent_kafka
+the way another service's outbox would publish them.
+
+Every test uses a database of its own (with the shipped sql/inbox.sql),
+topics and a consumer group of its own. The checks are the inbox's
+promise: one row per event id, no record skipped, and stored positions
+equal to the records consumed."""
+
+import json
+import os
+import re
+import threading
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+import harness
+from conftest import BUILD_DIR, OUTBOXD_BIN, REPO_ROOT
+from harness import header, wait_until
+
+INBOX_SQL = str(REPO_ROOT / "sql" / "inbox.sql")
+PROCESSOR_SQL = str(REPO_ROOT / "sql" / "inbox_processor.sql")
+PARTITIONS = 4
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def new_id():
+    return str(uuid.uuid4())
+
+
+class Feed:
+    """Produces records to a topic with confluent_kafka: each has an `id`
+    header (unless told otherwise), a `type` header, a key and a JSON
+    value. Remembers the ids it sent and how many records."""
+
+    def __init__(self, broker, topic):
+        from confluent_kafka import Producer
+        self.topic = topic
+        self.ids = []
+        self.sent = 0
+        self._p = Producer({"bootstrap.servers": broker.bootstraps,
+                            "linger.ms": 5, "log_level": 3,
+                            "partitioner": "murmur2_random"})
+
+    def send(self, key=None, value=b"{}", headers=None, event_id=None,
+             with_id=True):
+        """Produces one record; returns its id (None without one)."""
+        hs = []
+        if with_id:
+            event_id = event_id or new_id()
+            hs.append(("id", event_id.encode()))
+        hs += list(headers or [])
+        self._p.produce(self.topic, key=key, value=value, headers=hs)
+        self._p.poll(0)
+        self.sent += 1
+        if with_id and event_id not in self.ids:
+            self.ids.append(event_id)
+        return event_id if with_id else None
+
+    def events(self, n, prefix="k"):
+        """Produces n ordinary events; returns their ids."""
+        out = []
+        for i in range(n):
+            eid = new_id()
+            out.append(self.send(
+                key=("%s-%d" % (prefix, i % 17)).encode(),
+                value=json.dumps({"n": i, "id": eid}).encode(),
+                headers=[("type", b"order.paid")], event_id=eid))
+        return out
+
+    def flush(self):
+        left = self._p.flush(60)
+        assert left == 0, "%d records not acknowledged by the broker" % left
+
+
+class Writer(threading.Thread):
+    """Produces `per_round` events every `pause` seconds until stopped."""
+
+    def __init__(self, feed, per_round=20, pause=0.02):
+        super().__init__(daemon=True)
+        self.feed, self.per_round, self.pause = feed, per_round, pause
+        self._halt = threading.Event()
+        self.error = None
+
+    def run(self):
+        try:
+            while not self._halt.is_set():
+                self.feed.events(self.per_round)
+                time.sleep(self.pause)
+            self.feed.flush()
+        except Exception as e:  # reported by stop()
+            self.error = e
+
+    def stop(self):
+        self._halt.set()
+        self.join(60)
+        assert self.error is None, self.error
+
+
+class InboxEnv:
+    """One test's inbox: a database with sql/inbox.sql, a topic, a group,
+    and the outboxd inbox processes started for them."""
+
+    def __init__(self, pg, broker, test_id, tmpdir, cluster=None):
+        self.pg = cluster or pg
+        self.broker = broker
+        self.db = "inbox_%s" % test_id
+        self.pg.create_db(self.db)
+        self.pg.run_file(INBOX_SQL, self.db)
+        self.topic = "%s.inbox.event" % test_id
+        self.dlq_topic = "%s.inbox.dlq" % test_id
+        self.group = "%s-inbox" % test_id
+        broker.create_topic(self.topic, PARTITIONS)
+        broker.create_topic(self.dlq_topic, 1)
+        self.tmpdir = tmpdir
+        self.instances = []
+
+    def config(self, **settings):
+        cfg = {
+            "inbox": {
+                "conninfo": self.pg.conninfo(self.db),
+                "topics": self.topic,
+                "group": self.group,
+                "batch_max": 100,
+            },
+            "outbox": {"dlq_topic": self.dlq_topic},
+            "postgres": {"reconnect_max_backoff_ms": 1000},
+            "kafka": {
+                "bootstrap.servers": self.broker.bootstraps,
+                "topic.metadata.refresh.interval.ms": 1000,
+                "fetch.wait.max.ms": 100,
+                # A member killed with -9 leaves the group when its
+                # session times out: keep that short for the restarts.
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+            },
+            "http": {"listen": ""},
+            "log": {"level": "debug"},
+        }
+        for name, value in settings.items():
+            section, key = name.split("_", 1)
+            cfg.setdefault(section, {})[key] = value
+        return cfg
+
+    def start(self, **settings):
+        d = harness.Outboxd(OUTBOXD_BIN, self.config(**settings),
+                            str(self.tmpdir / "inbox"), command="inbox")
+        self.instances.append(d)
+        return d
+
+    def sql(self, query, params=None):
+        return self.pg.sql(query, params, dbname=self.db)
+
+    def rows(self):
+        return self.sql("SELECT count(*) FROM public.inbox")[0][0]
+
+    def stored(self):
+        """{partition: next_offset} stored for the group."""
+        return dict(self.sql(
+            "SELECT partition, next_offset FROM public.outboxd_inbox_offsets "
+            "WHERE group_id = %s AND topic = %s", (self.group, self.topic)))
+
+    def high_watermarks(self):
+        """{partition: high watermark} of the topic: the records in it."""
+        from confluent_kafka import Consumer, TopicPartition
+        c = Consumer({"bootstrap.servers": self.broker.bootstraps,
+                      "group.id": "watermarks", "log_level": 3})
+        try:
+            return {p: c.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+        finally:
+            c.close()
+
+    def wait_consumed(self, timeout=60):
+        """Waits until the stored positions reach the end of every
+        partition; returns the high watermarks."""
+        hw = self.high_watermarks()
+        want = {p: n for p, n in hw.items() if n > 0}
+        wait_until(lambda: all(self.stored().get(p) == n
+                               for p, n in want.items()),
+                   timeout, 0.2, "stored positions reach %s (stored %s)"
+                   % (want, self.stored()))
+        return hw
+
+    def stop_all(self):
+        for d in self.instances:
+            d.stop(40)
+
+
+@pytest.fixture
+def inbox_env(request, pg, broker, test_id, tmp_path):
+    made = []
+
+    def make(cluster=None):
+        env = InboxEnv(pg, broker, test_id, tmp_path, cluster)
+        made.append(env)
+        request.node._outboxd_instances = env.instances
+        return env
+    yield make
+    for env in made:
+        env.stop_all()
+
+
+def assert_exactly_once(env, ids):
+    """Every id has its row (ids are unique by the primary key), nothing
+    else is in the table, and the stored positions equal the records in
+    the topic: each record consumed once, none skipped."""
+    hw = env.wait_consumed()
+    have = set(r[0] for r in env.sql("SELECT id FROM public.inbox"))
+    missing = set(ids) - have
+    extra = have - set(ids)
+    assert not missing and not extra, (
+        "%d missing (e.g. %s), %d unexpected (e.g. %s)"
+        % (len(missing), list(missing)[:3], len(extra), list(extra)[:3]))
+    assert env.stored() == {p: n for p, n in hw.items() if n > 0}
+    # Each row names the record it came from, and no two rows name one.
+    where = env.sql("SELECT count(DISTINCT (partition, kafka_offset)), "
+                    "count(*) FROM public.inbox")[0]
+    assert where[0] == where[1], where
+
+
+def metrics(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(outboxd_inbox_\S+) (\d+)$", line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def http_status(port, path):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path),
+                                    timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+# ---------------------------------------------------------------------------
+# the row, duplicates, operations
+
+
+def test_inbox_rows_duplicates_and_metrics(inbox_env, broker):
+    """Every record becomes one row holding its id, topic, partition,
+    offset, key, type, JSON payload and headers; the same ids republished
+    make no second row; a non-JSON value lands in payload_raw, a tombstone
+    with both payloads NULL. /metrics counts inserted and duplicate
+    records; /healthz and /readyz answer 200; the processor's query
+    (sql/inbox_processor.sql) marks rows processed."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(300)
+    for i, eid in enumerate(ids[:60]):  # republished: at-least-once
+        feed.send(key=("k-%d" % (i % 17)).encode(), value=b'{"again": 1}',
+                  event_id=eid)
+    raw_id = feed.send(key=b"raw", value=b"\x00\xffnot json",
+                       headers=[("traceparent", b"00-abc-01")])
+    tomb_id = feed.send(key=b"gone", value=None)
+    feed.flush()
+    port = harness.free_port()
+    d = env.start(http_listen="127.0.0.1:%d" % port, log_format="json")
+    assert_exactly_once(env, ids + [raw_id, tomb_id])
+
+    row = env.sql("SELECT topic, partition, kafka_offset, key, type, "
+                  "payload, payload_raw, headers FROM public.inbox "
+                  "WHERE id = %s", (ids[5],))[0]
+    assert row[0] == env.topic
+    assert row[3] == "k-5" and row[4] == "order.paid"
+    assert row[5] == {"n": 5, "id": ids[5]}  # the first copy wins
+    assert row[6] is None
+    assert row[7] == {"id": ids[5], "type": "order.paid"}
+    assert harness.murmur2_partition(b"k-5", PARTITIONS) == row[1]
+    raw = env.sql("SELECT payload, payload_raw, headers, type FROM "
+                  "public.inbox WHERE id = %s", (raw_id,))[0]
+    assert raw[0] is None and bytes(raw[1]) == b"\x00\xffnot json"
+    assert raw[2] == {"id": raw_id, "traceparent": "00-abc-01"}
+    assert raw[3] is None
+    tomb = env.sql("SELECT payload, payload_raw, key FROM public.inbox "
+                   "WHERE id = %s", (tomb_id,))[0]
+    assert tomb == (None, None, "gone")
+
+    m = wait_until(lambda: (lambda v: v if v.get(
+        'outboxd_inbox_records_total{result="duplicate"}') == 60 else None)(
+        metrics(port)), 10, 0.2, "duplicate counter")
+    assert m['outboxd_inbox_records_total{result="inserted"}'] == 302
+    assert m['outboxd_inbox_records_total{result="dead_lettered"}'] == 0
+    wait_until(lambda: metrics(port)["outboxd_inbox_lag_records"] == 0, 10)
+    assert http_status(port, "/healthz") == 200
+    wait_until(lambda: http_status(port, "/readyz") == 200, 10)
+    lines = [json.loads(x) for x in d.log_text().splitlines()
+             if x.startswith("{")]
+    assert any("assigned" in x["msg"] for x in lines), d.log_tail()
+
+    env.pg.run_file(PROCESSOR_SQL, env.db)
+    left = env.sql("SELECT count(*) FROM public.inbox "
+                   "WHERE processed_at IS NULL")[0][0]
+    assert left == 302 - 100
+    assert d.stop() == 0
+
+
+def test_inbox_bad_records_are_dead_lettered(inbox_env, broker, consumer):
+    """A record without the id header, one with a header that is not
+    UTF-8, and one whose value the table refuses (a CHECK constraint the
+    service added) go to the dead-letter topic with an error header; the
+    records around them are stored and the positions move past all of
+    them, so no partition is blocked."""
+    env = inbox_env()
+    env.sql("ALTER TABLE public.inbox ADD CONSTRAINT no_poison CHECK "
+            "(payload IS NULL OR NOT payload ? 'poison')")
+    feed = Feed(broker, env.topic)
+    ids = feed.events(50, prefix="a")
+    feed.send(key=b"a-1", value=b'{"no": "id"}', with_id=False)
+    feed.send(key=b"a-2", value=b"{}", headers=[("bin", b"\xff\xfe")],
+              event_id="bad-header-1")
+    feed.send(key=b"a-3", value=b'{"poison": 1}', event_id="poison-1")
+    ids += feed.events(50, prefix="b")
+    feed.flush()
+    d = env.start()
+    assert_exactly_once(env, ids)
+    dlq = consumer.collect(env.dlq_topic, min_count=3, timeout=30)
+    errors = sorted(header(r, "error").decode() for r in dlq)
+    assert len(dlq) == 3, errors
+    assert errors[0].startswith("bad-header: header \"bin\""), errors
+    assert errors[1].startswith("missing-id: record has no \"id\" header")
+    assert errors[2].startswith("unstorable: ") and "no_poison" in errors[2]
+    poison = [r for r in dlq if header(r, "id") == b"poison-1"][0]
+    assert poison["value"] == b'{"poison": 1}' and poison["key"] == "a-3"
+    assert header(poison, "source-topic") == env.topic.encode()
+    assert d.running(), d.log_tail()
+
+
+def test_inbox_halts_on_bad_record(inbox_env, broker):
+    """on_bad_event = halt: a record without an id stops outboxd inbox
+    with exit 1, the records before it stored and its position not."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    feed.send(key=b"h", value=b"{}", event_id="first")
+    feed.send(key=b"h", value=b"{}", with_id=False)
+    feed.send(key=b"h", value=b"{}", event_id="after")
+    feed.flush()
+    d = env.start(outbox_on_bad_event="halt", inbox_batch_max=1)
+    assert d.wait(60) == 1, d.log_tail()
+    assert "on_bad_event = halt" in d.log_text()
+    part = harness.murmur2_partition(b"h", PARTITIONS)
+    assert env.stored() == {part: 1}
+    assert [r[0] for r in env.sql("SELECT id FROM public.inbox")] == ["first"]
+
+
+def test_inbox_missing_tables_exit_1(pg, broker, inbox_env):
+    """Without the offsets table outboxd inbox exits 1 naming
+    sql/inbox.sql; `check` reports it too."""
+    env = inbox_env()
+    env.sql("DROP TABLE public.outboxd_inbox_offsets")
+    d = env.start()
+    assert d.wait(60) == 1, d.log_tail()
+    assert "sql/inbox.sql" in d.log_text()
+    assert "outboxd_inbox_offsets" in d.log_text()
+    rc, out, _ = d.run_cmd(["check"])
+    assert rc == 2
+    assert re.search(r"inbox tables\s+FAIL.*sql/inbox.sql", out), out
+
+
+# ---------------------------------------------------------------------------
+# faults
+
+
+def test_inbox_kill9_twice_exactly_once(inbox_env, broker):
+    """kill -9 twice while records are being consumed (small batches, so
+    many transactions): after each restart the consumer resumes from the
+    positions stored in Postgres; in the end every id has one row and the
+    stored positions equal the records in the topic. No record was
+    offered to the table twice: the duplicate counter of the last
+    instance is 0."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(6000)
+    feed.flush()
+    port = harness.free_port()
+    d = env.start(inbox_batch_max=5, http_listen="127.0.0.1:%d" % port)
+    for threshold in (800, 2500):
+        wait_until(lambda: env.rows() >= threshold, 60, 0.02,
+                   "%d rows" % threshold)
+        d.kill9()
+        before = env.rows()
+        assert before < 6000, "consumed everything before the kill"
+        d.start()
+    assert_exactly_once(env, ids)
+    assert d.log_text().count("at stored offset") >= 2 * PARTITIONS
+    m = metrics(port)
+    assert m['outboxd_inbox_records_total{result="duplicate"}'] == 0, m
+    assert d.stop() == 0
+
+
+def test_inbox_broker_outage(inbox_env, broker):
+    """All brokers down for 5 s while records arrive: the inbox waits,
+    then stores every record once; the daemon never exits."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    d = env.start()
+    d.wait_log(r"assigned %s \[" % re.escape(env.topic), 30)
+    w = Writer(feed)
+    w.start()
+    wait_until(lambda: env.rows() >= 200, 30, 0.05)
+    broker.cmd("down all")
+    time.sleep(5)
+    broker.cmd("up all")
+    wait_until(lambda: env.rows() >= len(feed.ids) - 50, 60, 0.1)
+    w.stop()
+    assert_exactly_once(env, feed.ids)
+    assert d.running(), d.log_tail()
+
+
+def test_inbox_postgres_restart_under_load(inbox_env, broker, tmp_path):
+    """pg_ctl restart -m immediate while records stream in: outboxd inbox
+    reconnects with backoff, seeks back to the stored positions, and
+    stores every record once."""
+    cluster = harness.PgCluster(str(tmp_path / "pg-own")).start()
+    try:
+        env = inbox_env(cluster)
+        feed = Feed(broker, env.topic)
+        d = env.start(inbox_batch_max=20)
+        d.wait_log(r"assigned %s \[" % re.escape(env.topic), 30)
+        w = Writer(feed)
+        w.start()
+        wait_until(lambda: env.rows() >= 300, 30, 0.05)
+        cluster.restart("immediate")
+        wait_until(lambda: env.rows() >= len(feed.ids) - 100, 60, 0.2)
+        w.stop()
+        assert_exactly_once(env, feed.ids)
+        assert d.running(), d.log_tail()
+        assert "resumed" in d.log_text(), d.log_tail()
+        d.stop()
+    finally:
+        cluster.destroy()
+
+
+def test_inbox_two_instances_share_the_group(inbox_env, broker):
+    """Two outboxd inbox processes in one consumer group: the second
+    joins (the test broker's rebalance takes up to ~45 s), both store
+    records, and in the end every id has one row and the stored positions
+    equal the records in the topic."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    a = env.start(inbox_batch_max=20)
+    a.wait_log(r"assigned %s \[" % re.escape(env.topic), 30)
+    w = Writer(feed, per_round=10, pause=0.05)
+    w.start()
+    wait_until(lambda: env.rows() >= 100, 30, 0.05)
+    b = env.start(inbox_batch_max=20)
+    b.wait_log(r"assigned %s \[" % re.escape(env.topic), 90)
+    n = env.rows()
+    wait_until(lambda: env.rows() >= n + 200, 30, 0.1)
+    w.stop()
+    assert_exactly_once(env, feed.ids)
+    assert a.running() and b.running()
+    assert a.stop() == 0 and b.stop() == 0
