@@ -337,7 +337,10 @@ ob_check_run(const ob_config *cfg, FILE *out)
 
 	if (!ob_producer_check_config(cfg))
 		report(&c, "kafka settings", false, "a [kafka] property is invalid (see the log)");
-	if (ob_pgrepl_connect(cfg, &c.pg) != OB_PG_OK) {
+	if (cfg->inbox.topics[0] != '\0' && !cfg->publisher_set) {
+		/* A receiving service's config: no outbox to publish from. */
+		report(&c, "publisher", true, "not configured (postgres.conninfo, postgres.slot and outbox.table unset)");
+	} else if (ob_pgrepl_connect(cfg, &c.pg) != OB_PG_OK) {
 		report(&c, "postgres", false, "could not connect with \"%s\" (see the log)",
 		       masked);
 	} else {

@@ -298,6 +298,10 @@ ob_config_set(ob_config *cfg, const char *section, const char *key, const char *
 			ob_error("unknown configuration key %s.%s (%s)", section, key, origin);
 		else
 			ok = apply_key(cfg, k, expanded, origin);
+		if ((strcmp(section, "postgres") == 0 &&
+		     (strcmp(key, "conninfo") == 0 || strcmp(key, "slot") == 0)) ||
+		    (strcmp(section, "outbox") == 0 && strcmp(key, "table") == 0))
+			cfg->publisher_set = true;
 	}
 	free(expanded);
 	return ok;

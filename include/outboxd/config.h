@@ -80,6 +80,10 @@ typedef struct ob_config {
 		char *id_header;
 		int batch_max;
 	} inbox;
+	/* postgres.conninfo, postgres.slot or outbox.table was set (file or
+	 * -s): the config describes a publisher, which `check` then checks
+	 * even when an inbox is configured too. */
+	bool publisher_set;
 	ob_kafka_prop *kafka;
 	size_t kafka_len;
 	struct {

@@ -372,6 +372,20 @@ def test_inbox_missing_tables_exit_1(pg, broker, inbox_env):
     assert re.search(r"inbox tables\s+FAIL.*sql/inbox.sql", out), out
 
 
+def test_inbox_only_check_passes(pg, broker, inbox_env):
+    """A receiving service's config (an [inbox], no publisher keys):
+    `check` checks the inbox and the broker, not an outbox it does not
+    have, and passes."""
+    env = inbox_env()
+    d = harness.Outboxd(OUTBOXD_BIN, env.config(), str(env.tmpdir / "inbox"),
+                        command="inbox", start=False)
+    rc, out, _ = d.run_cmd(["check"])
+    assert rc == 0, out
+    assert re.search(r"publisher\s+ok.*not configured", out, re.I), out
+    assert re.search(r"inbox tables\s+ok", out, re.I), out
+    assert "replication role" not in out, out
+
+
 # ---------------------------------------------------------------------------
 # faults
 
