@@ -14,6 +14,7 @@
 
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
+#include "outboxd/pgconnect.h"
 #include "outboxd/producer.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
@@ -339,10 +340,18 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		report(&c, "kafka settings", false, "a [kafka] property is invalid (see the log)");
 	if (cfg->inbox.topics[0] != '\0' && !cfg->publisher_set) {
 		/* A receiving service's config: no outbox to publish from. */
-		report(&c, "publisher", true, "not configured (postgres.conninfo, postgres.slot and outbox.table unset)");
+		report(&c, "publisher", true,
+		       "not configured (postgres.conninfo, postgres.slot and outbox.table unset)");
 	} else if (ob_pgrepl_connect(cfg, &c.pg) != OB_PG_OK) {
-		report(&c, "postgres", false, "could not connect with \"%s\" (see the log)",
-		       masked);
+		const char *fix;
+		ob_pg_refusal refusal = ob_pgconnect_refusal(&fix);
+
+		if (refusal != OB_PG_REFUSAL_NONE)
+			report(&c, "postgres", false, "refused (%s): %s",
+			       ob_pg_refusal_name(refusal), fix);
+		else
+			report(&c, "postgres", false, "could not connect with \"%s\" (see the log)",
+			       masked);
 	} else {
 		report(&c, "postgres", true, "connected with \"%s\"", masked);
 		check_server(&c);

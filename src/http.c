@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,24 @@
 
 /* /healthz fails when the main loop has not turned for this long. */
 #define HEALTH_STALL_MS 10000
+
+/*
+ * The port must stay answerable to probes while someone holds connections
+ * open on it (in Kubernetes it listens beyond loopback, and a failing
+ * liveness probe restarts the pod). One client address may hold
+ * PER_CLIENT_LIMIT connections: libmicrohttpd accepts and at once closes
+ * the ones past that, so a single client cannot fill the server nor the
+ * kernel's accept queue. A connection idle for IDLE_TIMEOUT_S seconds (a
+ * request sent by halves, a kept-alive scrape connection between scrapes)
+ * is closed. CONNECTION_LIMIT bounds the whole: when many addresses flood
+ * the port together, new connections wait in the accept queue until idle
+ * ones time out (keeping such clients off the port is the network's job).
+ * Polling is epoll (MHD_USE_AUTO), which has no limit on descriptor
+ * numbers.
+ */
+#define PER_CLIENT_LIMIT 8U
+#define IDLE_TIMEOUT_S   5U
+#define CONNECTION_LIMIT 128U
 
 struct ob_http {
 	struct MHD_Daemon *daemon;
@@ -61,6 +80,22 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		    text, body, MHD_RESPMEM_MUST_FREE);
 	}
 	return respond(conn, MHD_HTTP_NOT_FOUND, text, "not found\n", MHD_RESPMEM_PERSISTENT);
+}
+
+/* libmicrohttpd's own messages (a client over its limit, a client that
+ * went away) go to the log at debug level: a flood must not flood the
+ * log. */
+static void OB_PRINTF(2, 0) on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	size_t len;
+
+	(void)cls;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	len = strlen(msg);
+	while (len > 0 && msg[len - 1] == '\n')
+		msg[--len] = '\0';
+	ob_debug("http: %s", msg);
 }
 
 /* Parse "host:port", "[v6]:port" or ":port" into addr. */
@@ -114,7 +149,7 @@ bool
 ob_http_start(const char *listen, ob_http **out)
 {
 	struct sockaddr_storage addr;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
 	ob_http *h;
 
 	*out = NULL;
@@ -127,9 +162,11 @@ ob_http_start(const char *listen, ob_http **out)
 	if (addr.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	h = ob_xcalloc(1, sizeof(*h));
-	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
-				     (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, 16U,
-				     MHD_OPTION_CONNECTION_TIMEOUT, 10U, MHD_OPTION_END);
+	h->daemon = MHD_start_daemon(
+	    flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+	    MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	    PER_CLIENT_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
+	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
 	if (h->daemon == NULL) {
 		ob_error("could not listen on %s for http: address in use or not available",
 			 listen);

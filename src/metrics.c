@@ -48,6 +48,7 @@ static struct {
 	atomic_uint_fast64_t inbox_dead_lettered;
 	atomic_uint_fast64_t inbox_lag;
 	atomic_int ready;
+	atomic_int pg_refusal;
 	atomic_int_fast64_t heartbeat_ms;
 } m = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -163,6 +164,12 @@ ob_metrics_set_ready(ob_ready_state state)
 }
 
 void
+ob_metrics_set_pg_refusal(ob_pg_refusal refusal)
+{
+	atomic_store(&m.pg_refusal, (int)refusal);
+}
+
+void
 ob_metrics_heartbeat(void)
 {
 	atomic_store(&m.heartbeat_ms, ob_mono_ms());
@@ -171,7 +178,11 @@ ob_metrics_heartbeat(void)
 ob_ready_state
 ob_metrics_ready(void)
 {
-	return (ob_ready_state)atomic_load(&m.ready);
+	ob_ready_state state = (ob_ready_state)atomic_load(&m.ready);
+
+	if (state == OB_READY_CONNECTING && atomic_load(&m.pg_refusal) != OB_PG_REFUSAL_NONE)
+		return OB_READY_PG_REFUSED;
+	return state;
 }
 
 const char *
@@ -184,6 +195,8 @@ ob_metrics_ready_word(ob_ready_state state)
 		return "standby";
 	case OB_READY_KAFKA_DOWN:
 		return "kafka-down";
+	case OB_READY_PG_REFUSED:
+		return "postgres-refused";
 	case OB_READY_CONNECTING:
 		break;
 	}
@@ -304,6 +317,11 @@ ob_metrics_render(void)
 		  atomic_load(&m.pg_connected));
 	put_gauge(&t, "outboxd_kafka_connected", "1 while a broker connection is up.",
 		  atomic_load(&m.kafka_connected));
+	put_header(&t, "outboxd_postgres_refused", "gauge",
+		   "1 for the reason Postgres refused the latest connection attempt.");
+	for (int r = OB_PG_REFUSAL_NONE + 1; r < OB_PG_REFUSAL_COUNT; r++)
+		put(&t, "outboxd_postgres_refused{reason=\"%s\"} %d\n",
+		    ob_pg_refusal_name((ob_pg_refusal)r), atomic_load(&m.pg_refusal) == r);
 	put_header(&t, "outboxd_reconnects_total", "counter", "Reconnections, by target.");
 	put(&t, "outboxd_reconnects_total{target=\"postgres\"} %llu\n",
 	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_POSTGRES]));

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "outboxd/log.h"
+#include "outboxd/pgconnect.h"
 
 /* Microseconds between the Unix epoch and Postgres' epoch (2000-01-01). */
 #define PG_EPOCH_OFFSET_US INT64_C(946684800000000)
@@ -132,8 +133,9 @@ ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
 	p->conn = PQconnectdbParams(keys, values, 1);
 	free(options);
-	if (PQstatus(p->conn) != CONNECTION_OK) {
-		ob_error("could not connect to postgres: %s", clean_error(PQerrorMessage(p->conn)));
+	/* A refusal (pg_hba.conf, password, REPLICATION, TLS) is logged once
+	 * with its fix, and shown on /readyz and /metrics. */
+	if (!ob_pgconnect_ok(p->conn)) {
 		PQfinish(p->conn);
 		free(p);
 		return OB_PG_RETRY;

@@ -11,12 +11,14 @@
 
 #include "outboxd/common.h"
 #include "outboxd/lsn.h"
+#include "outboxd/pgrefusal.h"
 
 typedef enum ob_ready_state {
 	OB_READY_CONNECTING = 0,
 	OB_READY_STREAMING,
 	OB_READY_STANDBY,
 	OB_READY_KAFKA_DOWN,
+	OB_READY_PG_REFUSED, /* connecting, and Postgres refused the last attempt */
 } ob_ready_state;
 
 typedef enum ob_reconnect_target {
@@ -39,10 +41,15 @@ void ob_metrics_set_ready(ob_ready_state state);
  * yet stored (high watermark minus the stored position, summed). */
 void ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered);
 void ob_metrics_set_inbox_lag(uint64_t records);
+/* The refusal of the latest Postgres connection attempt (NONE once one
+ * connects, or fails for another reason). */
+void ob_metrics_set_pg_refusal(ob_pg_refusal refusal);
 /* The main loop calls this every turn; /healthz fails when it stops. */
 void ob_metrics_heartbeat(void);
 
-/* For /readyz: the state and its one-word name. */
+/* For /readyz: the state and its one-word name. While the relay is
+ * connecting and the latest attempt was refused, the state is
+ * OB_READY_PG_REFUSED. */
 ob_ready_state ob_metrics_ready(void);
 const char *ob_metrics_ready_word(ob_ready_state state);
 /* Milliseconds since the last heartbeat (monotonic). */

@@ -63,6 +63,14 @@ count_prefix(const char *text, const char *prefix)
 			fail_msg("%s is %g, expected %g", (series), got_, (double)(value));        \
 	} while (0)
 
+/* outboxd_postgres_refused has one series per reason, always present. */
+static const char *const refusal_series[] = {
+    "outboxd_postgres_refused{reason=\"pg_hba\"}",
+    "outboxd_postgres_refused{reason=\"password\"}",
+    "outboxd_postgres_refused{reason=\"privilege\"}",
+    "outboxd_postgres_refused{reason=\"tls\"}",
+};
+
 /* Every metric of README "Metrics and health" is declared with its type. */
 static void
 test_declared_metrics(void **state)
@@ -84,6 +92,7 @@ test_declared_metrics(void **state)
 	    {"outboxd_kafka_connected", "gauge"},
 	    {"outboxd_reconnects_total", "counter"},
 	    {"outboxd_build_info", "gauge"},
+	    {"outboxd_postgres_refused", "gauge"},
 	};
 	char *text;
 	char line[256];
@@ -102,6 +111,8 @@ test_declared_metrics(void **state)
 	assert_sample(text, "outboxd_build_info{version=\"" OB_VERSION "\"}", 1);
 	assert_sample(text, "outboxd_reconnects_total{target=\"postgres\"}", 0);
 	assert_sample(text, "outboxd_reconnects_total{target=\"kafka\"}", 0);
+	for (size_t i = 0; i < OB_ARRAY_LEN(refusal_series); i++)
+		assert_sample(text, refusal_series[i], 0);
 	assert_sample(text, "outboxd_publish_latency_seconds_count", 0);
 	assert_sample(text, "outboxd_publish_latency_seconds_bucket{le=\"+Inf\"}", 0);
 	/* The text ends with a newline, as the exposition format wants. */
@@ -232,6 +243,7 @@ test_ready_and_heartbeat(void **state)
 	    {OB_READY_STANDBY, "standby"},
 	    {OB_READY_KAFKA_DOWN, "kafka-down"},
 	};
+	char *text;
 
 	(void)state;
 	for (size_t i = 0; i < OB_ARRAY_LEN(words); i++) {
@@ -239,6 +251,25 @@ test_ready_and_heartbeat(void **state)
 		assert_int_equal(ob_metrics_ready(), words[i].state);
 		assert_string_equal(ob_metrics_ready_word(words[i].state), words[i].word);
 	}
+	/* A refusal shows while the relay is connecting, and only then. */
+	ob_metrics_set_ready(OB_READY_CONNECTING);
+	ob_metrics_set_pg_refusal(OB_PG_REFUSAL_PRIVILEGE);
+	assert_int_equal(ob_metrics_ready(), OB_READY_PG_REFUSED);
+	assert_string_equal(ob_metrics_ready_word(ob_metrics_ready()), "postgres-refused");
+	text = ob_metrics_render();
+	assert_sample(text, "outboxd_postgres_refused{reason=\"privilege\"}", 1);
+	assert_sample(text, "outboxd_postgres_refused{reason=\"password\"}", 0);
+	free(text);
+	ob_metrics_set_ready(OB_READY_STANDBY);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STANDBY);
+	ob_metrics_set_ready(OB_READY_CONNECTING);
+	ob_metrics_set_pg_refusal(OB_PG_REFUSAL_NONE);
+	assert_int_equal(ob_metrics_ready(), OB_READY_CONNECTING);
+	text = ob_metrics_render();
+	for (size_t i = 0; i < OB_ARRAY_LEN(refusal_series); i++)
+		assert_sample(text, refusal_series[i], 0);
+	free(text);
+
 	ob_metrics_heartbeat();
 	assert_true(ob_metrics_heartbeat_age_ms() >= 0);
 	assert_true(ob_metrics_heartbeat_age_ms() < 1000);

@@ -1,0 +1,32 @@
+/*
+ * pgconnect.h: what the outcome of a Postgres connection attempt means,
+ * and who is told.
+ *
+ * ob_pgrepl_connect() hands every connection libpq made (or failed to
+ * make) to ob_pgconnect_ok(). A refusal (pgrefusal.h) is logged once with
+ * its fix while it lasts, shown on /readyz ("postgres-refused") and in
+ * outboxd_postgres_refused{reason}, and kept for `outboxd check` to print;
+ * every other failure is logged each time, as a reconnect is.
+ */
+#ifndef OUTBOXD_PGCONNECT_H
+#define OUTBOXD_PGCONNECT_H
+
+#include <libpq-fe.h>
+
+#include "outboxd/common.h"
+#include "outboxd/pgrefusal.h"
+
+/* True if conn is connected. When the server itself turned the attempt
+ * down, the attempt is repeated once on conn with PQERRORS_VERBOSE
+ * (PQreset: libpq's connect_timeout and host list apply as before), since
+ * only then does libpq 15 show the SQLSTATE; true if that attempt
+ * connects. Otherwise false, with the failure logged and classified as
+ * described above. The caller still owns conn either way. */
+bool ob_pgconnect_ok(PGconn *conn) OB_MUST_CHECK;
+
+/* The refusal of the latest failed attempt (OB_PG_REFUSAL_NONE when it
+ * was not one, or the latest attempt connected) and, in *fix, what fixes
+ * it ("" when none). */
+ob_pg_refusal ob_pgconnect_refusal(const char **fix);
+
+#endif

@@ -1,0 +1,186 @@
+/*
+ * pgconnect.c: judge a Postgres connection attempt, and tell a refusal
+ * once.
+ */
+#include "outboxd/pgconnect.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+
+/* The latest attempt's refusal, and the one last logged in full (a
+ * refusal is logged again only when its reason changes, or after the
+ * connection worked or failed for another reason). Only the thread that
+ * connects touches these. */
+static struct {
+	ob_pg_refusal refusal;
+	ob_pg_refusal logged;
+	char fix[1024];
+} last;
+
+/* libpq's message without the LOCATION lines of a verbose message and
+ * without trailing newlines. */
+static void
+clean_message(const char *msg, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	for (const char *line = msg; *line && len + 1 < size;) {
+		const char *end = strchr(line, '\n');
+		size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+
+		if (strncmp(line, "LOCATION:  ", 11) != 0) {
+			if (n > size - 1 - len)
+				n = size - 1 - len;
+			memcpy(buf + len, line, n);
+			len += n;
+		}
+		line += end ? (size_t)(end - line) + 1 : n;
+	}
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		len--;
+	buf[len] = '\0';
+}
+
+/* This host's address as a pg_hba.conf address ("10.1.2.3/32"): the local
+ * address the kernel picks toward the server's address (a UDP socket
+ * sends nothing on connect). Behind NAT the server sees another address;
+ * its own message names that one. False when unknown. */
+static bool
+hba_address(PGconn *conn, char *buf, size_t size)
+{
+	const char *server = PQhostaddr(conn);
+	struct addrinfo hints, *ai = NULL;
+	struct sockaddr_storage local;
+	socklen_t len = sizeof(local);
+	char addr[INET6_ADDRSTRLEN];
+	bool ok = false;
+	int fd;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+	hints.ai_socktype = SOCK_DGRAM;
+	if (server == NULL || server[0] == '\0' || getaddrinfo(server, "5432", &hints, &ai) != 0)
+		return false;
+	fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&local, &len) == 0) {
+		if (local.ss_family == AF_INET)
+			ok = inet_ntop(AF_INET, &((struct sockaddr_in *)&local)->sin_addr, addr,
+				       sizeof(addr)) != NULL;
+		else if (local.ss_family == AF_INET6)
+			ok = inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&local)->sin6_addr, addr,
+				       sizeof(addr)) != NULL;
+		if (ok)
+			snprintf(buf, size, "%s/%d", addr, local.ss_family == AF_INET ? 32 : 128);
+	}
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	return ok;
+}
+
+/* The value of one of conn's connection options, copied (NULL if unset). */
+static char *
+conn_option(PGconn *conn, const char *keyword)
+{
+	PQconninfoOption *opts = PQconninfo(conn);
+	char *value = NULL;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+		if (strcmp(o->keyword, keyword) == 0 && o->val != NULL && o->val[0] != '\0')
+			value = ob_xstrdup(o->val);
+	}
+	PQconninfoFree(opts);
+	return value;
+}
+
+/* Write the fix of refusal for conn into last.fix. */
+static void
+write_fix(PGconn *conn, ob_pg_refusal refusal)
+{
+	const char *host = PQhost(conn);
+	char address[INET6_ADDRSTRLEN + 8];
+	bool unix_socket = host != NULL && (host[0] == '/' || host[0] == '@');
+	char *sslmode = conn_option(conn, "sslmode");
+	char *sslrootcert = conn_option(conn, "sslrootcert");
+	ob_pg_refusal_ctx ctx = {
+	    .user = PQuser(conn),
+	    .dbname = PQdb(conn),
+	    .hba_address = unix_socket ? NULL : "<this host's address>/32",
+	    .sslmode = sslmode,
+	    .sslrootcert = sslrootcert,
+	    .password_given = !PQconnectionNeedsPassword(conn),
+	};
+
+	if (!unix_socket && hba_address(conn, address, sizeof(address)))
+		ctx.hba_address = address;
+	ob_pg_refusal_fix(refusal, &ctx, last.fix, sizeof(last.fix));
+	free(sslmode);
+	free(sslrootcert);
+}
+
+/* Publish the latest attempt's refusal (or none). */
+static void
+set_refusal(ob_pg_refusal refusal)
+{
+	last.refusal = refusal;
+	if (refusal == OB_PG_REFUSAL_NONE)
+		last.fix[0] = '\0';
+	ob_metrics_set_pg_refusal(refusal);
+}
+
+bool
+ob_pgconnect_ok(PGconn *conn)
+{
+	char msg[2048];
+	ob_pg_refusal refusal;
+
+	/* libpq writes an error the server sent as "SEVERITY:  text"; only
+	 * then is there a SQLSTATE to read. */
+	if (PQstatus(conn) != CONNECTION_OK && strstr(PQerrorMessage(conn), ":  ") != NULL) {
+		PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
+		PQreset(conn);
+		PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
+	}
+	if (PQstatus(conn) == CONNECTION_OK) {
+		if (last.logged != OB_PG_REFUSAL_NONE)
+			ob_info("postgres accepts the connection now (it was refused: %s)",
+				ob_pg_refusal_name(last.logged));
+		last.logged = OB_PG_REFUSAL_NONE;
+		set_refusal(OB_PG_REFUSAL_NONE);
+		return true;
+	}
+
+	clean_message(PQerrorMessage(conn), msg, sizeof(msg));
+	refusal = ob_pg_refusal_classify(msg, PQconnectionNeedsPassword(conn));
+	if (refusal == OB_PG_REFUSAL_NONE) {
+		ob_error("could not connect to postgres: %s", msg);
+	} else if (refusal != last.logged) {
+		write_fix(conn, refusal);
+		ob_error("could not connect to postgres: %s; refused (%s): %s; retrying until this "
+			 "is fixed",
+			 msg, ob_pg_refusal_name(refusal), last.fix);
+	} else {
+		ob_debug("could not connect to postgres: %s (refused: %s, fix logged before)", msg,
+			 ob_pg_refusal_name(refusal));
+	}
+	last.logged = refusal;
+	set_refusal(refusal);
+	return false;
+}
+
+ob_pg_refusal
+ob_pgconnect_refusal(const char **fix)
+{
+	*fix = last.fix;
+	return last.refusal;
+}
