@@ -24,7 +24,7 @@ PACKAGES=(
     # tests
     libcmocka-dev clang-format postgresql-15 postgresql-15-wal2json
     python3 python3-confluent-kafka python3-psycopg2 python3-pytest python3-yaml kcat
-    locales
+    locales openssl
 )
 # The locale the tests' German-speaking Postgres cluster uses.
 TEST_LOCALE="de_DE.UTF-8"
