@@ -159,6 +159,9 @@ DOCUMENTED_FAMILIES = {
     "outboxd_kafka_connected": "gauge",
     "outboxd_reconnects_total": "counter",
     "outboxd_build_info": "gauge",
+    "outboxd_postgres_refused": "gauge",
+    "outboxd_inbox_records_total": "counter",
+    "outboxd_inbox_lag_records": "gauge",
 }
 
 UNLABELLED = ("outboxd_transactions_total", "outboxd_inflight_events",
