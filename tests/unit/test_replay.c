@@ -1,19 +1,17 @@
 /*
- * test_replay.c: where a re-read stream resumes and which suspects are
- * produced alone (replay.h).
+ * test_replay.c: where a re-read replication stream resumes, and which
+ * suspect records are retried alone (replay.h).
  *
- * Scenario tests are tables of steps run against one ob_replay; every
- * begin and next step states what it must return. The last test drives
- * thousands of random streams, broken at random points and read again
- * after reconnects and producer resets, and checks them against a model:
- * each producer's life hands every event over at most once and in stream
- * order, and when the stream ends every event is held by the producer.
+ * Scenario tests are tables of calls made the way relay.c makes them; every
+ * begin and next states what it must answer. The last test re-reads random
+ * streams from a confirmed position, broken at random points, and checks
+ * every answer against a brute-force model: each event is handed over
+ * exactly once and in order across reconnects, and again after a reset.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,231 +20,320 @@
 #include "outboxd/replay.h"
 
 typedef enum op {
-	OP_BEGIN,   /* begin(lsn) must return want (1: read it, 0: skip it) */
-	OP_NEXT,    /* next() must return action want at index idx */
-	OP_HANDED,  /* handed() */
-	OP_COMMIT,  /* commit() */
-	OP_CUT,     /* cut() */
-	OP_RESET,   /* reset(lsn) */
-	OP_SUSPECT, /* suspect({lsn, idx}) */
-	OP_SETTLED, /* settled({lsn, idx}) */
-	OP_COUNT,   /* suspects() must return want */
+	OP_BEGIN,    /* begin(lsn); want: what it returns */
+	OP_NEXT,     /* next(); want: the action, index: the event's ordinal */
+	OP_HANDED,   /* handed() */
+	OP_COMMIT,   /* commit() */
+	OP_CUT,      /* cut() */
+	OP_RESET,    /* reset(lsn = confirmed) */
+	OP_SUSPECT,  /* suspect({lsn, index}) */
+	OP_SETTLED,  /* settled({lsn, index}) */
+	OP_SUSPECTS, /* suspects() must be index */
 	OP_END,
 } op;
 
 typedef struct step {
 	op op;
 	ob_lsn lsn;
+	uint64_t index;
 	int want;
-	uint64_t idx;
 } step;
 
 typedef struct scenario {
 	const char *name;
-	step steps[40];
-	size_t suspects_left;
+	step steps[64];
 } scenario;
 
-#define P OB_REPLAY_PUBLISH
-#define S OB_REPLAY_SKIP
-#define I OB_REPLAY_ISOLATE
-
-/* next() that returns PUBLISH or ISOLATE, followed by handed(). */
-#define HAND(action, idx)                                                                          \
-	{OP_NEXT, 0, action, idx},                                                                 \
+#define BEGIN(end, fresh)                                                                          \
+	{                                                                                          \
+		OP_BEGIN, end, 0, fresh                                                            \
+	}
+#define NEXT(action, i)                                                                            \
+	{                                                                                          \
+		OP_NEXT, 0, i, action                                                              \
+	}
+#define PUB(i)  NEXT(OB_REPLAY_PUBLISH, i)
+#define SKIP(i) NEXT(OB_REPLAY_SKIP, i)
+#define ISOL(i) NEXT(OB_REPLAY_ISOLATE, i)
+#define HANDED                                                                                     \
 	{                                                                                          \
 		OP_HANDED, 0, 0, 0                                                                 \
 	}
+/* The usual hand-over: published, then queued. */
+#define HAND(i) PUB(i), HANDED
+#define COMMIT                                                                                     \
+	{                                                                                          \
+		OP_COMMIT, 0, 0, 0                                                                 \
+	}
+#define CUT                                                                                        \
+	{                                                                                          \
+		OP_CUT, 0, 0, 0                                                                    \
+	}
+#define RESET(confirmed)                                                                           \
+	{                                                                                          \
+		OP_RESET, confirmed, 0, 0                                                          \
+	}
+#define SUSPECT(end, i)                                                                            \
+	{                                                                                          \
+		OP_SUSPECT, end, i, 0                                                              \
+	}
+#define SETTLED(end, i)                                                                            \
+	{                                                                                          \
+		OP_SETTLED, end, i, 0                                                              \
+	}
+#define SUSPECTS(n)                                                                                \
+	{                                                                                          \
+		OP_SUSPECTS, 0, n, 0                                                               \
+	}
+#define END                                                                                        \
+	{                                                                                          \
+		OP_END, 0, 0, 0                                                                    \
+	}
 
+/* One line per read of a transaction. After every CUT the slot is read
+ * again from a confirmed position at or before the first transaction the
+ * scenario begins next. */
+/* clang-format off */
 static const scenario scenarios[] = {
-    {"whole transactions are skipped after a reconnect",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      HAND(P, 0),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_CUT, 0, 0, 0},
-      /* reconnect from 0: both come again */
-      {OP_BEGIN, 100, 0, 0},
-      {OP_NEXT, 0, S, 0},
-      {OP_NEXT, 0, S, 1},
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 200, 0, 0},
-      {OP_NEXT, 0, S, 0},
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 300, 1, 0},
-      HAND(P, 0),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"a transaction cut mid-way skips what it handed over",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      {OP_CUT, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      {OP_NEXT, 0, S, 0},
-      {OP_NEXT, 0, S, 1},
-      HAND(P, 2),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"a hand-over cut short is read again",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      {OP_NEXT, 0, P, 1},
-      {OP_CUT, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      {OP_NEXT, 0, S, 0},
-      HAND(P, 1),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"cut twice in one transaction, the second time while still skipping",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      HAND(P, 2),
-      {OP_CUT, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      {OP_NEXT, 0, S, 0},
-      {OP_CUT, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      {OP_NEXT, 0, S, 0},
-      {OP_NEXT, 0, S, 1},
-      {OP_NEXT, 0, S, 2},
-      HAND(P, 3),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"a reset hands everything after confirmed over again",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      HAND(P, 0),
-      {OP_CUT, 0, 0, 0},
-      {OP_RESET, 100, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"a suspect is isolated where it is read again, once",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      HAND(P, 2),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_SUSPECT, 100, 0, 1},
-      {OP_SUSPECT, 100, 0, 1},
-      {OP_COUNT, 0, 1, 0},
-      {OP_RESET, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(I, 1),
-      {OP_SETTLED, 100, 0, 1},
-      {OP_COUNT, 0, 0, 0},
-      {OP_CUT, 0, 0, 0},
-      {OP_RESET, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      HAND(P, 2),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"suspects in several transactions, reported out of order",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      HAND(P, 0),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_SUSPECT, 200, 0, 0},
-      {OP_SUSPECT, 100, 0, 1},
-      {OP_SUSPECT, 100, 0, 0},
-      {OP_RESET, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      HAND(I, 0),
-      {OP_SETTLED, 100, 0, 0},
-      HAND(I, 1),
-      {OP_SETTLED, 100, 0, 1},
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      HAND(I, 0),
-      {OP_SETTLED, 200, 0, 0},
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
-    {"a suspect before the resumed position is dropped, a later one kept",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      HAND(P, 0),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_SUSPECT, 100, 0, 0},
-      {OP_SUSPECT, 200, 0, 0},
-      {OP_RESET, 100, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      {OP_NEXT, 0, I, 0},
-      {OP_CUT, 0, 0, 0},
-      {OP_RESET, 100, 0, 0},
-      {OP_BEGIN, 200, 1, 0},
-      {OP_NEXT, 0, I, 0},
-      {OP_END, 0, 0, 0}},
-     1},
-    {"a suspect cut before its hand-over stays a suspect across a reconnect",
-     {{OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      HAND(P, 1),
-      {OP_COMMIT, 0, 0, 0},
-      {OP_SUSPECT, 100, 0, 1},
-      {OP_RESET, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      HAND(P, 0),
-      {OP_NEXT, 0, I, 1},
-      {OP_CUT, 0, 0, 0},
-      {OP_BEGIN, 100, 1, 0},
-      {OP_NEXT, 0, S, 0},
-      HAND(I, 1),
-      {OP_SETTLED, 100, 0, 1},
-      {OP_COMMIT, 0, 0, 0},
-      {OP_END, 0, 0, 0}},
-     0},
+    {"reconnect after whole transactions", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x180, 1), COMMIT, /* all its changes filtered out */
+	BEGIN(0x200, 1), HAND(0), COMMIT,
+	CUT, /* between transactions; nothing acknowledged yet */
+	BEGIN(0x100, 0), SKIP(0), SKIP(1), COMMIT,
+	BEGIN(0x180, 0), COMMIT,
+	BEGIN(0x200, 0), SKIP(0), COMMIT,
+	BEGIN(0x300, 1), HAND(0), COMMIT,
+	CUT, /* 0x200 was confirmed meanwhile: the re-read starts past it */
+	BEGIN(0x300, 0), SKIP(0), COMMIT,
+	BEGIN(0x400, 1), HAND(0), COMMIT,
+	END,
+    }},
+    {"transaction cut in the middle", {
+	BEGIN(0x100, 1), HAND(0), COMMIT,
+	BEGIN(0x200, 1), HAND(0), HAND(1),
+	CUT,
+	BEGIN(0x100, 0), SKIP(0), COMMIT,
+	/* Not whole: its commit was never read. */
+	BEGIN(0x200, 1), SKIP(0), SKIP(1), HAND(2), HAND(3), COMMIT,
+	BEGIN(0x300, 1), HAND(0),
+	CUT,
+	BEGIN(0x200, 0), SKIP(0), SKIP(1), SKIP(2), SKIP(3), COMMIT,
+	BEGIN(0x300, 1), SKIP(0), HAND(1), COMMIT,
+	END,
+    }},
+    {"cut after the last event, before the commit", {
+	BEGIN(0x100, 1), HAND(0), HAND(1),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), SKIP(1), COMMIT,
+	CUT,
+	BEGIN(0x100, 0), SKIP(0), SKIP(1), COMMIT,
+	BEGIN(0x200, 1), HAND(0), COMMIT,
+	END,
+    }},
+    {"cut before the first event", {
+	BEGIN(0x100, 1),
+	CUT,
+	BEGIN(0x100, 1), HAND(0), COMMIT,
+	END,
+    }},
+    {"cut twice in the same transaction", {
+	BEGIN(0x100, 1), HAND(0),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), HAND(1), HAND(2),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), SKIP(1), SKIP(2), HAND(3), COMMIT,
+	CUT,
+	BEGIN(0x100, 0), SKIP(0), SKIP(1), SKIP(2), SKIP(3), COMMIT,
+	END,
+    }},
+    /* The second read breaks before it skipped all it had to: the next
+     * must still skip everything the first handed over. */
+    {"cut again while still skipping", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), HAND(2),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0),
+	CUT,
+	BEGIN(0x100, 1), /* not even the first event this time */
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), SKIP(1), SKIP(2), HAND(3),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), SKIP(1), SKIP(2), SKIP(3), HAND(4), COMMIT,
+	END,
+    }},
+    /* 0x200 was cut off; the re-read breaks again while still skipping
+     * 0x100, handed over whole. That cut must not replace 0x200's. */
+    {"cut inside a transaction handed over whole", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x200, 1), HAND(0), HAND(1),
+	CUT,
+	BEGIN(0x100, 0), SKIP(0),
+	CUT,
+	BEGIN(0x100, 0), SKIP(0), SKIP(1), COMMIT,
+	BEGIN(0x200, 1), SKIP(0), SKIP(1), HAND(2), COMMIT,
+	END,
+    }},
+    /* next() without handed(): the queue was full, then the stream broke.
+     * The event was not handed over, so it is read again. */
+    {"hand-over cut short", {
+	BEGIN(0x100, 1), HAND(0), PUB(1),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), PUB(1), HANDED, PUB(2),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), SKIP(1), HAND(2), COMMIT,
+	END,
+    }},
+    /* The producer was recreated with 0x100 acknowledged: everything after
+     * it, whole or cut off, is handed over again. */
+    {"reset after the producer was recreated", {
+	BEGIN(0x100, 1), HAND(0), COMMIT,
+	BEGIN(0x200, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x300, 1), HAND(0), HAND(1),
+	CUT,
+	RESET(0x100),
+	/* Should the server send the confirmed transaction again. */
+	BEGIN(0x100, 0), SKIP(0), COMMIT,
+	BEGIN(0x200, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x300, 1), HAND(0), HAND(1), HAND(2),
+	CUT, /* a plain reconnect skips again */
+	BEGIN(0x200, 0), SKIP(0), SKIP(1), COMMIT,
+	BEGIN(0x300, 1), SKIP(0), SKIP(1), SKIP(2), HAND(3), COMMIT,
+	END,
+    }},
+    /* An idle slot is confirmed past its last transaction. */
+    {"reset to a keepalive position", {
+	BEGIN(0x100, 1), HAND(0), COMMIT,
+	CUT,
+	RESET(0x180),
+	BEGIN(0x200, 1), HAND(0), COMMIT,
+	END,
+    }},
+    {"reset with a transaction open", {
+	BEGIN(0x100, 1), HAND(0), HAND(1),
+	RESET(0x80),
+	CUT, /* nothing open any more: changes nothing */
+	BEGIN(0x100, 1), HAND(0), HAND(1), COMMIT,
+	END,
+    }},
+    {"suspect isolated at its position", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), HAND(2), COMMIT,
+	BEGIN(0x200, 1), HAND(0), COMMIT,
+	CUT,
+	SUSPECT(0x100, 1), SUSPECTS(1),
+	RESET(0x80), SUSPECTS(1),
+	BEGIN(0x100, 1), HAND(0), ISOL(1), HANDED, SETTLED(0x100, 1), SUSPECTS(0),
+	    HAND(2), COMMIT,
+	BEGIN(0x200, 1), HAND(0), COMMIT,
+	/* Settled: another reset hands it over with the others. */
+	CUT,
+	RESET(0x80),
+	BEGIN(0x100, 1), HAND(0), HAND(1), HAND(2), COMMIT,
+	END,
+    }},
+    /* Reported out of order, one twice. */
+    {"suspects in several transactions", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), HAND(2), COMMIT,
+	BEGIN(0x200, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x300, 1), HAND(0), COMMIT,
+	CUT,
+	SUSPECT(0x300, 0), SUSPECT(0x100, 2), SUSPECT(0x200, 1), SUSPECT(0x100, 0),
+	SUSPECT(0x200, 1), SUSPECTS(4),
+	RESET(0x80),
+	BEGIN(0x100, 1), ISOL(0), HANDED, SETTLED(0x100, 0), HAND(1),
+	    ISOL(2), HANDED, SETTLED(0x100, 2), COMMIT,
+	SUSPECTS(2),
+	BEGIN(0x200, 1), HAND(0), ISOL(1), HANDED, SETTLED(0x200, 1), COMMIT,
+	BEGIN(0x300, 1), ISOL(0), HANDED, SETTLED(0x300, 0), COMMIT,
+	SUSPECTS(0),
+	END,
+    }},
+    /* The isolated record was not queued before the stream broke: it is
+     * isolated again. Queued but never settled (its report went with the
+     * producer): after the reset it is isolated again too. */
+    {"isolated hand-over cut short", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), COMMIT,
+	CUT,
+	SUSPECT(0x100, 1),
+	RESET(0x80),
+	BEGIN(0x100, 1), HAND(0), ISOL(1),
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), ISOL(1), HANDED,
+	CUT,
+	RESET(0x80), SUSPECTS(1),
+	BEGIN(0x100, 1), HAND(0), ISOL(1), HANDED, SETTLED(0x100, 1), COMMIT,
+	SUSPECTS(0),
+	END,
+    }},
+    /* Queued alone but not settled, then a plain reconnect: the re-read
+     * skips it (it is in flight), and forgets it once past it. Should it
+     * be refused, its report makes it a suspect again. */
+    {"suspect passed by a reconnect", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), HAND(2), COMMIT,
+	CUT,
+	SUSPECT(0x100, 1),
+	RESET(0x80),
+	BEGIN(0x100, 1), HAND(0), ISOL(1), HANDED,
+	CUT,
+	BEGIN(0x100, 1), SKIP(0), SKIP(1), SUSPECTS(1), HAND(2), SUSPECTS(0), COMMIT,
+	END,
+    }},
+    {"settling what is no suspect changes nothing", {
+	SUSPECT(0x100, 1),
+	SETTLED(0x100, 2), SETTLED(0x200, 1), SETTLED(0x80, 1), SUSPECTS(1),
+	SETTLED(0x100, 1), SUSPECTS(0),
+	SETTLED(0x100, 1), SUSPECTS(0),
+	END,
+    }},
 };
+/* clang-format on */
+
+static const char *
+action_name(int a)
+{
+	switch (a) {
+	case OB_REPLAY_PUBLISH:
+		return "publish";
+	case OB_REPLAY_SKIP:
+		return "skip";
+	case OB_REPLAY_ISOLATE:
+		return "isolate";
+	default:
+		return "?";
+	}
+}
 
 static void
 run_scenario(const scenario *sc)
 {
 	ob_replay r;
-	ob_event_pos pos;
+	ob_lsn txn_end = 0;
+	bool fresh = false; /* what the last begin() said */
 
 	ob_replay_init(&r);
+	assert_int_equal(ob_replay_suspects(&r), 0);
 	for (size_t i = 0; sc->steps[i].op != OP_END; i++) {
-		const step *st = &sc->steps[i];
-		ob_replay_action action;
-		bool read;
+		const step *s = &sc->steps[i];
+		ob_event_pos pos = {0, 0};
+		ob_replay_action a;
 
-		switch (st->op) {
+		switch (s->op) {
 		case OP_BEGIN:
-			read = ob_replay_begin(&r, st->lsn);
-			if (read != (st->want != 0))
-				fail_msg("%s, step %zu: begin(%llu) gave %d", sc->name, i,
-					 (unsigned long long)st->lsn, read);
+			txn_end = s->lsn;
+			fresh = ob_replay_begin(&r, s->lsn);
+			if (fresh != (s->want != 0))
+				fail_msg("%s, step %zu: begin(%llX) says %s", sc->name, i,
+					 (unsigned long long)s->lsn,
+					 fresh ? "fresh" : "handed over whole");
 			break;
 		case OP_NEXT:
-			action = ob_replay_next(&r, &pos);
-			if ((int)action != st->want || pos.index != st->idx)
-				fail_msg("%s, step %zu: next gave action %d index %llu, want %d "
-					 "index %llu",
-					 sc->name, i, action, (unsigned long long)pos.index,
-					 st->want, (unsigned long long)st->idx);
+			a = ob_replay_next(&r, &pos);
+			if ((int)a != s->want || pos.txn_end != txn_end || pos.index != s->index)
+				fail_msg("%s, step %zu: next() says %s at %llX#%llu, expected %s "
+					 "at %llX#%llu",
+					 sc->name, i, action_name((int)a),
+					 (unsigned long long)pos.txn_end,
+					 (unsigned long long)pos.index, action_name(s->want),
+					 (unsigned long long)txn_end, (unsigned long long)s->index);
 			break;
 		case OP_HANDED:
 			ob_replay_handed(&r);
@@ -258,26 +345,31 @@ run_scenario(const scenario *sc)
 			ob_replay_cut(&r);
 			break;
 		case OP_RESET:
-			ob_replay_reset(&r, st->lsn);
+			ob_replay_reset(&r, s->lsn);
 			break;
 		case OP_SUSPECT:
-			ob_replay_suspect(&r, (ob_event_pos){st->lsn, st->idx});
+			ob_replay_suspect(&r, (ob_event_pos){s->lsn, s->index});
 			break;
 		case OP_SETTLED:
-			ob_replay_settled(&r, (ob_event_pos){st->lsn, st->idx});
+			ob_replay_settled(&r, (ob_event_pos){s->lsn, s->index});
 			break;
-		case OP_COUNT:
-			if (ob_replay_suspects(&r) != (size_t)st->want)
-				fail_msg("%s, step %zu: %zu suspects, want %d", sc->name, i,
-					 ob_replay_suspects(&r), st->want);
+		case OP_SUSPECTS:
+			if (ob_replay_suspects(&r) != s->index)
+				fail_msg("%s, step %zu: %zu suspects, expected %llu", sc->name, i,
+					 ob_replay_suspects(&r), (unsigned long long)s->index);
 			break;
 		case OP_END:
 			break;
 		}
+		/* relay.c reads the open transaction from the struct. */
+		if (s->op == OP_BEGIN || s->op == OP_NEXT || s->op == OP_HANDED) {
+			assert_true(r.in_txn);
+			assert_int_equal(r.txn_end, txn_end);
+			assert_int_equal(r.skip_txn, !fresh);
+		} else if (s->op == OP_COMMIT || s->op == OP_CUT || s->op == OP_RESET) {
+			assert_false(r.in_txn);
+		}
 	}
-	if (ob_replay_suspects(&r) != sc->suspects_left)
-		fail_msg("%s: %zu suspects left, want %zu", sc->name, ob_replay_suspects(&r),
-			 sc->suspects_left);
 	ob_replay_free(&r);
 }
 
@@ -285,214 +377,360 @@ static void
 test_scenarios(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+	for (size_t i = 0; i < OB_ARRAY_LEN(scenarios); i++) {
+		print_message("scenario: %s\n", scenarios[i].name);
 		run_scenario(&scenarios[i]);
+	}
 }
 
-/* Positions are compared by transaction first, then by index. */
 static void
-test_pos_order(void **state)
+test_pos_cmp(void **state)
 {
+	static const struct {
+		ob_event_pos a, b;
+		int want;
+	} cases[] = {
+	    {{0x100, 0}, {0x100, 0}, 0},
+	    {{0x100, 0}, {0x100, 1}, -1},
+	    {{0x100, 7}, {0x100, 1}, 1},
+	    {{0x100, 99}, {0x200, 0}, -1}, /* the transaction comes first */
+	    {{0x200, 0}, {0x100, 99}, 1},
+	    {{UINT64_MAX, 0}, {0, UINT64_MAX}, 1}, /* no overflow in the difference */
+	    {{0, UINT64_MAX}, {0, 0}, 1},
+	};
+
 	(void)state;
-	assert_true(ob_event_pos_cmp((ob_event_pos){100, 5}, (ob_event_pos){200, 0}) < 0);
-	assert_true(ob_event_pos_cmp((ob_event_pos){200, 0}, (ob_event_pos){100, 5}) > 0);
-	assert_true(ob_event_pos_cmp((ob_event_pos){100, 1}, (ob_event_pos){100, 2}) < 0);
-	assert_int_equal(ob_event_pos_cmp((ob_event_pos){100, 1}, (ob_event_pos){100, 1}), 0);
+	for (size_t i = 0; i < OB_ARRAY_LEN(cases); i++) {
+		int got = ob_event_pos_cmp(cases[i].a, cases[i].b);
+
+		if ((got > 0) - (got < 0) != cases[i].want)
+			fail_msg("case %zu: %d, expected the sign of %d", i, got, cases[i].want);
+	}
 }
 
-/* --- the model check --------------------------------------------------- */
+/* More suspects than the first allocation holds, reported in a scrambled
+ * order with repeats, are isolated in stream order. */
+static void
+test_many_suspects(void **state)
+{
+	enum { TXNS = 40, EVENTS = 5 };
+	ob_replay r;
 
-#define MAX_TXNS   12
-#define MAX_EVENTS 4
+	(void)state;
+	ob_replay_init(&r);
+	for (uint64_t k = 0; k < 2 * TXNS * EVENTS; k++) {
+		uint64_t n = (k * 37) % (TXNS * EVENTS); /* 37 is prime to 200 */
 
-/* A random stream: transaction t ends at (t + 1) * 16 and has events[t]
- * events (0 to MAX_EVENTS). */
-typedef struct stream {
-	size_t txns;
-	int events[MAX_TXNS];
-} stream;
+		if (n % 2 == 0) /* every other event is a suspect */
+			ob_replay_suspect(&r,
+					  (ob_event_pos){0x1000 + 0x10 * (n / EVENTS), n % EVENTS});
+	}
+	assert_int_equal(ob_replay_suspects(&r), TXNS * EVENTS / 2);
+	ob_replay_reset(&r, 0x800);
+	for (uint64_t t = 0; t < TXNS; t++) {
+		assert_true(ob_replay_begin(&r, 0x1000 + 0x10 * t));
+		for (uint64_t e = 0; e < EVENTS; e++) {
+			ob_event_pos pos;
+			uint64_t n = t * EVENTS + e;
+			ob_replay_action a = ob_replay_next(&r, &pos);
 
-/* The model of the producer: which positions it holds (handed over in its
- * life, or confirmed before it), and which are suspects. */
+			assert_int_equal(a, n % 2 == 0 ? OB_REPLAY_ISOLATE : OB_REPLAY_PUBLISH);
+			assert_int_equal(pos.txn_end, 0x1000 + 0x10 * t);
+			assert_int_equal(pos.index, e);
+			ob_replay_handed(&r);
+			if (a == OB_REPLAY_ISOLATE)
+				ob_replay_settled(&r, pos);
+		}
+		ob_replay_commit(&r);
+	}
+	assert_int_equal(ob_replay_suspects(&r), 0);
+	ob_replay_free(&r);
+}
+
+/* --- re-reading random streams against a brute-force model -------------- */
+
+enum { MAX_TXNS = 10, MAX_EVENTS = 4, MAX_FLAT = MAX_TXNS * MAX_EVENTS };
+
+/* Where a connection broke. */
+typedef enum brk {
+	BRK_BEFORE_BEGIN,  /* between transactions */
+	BRK_BEFORE_NEXT,   /* mid-transaction, the last event handed over */
+	BRK_NOT_HANDED,    /* next() said publish, handed() never came */
+	BRK_NOT_SETTLED,   /* isolated and queued, but not settled */
+	BRK_BEFORE_COMMIT, /* every event handed over, commit not read */
+	BRK_KINDS,
+} brk;
+
 typedef struct model {
-	bool held[MAX_TXNS][MAX_EVENTS];
-	bool committed[MAX_TXNS]; /* every event handed over and the commit read */
-	bool suspect[MAX_TXNS][MAX_EVENTS];
-	ob_event_pos last; /* the last position handed over in this life */
-	bool any;
+	/* The stream: transaction t ends at end[t], its events are the flat
+	 * ordinals first[t] .. first[t] + events[t] - 1. */
+	size_t n_txns;
+	ob_lsn end[MAX_TXNS];
+	uint64_t events[MAX_TXNS];
+	size_t first[MAX_TXNS + 1];
+
+	ob_lsn confirmed;    /* the slot is re-read from here */
+	size_t committed;    /* transactions committed to this producer */
+	size_t next;         /* the one event this producer may take next */
+	int times[MAX_FLAT]; /* times each event was handed to this producer */
+	bool suspect[MAX_FLAT];
+	size_t n_suspects;
+
+	uint64_t rng;
+	int breaks_left;
+	uint64_t breaks[BRK_KINDS];
+	uint64_t resets, isolated;
 } model;
 
-static ob_lsn
-txn_end(size_t t)
+static uint64_t
+next_random(uint64_t *s)
 {
-	return (ob_lsn)(t + 1) * 16;
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * UINT64_C(2685821657736338717);
 }
 
-/* The highest transaction end the slot may have confirmed: every event of
- * every transaction up to it is held and its commit was read. */
-static ob_lsn
-max_confirmable(const stream *s, const model *m, ob_lsn confirmed)
+static uint64_t
+rnd(model *m, uint64_t n)
 {
-	ob_lsn best = confirmed;
-
-	for (size_t t = 0; t < s->txns; t++) {
-		if (txn_end(t) <= confirmed)
-			continue;
-		if (!m->committed[t])
-			break;
-		best = txn_end(t);
-	}
-	return best;
+	return next_random(&m->rng) % n;
 }
 
-static unsigned
-rnd(unsigned *seed, unsigned n)
-{
-	*seed = *seed * 1103515245u + 12345u;
-	return (*seed >> 16) % n;
-}
-
-/* Read the stream from confirmed, breaking off at random (at most
- * *breaks_left more times); returns true when it was read to the end. */
+/* Does the connection break at this point? */
 static bool
-read_stream(ob_replay *r, const stream *s, model *m, ob_lsn confirmed, unsigned *seed,
-	    int *breaks_left, unsigned iter)
+breaks(model *m, brk kind)
 {
-	for (size_t t = 0; t < s->txns; t++) {
-		if (txn_end(t) <= confirmed)
-			continue; /* the slot does not send it again */
-		if (*breaks_left > 0 && rnd(seed, 8) == 0) {
-			(*breaks_left)--;
-			ob_replay_cut(r); /* between transactions */
-			return false;
-		}
-		if (!ob_replay_begin(r, txn_end(t))) {
-			for (int e = 0; e < s->events[t]; e++) {
-				ob_event_pos pos;
+	if (m->breaks_left == 0 || rnd(m, 5) != 0)
+		return false;
+	m->breaks_left--;
+	m->breaks[kind]++;
+	return true;
+}
 
-				if (ob_replay_next(r, &pos) != OB_REPLAY_SKIP)
-					fail_msg("iteration %u: a transaction skipped whole gave "
-						 "an event to publish",
-						 iter);
-				if (!m->held[t][e])
-					fail_msg("iteration %u: event %zu/%d skipped but never "
-						 "handed over",
-						 iter, t, e);
-			}
-			ob_replay_commit(r);
+static void
+new_stream(model *m)
+{
+	ob_lsn lsn = 0x1000 + rnd(m, 0x100);
+
+	memset(m->times, 0, sizeof(m->times));
+	memset(m->suspect, 0, sizeof(m->suspect));
+	m->n_suspects = 0;
+	m->n_txns = 1 + (size_t)rnd(m, MAX_TXNS);
+	m->first[0] = 0;
+	for (size_t t = 0; t < m->n_txns; t++) {
+		lsn += 2 + rnd(m, 0x40); /* room for a keepalive between two */
+		m->end[t] = lsn;
+		m->events[t] = rnd(m, MAX_EVENTS + 1);
+		m->first[t + 1] = m->first[t] + m->events[t];
+	}
+	m->confirmed = m->end[0] - 1 - rnd(m, 0x100);
+	m->committed = 0;
+	m->next = 0;
+	m->breaks_left = (int)rnd(m, 12);
+}
+
+/* Transactions at or before lsn. */
+static size_t
+txns_upto(const model *m, ob_lsn lsn)
+{
+	size_t t = 0;
+
+	while (t < m->n_txns && m->end[t] <= lsn)
+		t++;
+	return t;
+}
+
+/* What the acknowledgements confirmed meanwhile: no further than the last
+ * transaction committed to this producer, or an idle position short of the
+ * next transaction's end. */
+static void
+advance_confirmed(model *m)
+{
+	size_t t = txns_upto(m, m->confirmed);
+	ob_lsn c;
+
+	t += (size_t)rnd(m, m->committed - t + 1);
+	if (t == 0)
+		return;
+	c = m->end[t - 1];
+	if (rnd(m, 3) == 0)
+		c += rnd(m, (t < m->n_txns ? m->end[t] : c + 0x10) - c);
+	if (c > m->confirmed)
+		m->confirmed = c;
+}
+
+/* The producer is recreated; records of this one still past the new
+ * confirmed position were refused with their batch, some of them. */
+static void
+reproduce(model *m, ob_replay *r)
+{
+	size_t from;
+
+	advance_confirmed(m);
+	from = m->first[txns_upto(m, m->confirmed)];
+	for (size_t f = from; f < m->next; f++) {
+		size_t t = 0;
+
+		if (rnd(m, 4) != 0)
 			continue;
+		while (m->first[t + 1] <= f)
+			t++;
+		ob_replay_suspect(r, (ob_event_pos){m->end[t], f - m->first[t]});
+		if (rnd(m, 4) == 0) /* another batch reported it too */
+			ob_replay_suspect(r, (ob_event_pos){m->end[t], f - m->first[t]});
+		if (!m->suspect[f]) {
+			m->suspect[f] = true;
+			m->n_suspects++;
 		}
-		for (int e = 0; e < s->events[t]; e++) {
-			ob_event_pos pos;
-			ob_replay_action action = ob_replay_next(r, &pos);
+	}
+	ob_replay_reset(r, m->confirmed);
+	m->committed = txns_upto(m, m->confirmed);
+	m->next = m->first[m->committed];
+	for (size_t f = m->next; f < MAX_FLAT; f++)
+		m->times[f] = 0;
+	m->resets++;
+}
 
-			if (pos.txn_end != txn_end(t) || pos.index != (uint64_t)e)
-				fail_msg("iteration %u: event %zu/%d named %llu/%llu", iter, t, e,
-					 (unsigned long long)pos.txn_end,
-					 (unsigned long long)pos.index);
-			if (action == OB_REPLAY_SKIP) {
-				if (!m->held[t][e])
-					fail_msg("iteration %u: event %zu/%d skipped but not held "
-						 "(lost)",
-						 iter, t, e);
-				continue;
-			}
-			if ((action == OB_REPLAY_ISOLATE) != m->suspect[t][e])
-				fail_msg("iteration %u: event %zu/%d isolate=%d, suspect=%d", iter,
-					 t, e, action == OB_REPLAY_ISOLATE, m->suspect[t][e]);
-			if (*breaks_left > 0 && rnd(seed, 6) == 0) {
-				(*breaks_left)--;
-				ob_replay_cut(r); /* before its hand-over completed */
-				return false;
-			}
-			if (m->held[t][e])
-				fail_msg("iteration %u: event %zu/%d handed over twice", iter, t,
-					 e);
-			if (m->any && ob_event_pos_cmp(m->last, pos) >= 0)
-				fail_msg("iteration %u: event %zu/%d handed over out of order",
-					 iter, t, e);
-			ob_replay_handed(r);
-			m->held[t][e] = true;
-			m->last = pos;
-			m->any = true;
-			if (action == OB_REPLAY_ISOLATE) {
-				ob_replay_settled(r, pos);
-				m->suspect[t][e] = false;
-			}
-			if (*breaks_left > 0 && rnd(seed, 6) == 0) {
-				(*breaks_left)--;
-				ob_replay_cut(r); /* mid-transaction */
-				return false;
-			}
+/* One event read from the stream; false when the connection broke. */
+static bool
+read_event(model *m, ob_replay *r, size_t t, size_t f, uint64_t iter)
+{
+	ob_replay_action want, got;
+	ob_event_pos pos;
+
+	if (breaks(m, BRK_BEFORE_NEXT))
+		return false;
+	if (f < m->next)
+		want = OB_REPLAY_SKIP;
+	else if (m->suspect[f])
+		want = OB_REPLAY_ISOLATE;
+	else
+		want = OB_REPLAY_PUBLISH;
+	got = ob_replay_next(r, &pos);
+	if (got != want || pos.txn_end != m->end[t] || pos.index != f - m->first[t])
+		fail_msg("iteration %llu: next() says %s at %llX#%llu, the model %s at "
+			 "%llX#%llu",
+			 (unsigned long long)iter, action_name((int)got),
+			 (unsigned long long)pos.txn_end, (unsigned long long)pos.index,
+			 action_name((int)want), (unsigned long long)m->end[t],
+			 (unsigned long long)(f - m->first[t]));
+	if (got == OB_REPLAY_SKIP)
+		return true;
+	/* Reading on past a suspect forgets it: only one handed over, not
+	 * settled and not refused again, can be passed. */
+	for (size_t g = 0; g < f; g++) {
+		if (m->suspect[g]) {
+			m->suspect[g] = false;
+			m->n_suspects--;
 		}
+	}
+	if (breaks(m, BRK_NOT_HANDED))
+		return false;
+	assert_int_equal(f, m->next); /* in order, none lost */
+	ob_replay_handed(r);
+	m->next++;
+	if (++m->times[f] != 1)
+		fail_msg("iteration %llu: event %zu handed over %d times", (unsigned long long)iter,
+			 f, m->times[f]);
+	if (got == OB_REPLAY_ISOLATE) {
+		m->isolated++;
+		if (breaks(m, BRK_NOT_SETTLED))
+			return false;
+		ob_replay_settled(r, pos);
+		m->suspect[f] = false;
+		m->n_suspects--;
+	}
+	assert_int_equal(ob_replay_suspects(r), m->n_suspects);
+	return true;
+}
+
+/* One connection: read from the confirmed position until the end of the
+ * stream (true) or a break. */
+static bool
+read_stream(model *m, ob_replay *r, uint64_t iter)
+{
+	size_t t = txns_upto(m, m->confirmed);
+
+	/* The transaction ending at the confirmed position is not sent again;
+	 * should it be, it was handed over. */
+	if (t > 0 && m->end[t - 1] == m->confirmed && rnd(m, 2) == 0)
+		t--;
+	for (; t < m->n_txns; t++) {
+		bool fresh;
+
+		if (breaks(m, BRK_BEFORE_BEGIN))
+			return false;
+		fresh = ob_replay_begin(r, m->end[t]);
+		if (fresh != (t >= m->committed))
+			fail_msg("iteration %llu: begin(%llX) says %s, %zu of %zu committed",
+				 (unsigned long long)iter, (unsigned long long)m->end[t],
+				 fresh ? "fresh" : "handed over whole", m->committed, m->n_txns);
+		for (size_t f = m->first[t]; f < m->first[t + 1]; f++) {
+			if (!read_event(m, r, t, f, iter))
+				return false;
+		}
+		if (breaks(m, BRK_BEFORE_COMMIT))
+			return false;
 		ob_replay_commit(r);
-		m->committed[t] = true;
+		assert_false(r->in_txn);
+		if (fresh) {
+			assert_int_equal(t, m->committed);
+			m->committed++;
+		}
 	}
 	return true;
 }
 
-/* A reset: the producer's records after confirmed are dropped; some of
- * the ones it held become suspects (a batch was refused). */
 static void
-reset_model(ob_replay *r, const stream *s, model *m, ob_lsn confirmed, unsigned *seed)
+test_rereads_against_model(void **state)
 {
-	for (size_t t = 0; t < s->txns; t++) {
-		if (txn_end(t) <= confirmed)
-			continue;
-		for (int e = 0; e < s->events[t]; e++) {
-			if (m->held[t][e] && rnd(seed, 4) == 0) {
-				ob_replay_suspect(r, (ob_event_pos){txn_end(t), (uint64_t)e});
-				m->suspect[t][e] = true;
-			}
-			m->held[t][e] = false;
-		}
-		m->committed[t] = false;
-	}
-	m->any = false;
-	ob_replay_reset(r, confirmed);
-}
-
-static void
-test_model(void **state)
-{
-	unsigned seed = 12345;
+	enum { ITERATIONS = 50000 };
+	model m;
+	uint64_t events = 0;
 
 	(void)state;
-	for (unsigned iter = 0; iter < 20000; iter++) {
-		stream s;
-		model m;
+	memset(&m, 0, sizeof(m));
+	m.rng = 20240611;
+	for (uint64_t iter = 0; iter < ITERATIONS; iter++) {
 		ob_replay r;
-		ob_lsn confirmed = 0;
-		int breaks_left = (int)rnd(&seed, 6);
 
-		memset(&m, 0, sizeof(m));
-		s.txns = 1 + rnd(&seed, MAX_TXNS);
-		for (size_t t = 0; t < s.txns; t++)
-			s.events[t] = (int)rnd(&seed, MAX_EVENTS + 1);
 		ob_replay_init(&r);
-		while (!read_stream(&r, &s, &m, confirmed, &seed, &breaks_left, iter)) {
-			ob_lsn most = max_confirmable(&s, &m, confirmed);
-
-			/* The slot confirmed somewhere between where it was and
-			 * what the producer has acknowledged. */
-			if (most > confirmed)
-				confirmed +=
-				    16 * rnd(&seed, (unsigned)((most - confirmed) / 16) + 1);
-			if (rnd(&seed, 2) == 0)
-				reset_model(&r, &s, &m, confirmed, &seed);
+		new_stream(&m);
+		while (!read_stream(&m, &r, iter)) {
+			ob_replay_cut(&r);
+			assert_false(r.in_txn);
+			if (rnd(&m, 3) == 0)
+				reproduce(&m, &r);
+			else
+				advance_confirmed(&m);
 		}
-		for (size_t t = 0; t < s.txns; t++) {
-			for (int e = 0; e < s.events[t]; e++) {
-				if (txn_end(t) > confirmed && !m.held[t][e])
-					fail_msg("iteration %u: event %zu/%d never handed over",
-						 iter, t, e);
-				if (m.suspect[t][e])
-					fail_msg("iteration %u: suspect %zu/%d never isolated",
-						 iter, t, e);
-			}
+		/* The last connection read to the end: everything was handed
+		 * over to the last producer, each event once. */
+		assert_int_equal(m.committed, m.n_txns);
+		assert_int_equal(m.next, m.first[m.n_txns]);
+		for (size_t f = 0; f < m.next; f++) {
+			if (m.times[f] != 1)
+				fail_msg("iteration %llu: event %zu handed over %d times",
+					 (unsigned long long)iter, f, m.times[f]);
 		}
+		assert_int_equal(ob_replay_suspects(&r), m.n_suspects);
+		events += m.next;
 		ob_replay_free(&r);
 	}
+	/* Every kind of break happened, and often. */
+	for (int k = 0; k < BRK_KINDS; k++) {
+		if (m.breaks[k] < 1000)
+			fail_msg("break kind %d happened %llu times only", k,
+				 (unsigned long long)m.breaks[k]);
+	}
+	assert_true(m.resets > 1000);
+	assert_true(m.isolated > 1000);
+	print_message("%llu events, %llu resets, %llu isolated; breaks: %llu %llu %llu %llu %llu\n",
+		      (unsigned long long)events, (unsigned long long)m.resets,
+		      (unsigned long long)m.isolated, (unsigned long long)m.breaks[0],
+		      (unsigned long long)m.breaks[1], (unsigned long long)m.breaks[2],
+		      (unsigned long long)m.breaks[3], (unsigned long long)m.breaks[4]);
 }
 
 int
@@ -500,8 +738,9 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_scenarios),
-	    cmocka_unit_test(test_pos_order),
-	    cmocka_unit_test(test_model),
+	    cmocka_unit_test(test_pos_cmp),
+	    cmocka_unit_test(test_many_suspects),
+	    cmocka_unit_test(test_rereads_against_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
