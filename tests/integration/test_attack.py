@@ -85,3 +85,37 @@ def test_batch_error_in_a_huge_transaction_is_isolated_in_time(
     check_delivery(records, feed.ids, exactly_once=False)
     assert d.running(), d.log_tail()
 
+
+
+def test_batch_error_while_the_stream_is_cut(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker refuses a whole ProduceRequest (its answer slowed down so
+    that the suspects are still unknown) while the walsender is terminated
+    in the middle of a burst: the reconnect and the fresh producer combine,
+    every event arrives, per key first in commit order, nothing is
+    dead-lettered and the slot is confirmed past the burst."""
+    feed = Feed(pg, "cut_%s" % test_id, keys=5)
+    topic = make_topic(broker, feed.agg)
+    overrides, port = with_http()
+    d = outboxd_factory(overrides)
+    dlq = dlq_topic(broker, d)
+    pid = wait_streaming(pg, slot_name)
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+    broker.cmd("rtt all 300")
+    assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+    try:
+        burst([feed], 3, 100)
+        pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+        burst([feed], 3, 100)
+        time.sleep(1.0)
+    finally:
+        broker.cmd("rtt all 0")
+    wait_streaming(pg, slot_name, 30, other_than=pid)
+    end = pg.wal_lsn()
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    wait_confirmed(pg, slot_name, end, timeout=30)
+    assert consumer.collect([dlq], 0, timeout=10, settle=2.0) == []
+    assert d.running(), d.log_tail()
