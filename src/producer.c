@@ -504,14 +504,30 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	return produce_failed(p, error, topic, why, too_large);
 }
 
-void
-ob_producer_poll(ob_producer *p, int timeout_ms)
+/* Empty the wake-up pipe: the reports it announced are about to be served. */
+static void
+drain_wake_pipe(ob_producer *p)
 {
 	char drain[64];
 
 	while (read(p->wake_pipe[0], drain, sizeof(drain)) > 0)
 		;
+}
+
+void
+ob_producer_poll(ob_producer *p, int timeout_ms)
+{
+	drain_wake_pipe(p);
 	rd_kafka_poll(p->rk, timeout_ms);
+}
+
+void
+ob_producer_flush(ob_producer *p, int timeout_ms)
+{
+	drain_wake_pipe(p);
+	/* rd_kafka_flush() serves reports like rd_kafka_poll() and, for its
+	 * duration, takes linger.ms as elapsed (librdkafka 1.8 and later). */
+	(void)rd_kafka_flush(p->rk, timeout_ms);
 }
 
 int

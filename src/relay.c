@@ -113,6 +113,7 @@ typedef struct relay {
 	int err_repeats;
 
 	/* A suspect record being produced alone. */
+	bool settling; /* settle() waits for every report: send without lingering */
 	bool isolating;
 	ob_event_pos isolated;
 	/* Set when a batch was refused: its records are read again and
@@ -324,11 +325,18 @@ report_alive(relay *r, bool streaming)
 }
 
 /* Serve delivery reports and refused records; false with *out set when
- * the relay must leave the stream. */
+ * the relay must leave the stream. While settling (around a suspect
+ * produced alone) nothing more is produced until every report came, so
+ * what is queued is sent at once instead of after linger.ms: isolating the
+ * thousands of suspects of one refused request takes seconds, not
+ * minutes. */
 static bool
 serve_producer(relay *r, int timeout_ms, outcome *out)
 {
-	ob_producer_poll(r->producer, timeout_ms);
+	if (r->settling)
+		ob_producer_flush(r->producer, timeout_ms);
+	else
+		ob_producer_poll(r->producer, timeout_ms);
 	if (r->halt) {
 		*out = OUTCOME_HALT;
 		return false;
@@ -434,11 +442,13 @@ publish(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind 
 static bool
 settle(relay *r, outcome *out)
 {
-	while (ob_acktrack_inflight(&r->ack) > 0 || ob_dlqueue_peek(&r->refused) != NULL) {
-		if (!wait_for_producer(r, out))
-			return false;
-	}
-	return true;
+	bool ok = true;
+
+	r->settling = true;
+	while (ok && (ob_acktrack_inflight(&r->ack) > 0 || ob_dlqueue_peek(&r->refused) != NULL))
+		ok = wait_for_producer(r, out);
+	r->settling = false;
+	return ok;
 }
 
 /* Produce a suspect record alone: once nothing else is in flight, so its

@@ -68,6 +68,11 @@ ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag
 /* Serve delivery reports and errors, waiting up to timeout_ms for the
  * first. */
 void ob_producer_poll(ob_producer *p, int timeout_ms);
+/* As ob_producer_poll(), but what is queued is sent at once, without
+ * waiting linger.ms for more records to batch with: for a record produced
+ * alone, whose report the caller waits for before producing anything
+ * else. Returns once nothing is in flight or after timeout_ms. */
+void ob_producer_flush(ob_producer *p, int timeout_ms);
 /* A file descriptor that becomes readable when reports are waiting; the
  * caller polls it and then calls ob_producer_poll(p, 0). */
 int ob_producer_wake_fd(const ob_producer *p);

@@ -1,0 +1,121 @@
+"""Attacks on the delivery guarantees with faults the other files do not
+inject: batch errors under a steady stream of large transactions, and a
+batch error on a backlog of one huge transaction.
+
+Every scenario counts each published `id` header and, where README
+"Delivery guarantees" promises it, checks that first deliveries per key
+follow commit order."""
+
+import time
+
+import pytest
+
+import harness  # noqa: F401
+from test_broker_errors import ALONE, burst, dlq_topic, with_http  # noqa: F401
+from test_faults import (RECREATED, Feed, Writer, check_delivery,
+                         check_first_deliveries_in_commit_order, collect_all,
+                         make_topic, probe, wait_confirmed,  # noqa: F401
+                         wait_streaming)
+
+
+def test_batch_errors_under_steady_load_keep_key_order(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A writer commits transactions of 500 rows over three keys back to
+    back while the broker refuses a whole ProduceRequest, six times: the
+    records after the refused batch must not reach the partition before the
+    refused ones are produced again, so per key first deliveries follow
+    commit order."""
+    feed = Feed(pg, "steady_%s" % test_id, keys=3)
+    topic = make_topic(broker, feed.agg)
+    d = outboxd_factory()
+    wait_streaming(pg, slot_name)
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+    # About 15,000 records: far below what the test broker keeps per
+    # partition.
+    with Writer(feed, rows=500, pause=0.0) as w:
+        for code in ("INVALID_RECORD", "UNKNOWN", "INVALID_RECORD",
+                     "UNKNOWN", "INVALID_RECORD", "UNKNOWN"):
+            w.wait_txns(2)
+            assert broker.cmd("error 0 %s 1" % code) == "ok"
+            w.wait_txns(2)
+    end = pg.wal_lsn()
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    assert RECREATED in d.log_text(), d.log_tail()
+    check_first_deliveries_in_commit_order(records, feed)
+    wait_confirmed(pg, slot_name, end, timeout=30)
+    assert d.running(), d.log_tail()
+
+
+# The test broker (librdkafka's mock cluster) does not set TCP_NODELAY on
+# its connections: a response written in two pieces waits for the client's
+# delayed ACK, so about half the suspects produced alone take 40-50 ms
+# whatever outboxd does, and the run takes 2 or 18 s depending on that.
+@pytest.mark.xfail(strict=False, reason="the mock broker's Nagle delays "
+                   "(no TCP_NODELAY) add 40 ms to many single-record "
+                   "requests: the 20 s bound holds only in some runs")
+def test_batch_error_in_a_huge_transaction_is_isolated_in_time(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id, probe):
+    """A transaction of 20,000 rows waits in the producer queue while the
+    brokers are down; when they come back the broker refuses one whole
+    ProduceRequest, which holds thousands of its records. Each is a suspect
+    produced alone, and each must go out at once rather than after
+    linger.ms and a poll turn: the transaction is confirmed within 20 s
+    (one by one at the batching pace took over 35 s for 3,000 suspects,
+    and minutes for a full request)."""
+    feed = Feed(pg, "hugetx_%s" % test_id, keys=64)
+    topic = make_topic(broker, feed.agg)
+    d = outboxd_factory()
+    wait_streaming(pg, slot_name)
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+    p = probe()
+    broker.cmd("down all")
+    try:
+        feed.commit(20000)
+        end = p.commits()[-1][1]
+        time.sleep(3.0)  # the producer queue holds the transaction
+        assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+    finally:
+        broker.cmd("up all")
+    wait_confirmed(pg, slot_name, end, timeout=20)
+    assert d.log_text().count(ALONE) >= 1000, d.log_tail()
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    assert d.running(), d.log_tail()
+
+
+
+def test_batch_error_while_the_stream_is_cut(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker refuses a whole ProduceRequest (its answer slowed down so
+    that the suspects are still unknown) while the walsender is terminated
+    in the middle of a burst: the reconnect and the fresh producer combine,
+    every event arrives, per key first in commit order, nothing is
+    dead-lettered and the slot is confirmed past the burst."""
+    feed = Feed(pg, "cut_%s" % test_id, keys=5)
+    topic = make_topic(broker, feed.agg)
+    overrides, port = with_http()
+    d = outboxd_factory(overrides)
+    dlq = dlq_topic(broker, d)
+    pid = wait_streaming(pg, slot_name)
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+    broker.cmd("rtt all 300")
+    assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+    try:
+        burst([feed], 3, 100)
+        pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+        burst([feed], 3, 100)
+        time.sleep(1.0)
+    finally:
+        broker.cmd("rtt all 0")
+    wait_streaming(pg, slot_name, 30, other_than=pid)
+    end = pg.wal_lsn()
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    wait_confirmed(pg, slot_name, end, timeout=30)
+    assert consumer.collect([dlq], 0, timeout=10, settle=2.0) == []
+    assert d.running(), d.log_tail()
