@@ -486,7 +486,8 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 	if (strcmp(info.wal_status, "lost") == 0) {
 		ob_error("replication slot %s has been invalidated (wal_status lost): events "
 			 "written since " OB_LSN_FMT " may be lost; drop and recreate the slot "
-			 "(\"outboxd slot drop\" then start outboxd), then reconcile the outbox, "
+			 "(\"outboxd slot drop\", then start outboxd with outbox.backlog_where = "
+			 "created_at > the time it was lost), "
 			 "and raise max_slot_wal_keep_size",
 			 slot, OB_LSN_ARGS(info.confirmed_flush));
 		return OB_PG_FATAL;
