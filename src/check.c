@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outboxd/backlog.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
@@ -288,6 +289,34 @@ check_slot(checker *c)
 				       : "");
 }
 
+/* The backlog's predicate and order, as the server reads them (README,
+ * "Cutover from a polling processor"). */
+static void
+check_backlog(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	char detail[512];
+
+	if (cfg->outbox.backlog_where[0] == '\0')
+		return;
+	switch (ob_backlog_verify(cfg, detail, sizeof(detail))) {
+	case OB_PG_OK:
+		report(c, "backlog", true, "outbox.backlog_where \"%s\" is valid",
+		       cfg->outbox.backlog_where);
+		break;
+	case OB_PG_FATAL:
+		report(
+		    c, "backlog", false,
+		    "invalid outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\"): %s",
+		    cfg->outbox.backlog_where, cfg->outbox.backlog_order_by, detail);
+		break;
+	case OB_PG_RETRY:
+	case OB_PG_STANDBY:
+		report(c, "backlog", false, "could not check outbox.backlog_where (see the log)");
+		break;
+	}
+}
+
 static void
 check_broker(checker *c)
 {
@@ -359,6 +388,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 			c.all_ok = false;
 		check_privileges(&c);
 		check_slot(&c);
+		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);
 	}
 	check_broker(&c);

@@ -55,6 +55,8 @@ static const config_key config_keys[] = {
     {"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
     {"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
     {"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
+    {"outbox", "backlog_where", KEY_STRING, OFF(outbox.backlog_where), ""},
+    {"outbox", "backlog_order_by", KEY_STRING, OFF(outbox.backlog_order_by), ""},
     {"inbox", "conninfo", KEY_STRING, OFF(inbox.conninfo), ""},
     {"inbox", "table", KEY_NONEMPTY, OFF(inbox.table), "public.inbox"},
     {"inbox", "topics", KEY_STRING, OFF(inbox.topics), ""},

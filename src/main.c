@@ -165,7 +165,10 @@ slot_command(const ob_config *cfg, const char *sub)
 
 	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
 		return EXIT_OPERATOR;
-	if (strcmp(sub, "create") == 0) {
+	if (strcmp(sub, "create") == 0 && cfg->outbox.backlog_where[0] != '\0') {
+		ob_metrics_init();
+		rc = ob_relay_create_slot(cfg);
+	} else if (strcmp(sub, "create") == 0) {
 		if (ob_pgrepl_create_slot(pg, cfg->pg.slot) == OB_PG_OK)
 			rc = 0;
 	} else if (strcmp(sub, "drop") == 0) {

@@ -36,6 +36,7 @@ static struct {
 	double latency_sum;
 
 	atomic_uint_fast64_t transactions;
+	atomic_uint_fast64_t backlog_events;
 	atomic_uint_fast64_t inflight;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;
@@ -114,6 +115,12 @@ void
 ob_metrics_transaction(void)
 {
 	atomic_fetch_add(&m.transactions, 1);
+}
+
+void
+ob_metrics_backlog_event(void)
+{
+	atomic_fetch_add(&m.backlog_events, 1);
 }
 
 void
@@ -197,6 +204,8 @@ ob_metrics_ready_word(ob_ready_state state)
 		return "kafka-down";
 	case OB_READY_PG_REFUSED:
 		return "postgres-refused";
+	case OB_READY_BACKLOG:
+		return "backlog";
 	case OB_READY_CONNECTING:
 		break;
 	}
@@ -303,6 +312,10 @@ ob_metrics_render(void)
 		   "Transactions received from the slot.");
 	put(&t, "outboxd_transactions_total %llu\n",
 	    (unsigned long long)atomic_load(&m.transactions));
+	put_header(&t, "outboxd_backlog_events_total", "counter",
+		   "Backlog rows acknowledged by the broker or dead-lettered.");
+	put(&t, "outboxd_backlog_events_total %llu\n",
+	    (unsigned long long)atomic_load(&m.backlog_events));
 	put_gauge(&t, "outboxd_inflight_events",
 		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
 	put_gauge(&t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",

@@ -1,9 +1,11 @@
 /*
  * outbox.c: outbox row or logical message -> Kafka record (README, "The Kafka record").
  *
- * Both sources are read through one accessor, get_field(): a row's column
- * from the wal2json record (with its Postgres type) or a member of the
- * message's JSON object (typed by its JSON kind). Everything after that is
+ * The sources are read through one accessor, get_field(): a row's column
+ * from the wal2json record (with its Postgres type), a column of a row read
+ * with libpq in text format (the backlog; typed so that it reads as the
+ * wal2json record of the same row would), or a member of the message's
+ * JSON object (typed by its JSON kind). Everything after that is
  * shared, so a row and a message with the same content map to the same
  * record.
  */
@@ -48,10 +50,12 @@ decode_into(char **buf, size_t *cap, const char *s, size_t len)
  * bad message. */
 #define MAX_MESSAGE_FIELDS 64
 
-/* Where the fields of one outbox event come from: a row (an I record) or a
- * logical message's JSON object, whose members are indexed once. */
+/* Where the fields of one outbox event come from: a row (an I record), a
+ * row read with libpq, or a logical message's JSON object, whose members
+ * are indexed once. */
 typedef struct field_source {
 	const ob_w2j_record *row;
+	const ob_text_row *text_row;
 	ob_json_member members[MAX_MESSAGE_FIELDS];
 	size_t members_len;
 } field_source;
@@ -71,6 +75,67 @@ typedef struct field_value {
 	size_t len;
 } field_value;
 
+ob_text_kind
+ob_text_kind_for_type(unsigned int oid)
+{
+	switch (oid) {
+	case 16: /* bool */
+		return OB_TEXT_BOOLEAN;
+	case 17: /* bytea */
+		return OB_TEXT_BYTEA;
+	case 20:   /* int8 */
+	case 21:   /* int2 */
+	case 23:   /* int4 */
+	case 26:   /* oid */
+	case 700:  /* float4 */
+	case 701:  /* float8 */
+	case 1700: /* numeric */
+		return OB_TEXT_NUMBER;
+	default:
+		return OB_TEXT_PLAIN;
+	}
+}
+
+/* Read column i of a libpq text row as wal2json would have sent it. */
+static void
+get_text_column(const ob_text_row *row, size_t i, field_value *fv)
+{
+	const char *v = row->values[i];
+	size_t len = row->lengths[i];
+
+	fv->text = v;
+	fv->len = len;
+	fv->kind = VALUE_TEXT;
+	if (v == NULL) {
+		fv->kind = VALUE_NULL;
+		return;
+	}
+	switch (row->kinds[i]) {
+	case OB_TEXT_PLAIN:
+		break;
+	case OB_TEXT_NUMBER:
+		/* wal2json sends NaN and the infinities, which JSON lacks, as null. */
+		if (strchr(v, 'N') != NULL || strchr(v, 'n') != NULL)
+			fv->kind = VALUE_NULL;
+		else
+			fv->kind = VALUE_JSON_TEXT;
+		break;
+	case OB_TEXT_BOOLEAN:
+		fv->kind = VALUE_JSON_TEXT;
+		fv->text = v[0] == 't' ? "true" : "false";
+		fv->len = strlen(fv->text);
+		break;
+	case OB_TEXT_BYTEA:
+		fv->pg_type = "bytea";
+		fv->pg_type_len = 5;
+		if (len >= 2 && v[0] == '\\' && v[1] == 'x') {
+			fv->text = v + 2;
+			fv->len = len - 2;
+		}
+		break;
+	}
+}
+
 /* Look a field up by name; false if the row or message has no such field. */
 static bool
 get_field(const field_source *src, const char *name, field_value *fv)
@@ -79,6 +144,15 @@ get_field(const field_source *src, const char *name, field_value *fv)
 
 	memset(fv, 0, sizeof(*fv));
 	fv->pg_type = "";
+	if (src->text_row != NULL) {
+		for (size_t i = 0; i < src->text_row->columns_len; i++) {
+			if (strcmp(src->text_row->names[i], name) == 0) {
+				get_text_column(src->text_row, i, fv);
+				return true;
+			}
+		}
+		return false;
+	}
 	if (src->row != NULL) {
 		m = ob_w2j_column_find(src->row, name, &fv->pg_type, &fv->pg_type_len);
 	} else {
@@ -467,6 +541,7 @@ ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 	    rec->prefix_too_long || strcmp(rec->prefix, cfg->outbox.message_prefix) != 0)
 		return OB_MAP_SKIP;
 	src.row = NULL;
+	src.text_row = NULL;
 	src.members_len = 0;
 	/* The content is a JSON string holding the message's JSON text. */
 	if (rec->content_escaped) {
@@ -509,4 +584,13 @@ ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 		result = map_fields(m, &src, rec->lsn, commit_ms, ev);
 	}
 	return result;
+}
+
+ob_map_result
+ob_mapper_map_text_row(ob_mapper *m, const ob_text_row *row, ob_lsn lsn, int64_t fallback_ms,
+		       ob_event *ev)
+{
+	field_source src = {.text_row = row};
+
+	return map_fields(m, &src, lsn, fallback_ms, ev);
 }

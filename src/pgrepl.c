@@ -106,8 +106,10 @@ session_options(const char *conninfo)
 	return out;
 }
 
-ob_pg_status
-ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
+/* Open a connection with outboxd's settings: a replication connection
+ * (replication=database) or a plain one. NULL (logged) on failure. */
+static PGconn *
+connect_with(const ob_config *cfg, bool replication)
 {
 	/* Defaults first: the settings in conninfo (expanded from "dbname")
 	 * come later and win. A connection attempt gives up after 10 s; a
@@ -122,26 +124,41 @@ ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
 			      "keepalives_interval", "keepalives_count", "dbname", "replication",
 			      "fallback_application_name", "options", NULL};
-	const char *values[] = {"10", "60000", "30", "10", "3", cfg->pg.conninfo, "database",
-				"outboxd", options, NULL};
+	const char *values[] = {"10", "60000", "30", "10", "3", cfg->pg.conninfo,
+				replication ? "database" : "false", "outboxd", options, NULL};
 	/* clang-format on */
-	ob_pgrepl *p;
+	PGconn *conn;
 
-	*out = NULL;
-	p = ob_xcalloc(1, sizeof(*p));
 	/* expand_dbname=1: conninfo may be a full connection string or URI;
 	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
-	p->conn = PQconnectdbParams(keys, values, 1);
+	conn = PQconnectdbParams(keys, values, 1);
 	free(options);
 	/* A refusal (pg_hba.conf, password, REPLICATION, TLS) is logged once
 	 * with its fix, and shown on /readyz and /metrics. */
-	if (!ob_pgconnect_ok(p->conn)) {
-		PQfinish(p->conn);
-		free(p);
-		return OB_PG_RETRY;
+	if (!ob_pgconnect_ok(conn)) {
+		PQfinish(conn);
+		return NULL;
 	}
-	*out = p;
+	return conn;
+}
+
+ob_pg_status
+ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
+{
+	PGconn *conn = connect_with(cfg, true);
+
+	*out = NULL;
+	if (conn == NULL)
+		return OB_PG_RETRY;
+	*out = ob_xcalloc(1, sizeof(**out));
+	(*out)->conn = conn;
 	return OB_PG_OK;
+}
+
+PGconn *
+ob_pgrepl_connect_plain(const ob_config *cfg)
+{
+	return connect_with(cfg, false);
 }
 
 /* Wait up to CLOSE_WAIT_MS for the server to finish the COPY. */
@@ -355,13 +372,17 @@ fatal_hint(const PGresult *res)
 	return NULL;
 }
 
-ob_pg_status
-ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
+/* CREATE_REPLICATION_SLOT, permanent with no snapshot, or temporary
+ * exporting its snapshot (then *consistent and snapshot receive the
+ * slot's consistent point and the snapshot's name). */
+static ob_pg_status
+create_slot(ob_pgrepl *p, const char *slot, bool exported, ob_lsn *consistent, char *snapshot,
+	    size_t snapshot_len)
 {
 	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
-	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json "
-				 "(SNAPSHOT 'nothing')",
-				 slot);
+	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" %sLOGICAL wal2json %s", slot,
+				 exported ? "TEMPORARY " : "",
+				 exported ? "EXPORT_SNAPSHOT" : "(SNAPSHOT 'nothing')");
 	PGresult *res = exec_query(p, sql);
 	ob_pg_status st = OB_PG_OK;
 
@@ -376,12 +397,34 @@ ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
 			ob_error("could not create replication slot %s: %s", slot, msg);
 			st = OB_PG_RETRY;
 		}
+	} else if (exported) {
+		/* The columns: slot_name, consistent_point, snapshot_name, output_plugin. */
+		if (PQntuples(res) != 1 || PQnfields(res) < 3 || PQgetisnull(res, 0, 2) ||
+		    !ob_lsn_parse(PQgetvalue(res, 0, 1), consistent)) {
+			ob_error("could not create replication slot %s: unexpected answer", slot);
+			st = OB_PG_RETRY;
+		} else {
+			snprintf(snapshot, snapshot_len, "%s", PQgetvalue(res, 0, 2));
+		}
 	} else {
 		ob_info("created replication slot %s with plugin wal2json", slot);
 	}
 	PQclear(res);
 	free(sql);
 	return st;
+}
+
+ob_pg_status
+ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
+{
+	return create_slot(p, slot, false, NULL, NULL, 0);
+}
+
+ob_pg_status
+ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_lsn *consistent, char *snapshot,
+			       size_t snapshot_len)
+{
+	return create_slot(p, slot, true, consistent, snapshot, snapshot_len);
 }
 
 bool
@@ -443,7 +486,8 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 	if (strcmp(info.wal_status, "lost") == 0) {
 		ob_error("replication slot %s has been invalidated (wal_status lost): events "
 			 "written since " OB_LSN_FMT " may be lost; drop and recreate the slot "
-			 "(\"outboxd slot drop\" then start outboxd), then reconcile the outbox, "
+			 "(\"outboxd slot drop\", then start outboxd with outbox.backlog_where = "
+			 "created_at > the time it was lost), "
 			 "and raise max_slot_wal_keep_size",
 			 slot, OB_LSN_ARGS(info.confirmed_flush));
 		return OB_PG_FATAL;

@@ -22,8 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "outboxd/acktrack.h"
+#include "outboxd/backlog.h"
 #include "outboxd/check.h"
 #include "outboxd/dlqueue.h"
 #include "outboxd/log.h"
@@ -46,6 +48,8 @@
 #define BACKOFF_START_MS        100
 /* How often a standby says it is still waiting. */
 #define STANDBY_LOG_INTERVAL_MS 60000
+/* How often the backlog's progress is logged. */
+#define BACKLOG_LOG_INTERVAL_MS 5000
 /* A server error met this many times in a row at one position is not
  * going away by itself. */
 #define REPEATED_ERROR_LIMIT    5
@@ -76,6 +80,7 @@ typedef enum outcome {
 	OUTCOME_RETRY,     /* Postgres is not usable yet: back off, then reconnect */
 	OUTCOME_STANDBY,   /* another process holds the slot: wait */
 	OUTCOME_REPRODUCE, /* recreate the producer and read the slot again */
+	OUTCOME_CONFIG,    /* exit 2: the configuration is wrong */
 } outcome;
 
 typedef struct relay {
@@ -129,6 +134,12 @@ typedef struct relay {
 	/* Producers keep failing with the slot no further on: /readyz says
 	 * kafka-down until a record is delivered again. */
 	bool kafka_failing;
+
+	/* The backlog (backlog.h): publishing it now, and whether this relay
+	 * only creates the slot (`slot create`) and has created it. */
+	bool backlog_running;
+	bool create_only;
+	bool slot_created;
 } relay;
 
 /* Log a line that carries the LSN (and the topic, when given) as fields,
@@ -233,6 +244,8 @@ on_delivery(void *ctx, const ob_delivery *d)
 		ob_metrics_published(d->record.topic, d->record.topic_len,
 				     latency > 0 ? latency : 0);
 		ob_acktrack_ack(&r->ack, seq);
+		if (r->backlog_running && r->txn_tracked && seq == r->txn_seq)
+			ob_metrics_backlog_event();
 		r->kafka_failing = false;
 		return;
 	}
@@ -852,12 +865,173 @@ connect_stream(relay *r)
 	return OB_PG_OK;
 }
 
+/* Log the backlog's progress: rows handed over, their rate, and what the
+ * planner's estimate leaves. */
+static void
+log_backlog_progress(int64_t started_ms, uint64_t rows, int64_t estimate)
+{
+	double secs = (double)(ob_mono_ms() - started_ms) / 1000.0;
+
+	ob_info("backlog: %llu rows handed to the producer in %.1f s (%.0f rows/s), about %lld "
+		"left",
+		(unsigned long long)rows, secs, secs > 0 ? (double)rows / secs : 0.0,
+		(long long)(estimate > (int64_t)rows ? estimate - (int64_t)rows : 0));
+}
+
+/* Publish every row of the backlog as one transaction ending at the
+ * temporary slot's consistent point, and wait until the broker has
+ * acknowledged all of them (or their dead-letter records). The producer's
+ * backpressure applies: no row is read while its queue is full. False with
+ * *out set when the relay must stop trying. */
+static bool
+publish_rows(relay *r, ob_backlog *b, ob_lsn consistent, outcome *out)
+{
+	int64_t started = ob_mono_ms(), last_log = started, now_us = ob_now_us();
+	int64_t estimate = ob_backlog_estimate(b);
+	uint64_t rows = 0;
+	const ob_text_row *row;
+	bool ok = false;
+	int rc;
+
+	ob_info("publishing the backlog: outbox rows where %s (about %lld rows), then streaming "
+		"from " OB_LSN_FMT,
+		r->cfg->outbox.backlog_where, (long long)estimate, OB_LSN_ARGS(consistent));
+	ob_metrics_set_ready(OB_READY_BACKLOG);
+	ob_notify_status("publishing the backlog");
+	r->backlog_running = true;
+	begin_txn(r, consistent, now_us);
+	while ((rc = ob_backlog_next(b, &row)) == 1) {
+		ob_map_result mr =
+		    ob_mapper_map_text_row(&r->mapper, row, consistent, now_us / 1000, &r->ev);
+
+		if (!handle_event(r, mr, consistent, out))
+			goto done;
+		if (++rows % 1000 != 0)
+			continue;
+		if (ob_signals_stop_requested()) {
+			*out = OUTCOME_STOP;
+			goto done;
+		}
+		if (!serve_producer(r, 0, out))
+			goto done;
+		report_alive(r, false);
+		if (ob_mono_ms() - last_log >= BACKLOG_LOG_INTERVAL_MS) {
+			log_backlog_progress(started, rows, estimate);
+			last_log = ob_mono_ms();
+		}
+	}
+	if (rc < 0) {
+		*out = OUTCOME_RETRY;
+		goto done;
+	}
+	commit_txn(r);
+	ok = settle(r, out);
+	if (ok)
+		ob_info("backlog published: %llu rows acknowledged in %.1f s",
+			(unsigned long long)rows, (double)(ob_mono_ms() - started) / 1000.0);
+done:
+	r->backlog_running = false;
+	return ok;
+}
+
+/*
+ * When the slot is missing and outboxd may create it, and backlog_where
+ * is set: check the predicate (a refused one is a configuration error,
+ * found before any slot exists), create a temporary slot exporting its
+ * snapshot, publish the backlog read in that snapshot, and only then copy
+ * the temporary slot into the permanent one. Until the copy nothing
+ * outlives this process: a crash leaves no slot, and the next start
+ * publishes the backlog again. *created says whether the slot was created
+ * here; true also when there was nothing to do. False with *out set when
+ * the connection attempt ends.
+ */
+static bool
+publish_backlog(relay *r, bool *created, outcome *out)
+{
+	const ob_config *cfg = r->cfg;
+	ob_pgrepl *tmp = NULL;
+	ob_backlog *b = NULL;
+	ob_slot_info info;
+	ob_lsn consistent = 0;
+	char tmp_slot[64], snapshot[128], detail[512];
+	bool ok = false;
+
+	*created = false;
+	*out = OUTCOME_RETRY;
+	if (ob_pgrepl_connect(cfg, &tmp) != OB_PG_OK)
+		return false;
+	ob_pgrepl_set_tick(tmp, on_query_tick, r);
+	if (!ob_pgrepl_slot_info(tmp, cfg->pg.slot, &info))
+		goto close;
+	if (info.exists || (!cfg->pg.create_slot && !r->create_only)) {
+		ok = true;
+		goto close;
+	}
+	switch (ob_backlog_verify(cfg, detail, sizeof(detail))) {
+	case OB_PG_OK:
+		break;
+	case OB_PG_FATAL:
+		ob_error("invalid outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\"): "
+			 "%s",
+			 cfg->outbox.backlog_where, cfg->outbox.backlog_order_by, detail);
+		*out = OUTCOME_CONFIG;
+		goto close;
+	case OB_PG_RETRY:
+	case OB_PG_STANDBY:
+		goto close;
+	}
+	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());
+	switch (ob_pgrepl_create_exported_slot(tmp, tmp_slot, &consistent, snapshot,
+					       sizeof(snapshot))) {
+	case OB_PG_OK:
+		break;
+	case OB_PG_FATAL:
+		*out = OUTCOME_HALT;
+		goto close;
+	case OB_PG_RETRY:
+	case OB_PG_STANDBY:
+		goto close;
+	}
+	if (ob_backlog_open(cfg, snapshot, &b) != OB_PG_OK)
+		goto close;
+	if (!publish_rows(r, b, consistent, out)) {
+		/* What was handed over stays counted; a retry publishes the
+		 * backlog again from a new snapshot. */
+		disconnect(r, false);
+		ob_replay_reset(&r->replay, ob_acktrack_confirmable(&r->ack));
+		goto close;
+	}
+	if (!ob_backlog_copy_slot(b, tmp_slot, cfg->pg.slot))
+		goto close;
+	log_at(OB_LOG_INFO, consistent, NULL, 0,
+	       "created replication slot %s with plugin wal2json at " OB_LSN_FMT
+	       ", where the backlog ends",
+	       cfg->pg.slot, OB_LSN_ARGS(consistent));
+	*created = true;
+	ok = true;
+close:
+	ob_backlog_close(b);
+	ob_pgrepl_close(tmp, false);
+	return ok;
+}
+
 /* One replication connection, from connecting to what ended it. */
 static outcome
 run_connection(relay *r)
 {
 	outcome out;
+	bool created;
 
+	if (!r->streamed && (r->cfg->outbox.backlog_where[0] != '\0' || r->create_only)) {
+		if (!publish_backlog(r, &created, &out))
+			return out;
+		if (r->create_only) {
+			r->slot_created = created;
+			if (!created)
+				ob_error("replication slot %s already exists", r->cfg->pg.slot);
+			return created ? OUTCOME_STOP : OUTCOME_HALT;
+		}
+	}
 	switch (connect_stream(r)) {
 	case OB_PG_OK:
 		break;
@@ -1015,14 +1189,17 @@ wait_after_reproduce(relay *r)
 	return running;
 }
 
-int
-ob_relay_run(const ob_config *cfg)
+/* The relay's body: stream (or, with create_only, create the slot with
+ * its backlog) until a stop; returns the exit code. */
+static int
+relay_main(const ob_config *cfg, bool create_only)
 {
 	relay r;
 	int exit_code = 0;
 	bool running = true;
 
 	relay_init(&r, cfg);
+	r.create_only = create_only;
 	ob_signals_install();
 	ob_notify_init();
 	ob_metrics_set_ready(OB_READY_CONNECTING);
@@ -1038,6 +1215,10 @@ ob_relay_run(const ob_config *cfg)
 			break;
 		case OUTCOME_HALT:
 			exit_code = 1;
+			running = false;
+			break;
+		case OUTCOME_CONFIG:
+			exit_code = 2;
 			running = false;
 			break;
 		case OUTCOME_LOST:
@@ -1068,7 +1249,22 @@ ob_relay_run(const ob_config *cfg)
 		exit_code = 1;
 
 out:
+	/* `slot create` succeeds only once the backlog is acknowledged. */
+	if (create_only && !r.slot_created && exit_code == 0)
+		exit_code = 1;
 	relay_free(&r);
 	ob_info("outboxd stopped (exit code %d)", exit_code);
 	return exit_code;
+}
+
+int
+ob_relay_run(const ob_config *cfg)
+{
+	return relay_main(cfg, false);
+}
+
+int
+ob_relay_create_slot(const ob_config *cfg)
+{
+	return relay_main(cfg, true);
 }

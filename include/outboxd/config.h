@@ -69,6 +69,8 @@ typedef struct ob_config {
 		char *message_prefix; /* "" means messages are not published */
 		ob_bad_event_policy on_bad_event;
 		char *dlq_topic;
+		char *backlog_where;    /* "" means no backlog when the slot is created */
+		char *backlog_order_by; /* "" means timestamp_column, then id_column */
 	} outbox;
 	struct {
 		char *conninfo;   /* "" means libpq defaults and environment */

@@ -19,6 +19,7 @@ typedef enum ob_ready_state {
 	OB_READY_STANDBY,
 	OB_READY_KAFKA_DOWN,
 	OB_READY_PG_REFUSED, /* connecting, and Postgres refused the last attempt */
+	OB_READY_BACKLOG,    /* publishing the backlog before the slot exists */
 } ob_ready_state;
 
 typedef enum ob_reconnect_target {
@@ -31,6 +32,8 @@ void ob_metrics_init(void);
 void ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds);
 void ob_metrics_dead_lettered(const char *reason);
 void ob_metrics_transaction(void);
+/* One backlog row was acknowledged by the broker (or dead-lettered). */
+void ob_metrics_backlog_event(void);
 void ob_metrics_set_inflight(uint64_t n);
 void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end);
 void ob_metrics_set_connected(bool postgres, bool kafka);

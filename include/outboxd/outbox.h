@@ -28,6 +28,30 @@ typedef enum ob_map_result {
 	OB_MAP_SKIP,  /* not an outbox insert or message: nothing to publish */
 } ob_map_result;
 
+/* How a column read with libpq in text format is taken, so that it maps
+ * as the same column would from wal2json (which sends numbers and booleans
+ * as JSON literals, bytea as hex digits without "\\x", and everything else,
+ * json and jsonb included, as the type's text). */
+typedef enum ob_text_kind {
+	OB_TEXT_PLAIN,   /* the text as it is */
+	OB_TEXT_NUMBER,  /* a number's exact text; NaN and infinities are null */
+	OB_TEXT_BOOLEAN, /* "t" or "f" */
+	OB_TEXT_BYTEA,   /* "\\x" and hex digits */
+} ob_text_kind;
+
+/* One row read with libpq in text format. The arrays have columns_len
+ * entries and are owned by the caller; values[i] is NULL for SQL NULL. */
+typedef struct ob_text_row {
+	const char *const *names;
+	const ob_text_kind *kinds;
+	const char *const *values;
+	const size_t *lengths;
+	size_t columns_len;
+} ob_text_row;
+
+/* The kind of a column of type oid (libpq's PQftype). */
+ob_text_kind ob_text_kind_for_type(unsigned int oid);
+
 /* The mapper keeps buffers it reuses from event to event: the decoded
  * text of a logical message and of a headers object, and a scratch event
  * where dead-letter records are built. */
@@ -53,5 +77,11 @@ ob_map_result ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64
  * non-transactional ones with the outbox prefix are bad events. */
 ob_map_result ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				    ob_event *ev);
+
+/* Map a row of the outbox table read with libpq (the backlog). lsn is
+ * the source-lsn of a dead-letter record; fallback_ms is the timestamp when
+ * no timestamp column is configured or readable. */
+ob_map_result ob_mapper_map_text_row(ob_mapper *m, const ob_text_row *row, ob_lsn lsn,
+				     int64_t fallback_ms, ob_event *ev);
 
 #endif

@@ -10,6 +10,8 @@
 #ifndef OUTBOXD_PGREPL_H
 #define OUTBOXD_PGREPL_H
 
+#include <libpq-fe.h>
+
 #include "outboxd/common.h"
 #include "outboxd/config.h"
 #include "outboxd/lsn.h"
@@ -67,6 +69,11 @@ typedef bool (*ob_pgrepl_tick_fn)(void *ctx);
 
 /* Connect with replication=database. OB_PG_RETRY (logged) on failure. */
 ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out);
+/* Open a plain (not replication) connection with the same settings and
+ * pinned session options; the caller owns it (PQfinish). NULL (logged) on
+ * failure. */
+PGconn *ob_pgrepl_connect_plain(const ob_config *cfg);
+
 /* Keep tick running while queries wait for the server (NULL: none). */
 void ob_pgrepl_set_tick(ob_pgrepl *p, ob_pgrepl_tick_fn tick, void *ctx);
 /* Close the connection. With graceful, end the stream first (CopyDone) and
@@ -84,6 +91,12 @@ int ob_pgrepl_server_version(const ob_pgrepl *p);
 bool ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info) OB_MUST_CHECK;
 /* CREATE_REPLICATION_SLOT for wal2json; OB_PG_FATAL names the fix. */
 ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot);
+/* CREATE_REPLICATION_SLOT ... TEMPORARY ... EXPORT_SNAPSHOT: a temporary
+ * slot that lives as long as this connection, its consistent point in
+ * *consistent and the exported snapshot's name in snapshot. The snapshot
+ * stays importable until the next command on this connection. */
+ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_lsn *consistent,
+					    char *snapshot, size_t snapshot_len);
 bool ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot) OB_MUST_CHECK;
 
 /* Check the slot and create it if missing and create_slot is set: STANDBY

@@ -1723,6 +1723,113 @@ test_event_reuse(void **state)
 	free_config(cfg);
 }
 
+/* --- rows read with libpq (the backlog) ---------------------------------------- */
+
+/* A row as wal2json sends it and as libpq returns it in text format: both
+ * must map to the same record. */
+typedef struct text_row_case {
+	const char *name;
+	const char *w2j; /* the I record */
+	/* The same row from libpq: names, type OIDs, text values (NULL: SQL NULL). */
+	const char *names[8];
+	unsigned int oids[8];
+	const char *values[8];
+	size_t n;
+	const char *overrides[2];
+} text_row_case;
+
+#define W2J_ROW(cols)                                                                              \
+	"{\"action\":\"I\",\"lsn\":\"0/10\",\"schema\":\"public\",\"table\":\"outbox\","           \
+	"\"columns\":[" cols "]}"
+
+static const text_row_case text_row_cases[] = {
+    {"jsonb payload and headers, timestamptz, text",
+     W2J_ROW(
+	 "{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"6f1c\"},"
+	 "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
+	 "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"o-\\\"42\"},"
+	 "{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"paid\"},"
+	 "{\"name\":\"payload\",\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": 1}\"},"
+	 "{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":\"{\\\"t\\\": \\\"v\\\", \\\"n\\\": "
+	 "2}\"},"
+	 "{\"name\":\"created_at\",\"type\":\"timestamp with time "
+	 "zone\",\"value\":\"2026-11-22 08:37:11.206737+05:30\"}"),
+     {"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "created_at"},
+     {2950, 25, 25, 25, 3802, 3802, 1184},
+     {"6f1c", "order", "o-\"42", "paid", "{\"a\": 1}", "{\"t\": \"v\", \"n\": 2}",
+      "2026-11-22 08:37:11.206737+05:30"},
+     7,
+     {NULL}},
+    {"bytea payload, numbers and booleans in the topic",
+     W2J_ROW("{\"name\":\"id\",\"type\":\"bigint\",\"value\":12345678901234},"
+	     "{\"name\":\"aggregate_type\",\"type\":\"boolean\",\"value\":true},"
+	     "{\"name\":\"aggregate_id\",\"type\":\"numeric\",\"value\":1.50},"
+	     "{\"name\":\"payload\",\"type\":\"bytea\",\"value\":\"00ff41\"},"
+	     "{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":null},"
+	     "{\"name\":\"created_at\",\"type\":\"bigint\",\"value\":1700000000000}"),
+     {"id", "aggregate_type", "aggregate_id", "payload", "headers", "created_at"},
+     {20, 16, 1700, 17, 3802, 20},
+     {"12345678901234", "t", "1.50", "\\x00ff41", NULL, "1700000000000"},
+     6,
+     {"outbox.type_column="}},
+    {"NaN is null, so the key is missing: dead-lettered alike",
+     W2J_ROW("{\"name\":\"id\",\"type\":\"integer\",\"value\":1},"
+	     "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"x\"},"
+	     "{\"name\":\"aggregate_id\",\"type\":\"double precision\",\"value\":null},"
+	     "{\"name\":\"payload\",\"type\":\"jsonb\",\"value\":\"[1]\"}"),
+     {"id", "aggregate_type", "aggregate_id", "payload"},
+     {23, 25, 701, 3802},
+     {"1", "x", "NaN", "[1]"},
+     4,
+     {"outbox.type_column="}},
+    {"headers not an object: dead-lettered alike",
+     W2J_ROW("{\"name\":\"id\",\"type\":\"integer\",\"value\":2},"
+	     "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"x\"},"
+	     "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"k\"},"
+	     "{\"name\":\"payload\",\"type\":\"jsonb\",\"value\":\"[1]\"},"
+	     "{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":\"[1, 2]\"}"),
+     {"id", "aggregate_type", "aggregate_id", "payload", "headers"},
+     {23, 25, 25, 3802, 3802},
+     {"2", "x", "k", "[1]", "[1, 2]"},
+     5,
+     {"outbox.type_column="}},
+};
+
+static void
+test_text_row_maps_like_wal2json(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < OB_ARRAY_LEN(text_row_cases); i++) {
+		const text_row_case *c = &text_row_cases[i];
+		ob_config *cfg = make_config(c->overrides, OB_ARRAY_LEN(c->overrides));
+		ob_text_kind kinds[8];
+		size_t lengths[8];
+		ob_text_row row = {c->names, kinds, c->values, lengths, c->n};
+		ob_mapper m;
+		ob_w2j_record rec;
+		ob_event a, b;
+		ob_map_result ra, rb;
+
+		print_message("text row: %s\n", c->name);
+		for (size_t j = 0; j < c->n; j++) {
+			kinds[j] = ob_text_kind_for_type(c->oids[j]);
+			lengths[j] = c->values[j] != NULL ? strlen(c->values[j]) : 0;
+		}
+		ob_mapper_init(&m, cfg);
+		ob_event_init(&a);
+		ob_event_init(&b);
+		parse(c->w2j, &rec);
+		ra = ob_mapper_map_insert(&m, &rec, 99, &a);
+		rb = ob_mapper_map_text_row(&m, &row, rec.lsn, 99, &b);
+		assert_int_equal(ra, rb);
+		compare_views(0, i, &a, &b);
+		ob_event_free(&a);
+		ob_event_free(&b);
+		ob_mapper_free(&m);
+		free_config(cfg);
+	}
+}
+
 int
 main(void)
 {
@@ -1741,6 +1848,7 @@ main(void)
 	    cmocka_unit_test(test_header_decimal_keeps_text),
 	    cmocka_unit_test(test_header_big_integer_keeps_text),
 	    cmocka_unit_test(test_message_decimal_keeps_text),
+	    cmocka_unit_test(test_text_row_maps_like_wal2json),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
