@@ -138,6 +138,7 @@ typedef struct relay {
 	/* The backlog (backlog.h): publishing it now, and whether this relay
 	 * only creates the slot (`slot create`) and has created it. */
 	bool backlog_running;
+	ob_lsn backlog_end; /* the consistent point of the latest attempt (0: none) */
 	bool create_only;
 	bool slot_created;
 } relay;
@@ -992,6 +993,10 @@ publish_backlog(relay *r, bool *created, outcome *out)
 	case OB_PG_STANDBY:
 		goto close;
 	}
+	/* Suspects of an earlier attempt are known by its consistent point. */
+	if (r->backlog_end != 0 && r->backlog_end != consistent)
+		ob_replay_rebase(&r->replay, r->backlog_end, consistent);
+	r->backlog_end = consistent;
 	if (ob_backlog_open(cfg, snapshot, &b) != OB_PG_OK)
 		goto close;
 	if (!publish_rows(r, b, consistent, out)) {

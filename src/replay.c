@@ -146,6 +146,27 @@ ob_replay_settled(ob_replay *r, ob_event_pos pos)
 	}
 }
 
+void
+ob_replay_rebase(ob_replay *r, ob_lsn old_end, ob_lsn new_end)
+{
+	size_t first = 0, n = 0;
+
+	while (first < r->suspects_len && r->suspects[first].txn_end < old_end)
+		first++;
+	while (first + n < r->suspects_len && r->suspects[first + n].txn_end == old_end)
+		r->suspects[first + n++].txn_end = new_end;
+	/* Keep position order: the moved run goes after everything else. */
+	if (n > 0 && first + n < r->suspects_len) {
+		ob_event_pos *moved = ob_xmalloc(n * sizeof(*moved));
+		size_t rest = r->suspects_len - first - n;
+
+		memcpy(moved, r->suspects + first, n * sizeof(*moved));
+		memmove(r->suspects + first, r->suspects + first + n, rest * sizeof(*moved));
+		memcpy(r->suspects + first + rest, moved, n * sizeof(*moved));
+		free(moved);
+	}
+}
+
 size_t
 ob_replay_suspects(const ob_replay *r)
 {

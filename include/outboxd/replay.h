@@ -89,6 +89,11 @@ void ob_replay_suspect(ob_replay *r, ob_event_pos pos);
 /* The suspect at pos was produced alone and settled (delivered or
  * dead-lettered): forget it. */
 void ob_replay_settled(ob_replay *r, ob_event_pos pos);
+/* The events of the transaction that ended at old_end are read again
+ * under another end LSN, new_end (the backlog, published again from a
+ * newer snapshot): its suspects move there, so they are still produced
+ * alone. new_end must come after every other suspect's transaction. */
+void ob_replay_rebase(ob_replay *r, ob_lsn old_end, ob_lsn new_end);
 /* Suspects not yet settled. */
 size_t ob_replay_suspects(const ob_replay *r);
 

@@ -197,3 +197,27 @@ def test_bad_backlog_row_dead_lettered(pg, broker, consumer, outboxd_factory,
                            settle=0.5)
     assert [header(r, "id").decode() for r in dlq] == [bad]
     assert header(dlq[0], "error").startswith(b"headers column")
+
+
+def test_batch_refused_during_backlog_suspects_retried_alone(
+        pg, broker, consumer, outboxd_factory, test_id):
+    """The broker refuses a whole batch while the backlog is published: the
+    backlog is published again from a new snapshot (a new consistent
+    point), and the refused batch's records are still produced alone there
+    (they are known by the old point until then), so a record the broker
+    keeps refusing cannot hold the cutover forever. Every row arrives,
+    nothing is dead-lettered."""
+    table = make_table(pg, test_id)
+    atype = test_id + "_order"
+    topic = "outbox.event." + atype
+    insert_range(pg, table, atype, 1, 400)
+    broker.cmd("error 0 INVALID_RECORD 1")
+    d = outboxd_factory(config(table, "processed_on_utc IS NULL"))
+    d.wait_log(r"backlog published", 60)
+    log = d.log_text()
+    assert "recreating the kafka producer" in log, d.log_tail()
+    assert "alone: the broker refused the batch" in log, d.log_tail()
+    recs = consumer.collect(topic, 400, timeout=30, settle=0.5)
+    assert {n_of(r) for r in recs} == set(range(1, 401))
+    assert consumer.collect(d.config["outbox"]["dlq_topic"], 0, timeout=3,
+                            settle=0.5) == []

@@ -733,6 +733,42 @@ test_rereads_against_model(void **state)
 		      (unsigned long long)m.breaks[3], (unsigned long long)m.breaks[4]);
 }
 
+/* The backlog published again from a newer snapshot: its suspects move to
+ * the new consistent point, after an earlier transaction's suspect, and
+ * are isolated where the new read reaches them. */
+static void
+test_rebase(void **state)
+{
+	ob_replay r;
+	ob_event_pos pos;
+
+	(void)state;
+	ob_replay_init(&r);
+	ob_replay_suspect(&r, (ob_event_pos){100, 2});
+	ob_replay_suspect(&r, (ob_event_pos){100, 0});
+	ob_replay_suspect(&r, (ob_event_pos){50, 1});
+	ob_replay_suspect(&r, (ob_event_pos){200, 0});
+	ob_replay_rebase(&r, 100, 300);
+	ob_replay_rebase(&r, 999, 1000); /* no suspects there: nothing moves */
+	assert_int_equal(ob_replay_suspects(&r), 4);
+	assert_int_equal(r.suspects[0].txn_end, 50);
+	assert_int_equal(r.suspects[1].txn_end, 200);
+	assert_int_equal(r.suspects[2].txn_end, 300);
+	assert_int_equal(r.suspects[2].index, 0);
+	assert_int_equal(r.suspects[3].txn_end, 300);
+	assert_int_equal(r.suspects[3].index, 2);
+	ob_replay_settled(&r, (ob_event_pos){50, 1});
+	ob_replay_settled(&r, (ob_event_pos){200, 0});
+	assert_true(ob_replay_begin(&r, 300));
+	assert_int_equal(ob_replay_next(&r, &pos), OB_REPLAY_ISOLATE);
+	ob_replay_handed(&r);
+	assert_int_equal(ob_replay_next(&r, &pos), OB_REPLAY_PUBLISH);
+	ob_replay_handed(&r);
+	assert_int_equal(ob_replay_next(&r, &pos), OB_REPLAY_ISOLATE);
+	assert_int_equal(pos.index, 2);
+	ob_replay_free(&r);
+}
+
 int
 main(void)
 {
@@ -740,6 +776,7 @@ main(void)
 	    cmocka_unit_test(test_scenarios),
 	    cmocka_unit_test(test_pos_cmp),
 	    cmocka_unit_test(test_many_suspects),
+	    cmocka_unit_test(test_rebase),
 	    cmocka_unit_test(test_rereads_against_model),
 	};
 
