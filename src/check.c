@@ -290,7 +290,7 @@ check_slot(checker *c)
 }
 
 /* The backlog's predicate and order, as the server reads them (README,
- * "Cutover from a polling processor"). */
+ * "Migrating from a polling outbox processor"). */
 static void
 check_backlog(checker *c)
 {

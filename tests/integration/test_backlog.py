@@ -1,5 +1,5 @@
-"""Integration tests of the backlog (README, "Cutover from a polling
-processor"): when outboxd creates its slot with outbox.backlog_where set,
+"""Integration tests of the backlog (README, "Migrating from a polling
+outbox processor"): when outboxd creates its slot with outbox.backlog_where set,
 the matching rows of the slot's own snapshot are published first, then the
 stream takes over, with none missed and none twice.
 
