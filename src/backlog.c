@@ -1,10 +1,14 @@
 /*
  * backlog.c: reading the outbox rows of the slot's snapshot (backlog.h).
  *
- * One plain connection per backlog: BEGIN ISOLATION LEVEL REPEATABLE READ,
- * READ ONLY; SET TRANSACTION SNAPSHOT; a NO SCROLL cursor over SELECT *
- * (every column, as wal2json sends a row) of the matching rows, fetched
- * a page of 1000 rows at a time. Only one page is held at once.
+ * One plain connection per backlog, every transaction on it read-only,
+ * every query sent as exactly one statement and waited for with the
+ * relay's tick running (pgrepl.h), so the predicate can neither write nor
+ * add statements of its own, and a long sort or scan holds neither the
+ * loop, nor its health, nor SIGTERM. The rows come from a NO SCROLL cursor
+ * over SELECT * (every column, as wal2json sends a row) in pages sized to
+ * hold about PAGE_BYTES: only one page is held at once, whatever the size
+ * of the rows.
  */
 #include "outboxd/backlog.h"
 
@@ -14,15 +18,21 @@
 
 #include "outboxd/log.h"
 
-/* One page: the rows fetched from the cursor at once. */
-#define FETCH_PAGE_SQL "FETCH FORWARD 1000 FROM ob_backlog"
+/* The bytes of row text a page aims at; a page holds at least one row. */
+#define PAGE_BYTES      (1024 * 1024)
+#define PAGE_MAX_ROWS   1000
+#define PAGE_FIRST_ROWS 16
 
 struct ob_backlog {
-	PGconn *conn;
+	const ob_config *cfg;
+	ob_pgrepl *pg;
 	int64_t estimate;
-	PGresult *page; /* the current page; NULL before the first */
-	int page_row;   /* the next row of page to hand out */
-	bool done;      /* the cursor is exhausted */
+	char error[1024]; /* why the last OB_PG_FATAL */
+	PGresult *page;   /* the current page; NULL before the first */
+	int page_row;     /* the next row of page to hand out */
+	size_t page_rows; /* the rows the next FETCH asks for */
+	bool done;        /* the cursor is exhausted */
+	bool in_txn;      /* the snapshot's transaction is open */
 	/* The row handed out, pointing into page. */
 	ob_text_row row;
 	const char **names;
@@ -32,26 +42,43 @@ struct ob_backlog {
 	size_t cap; /* entries allocated in each array above */
 };
 
-/* The message of a failed result, without libpq's trailing newline, into
- * buf. */
+/* The message of a failed result into buf: the server's primary message
+ * (one line, without the "ERROR:" prefix and the statement excerpt
+ * libpq adds), else libpq's own without its trailing newline. */
 static const char *
 result_error(const PGresult *res, char *buf, size_t len)
 {
+	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 	size_t n;
 
-	snprintf(buf, len, "%s", PQresultErrorMessage(res));
+	snprintf(buf, len, "%s", primary != NULL ? primary : PQresultErrorMessage(res));
 	n = strlen(buf);
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
 		buf[--n] = '\0';
 	return buf;
 }
 
+/* Whether a failed command's SQLSTATE says the server could not answer
+ * now (connection, shutdown or cancel, resources, a lock or statement
+ * timeout, serialization) rather than that the command is wrong. A
+ * failure without one is libpq's own: the connection is gone. */
+static bool
+transient_failure(const PGresult *res)
+{
+	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	if (s == NULL)
+		return true;
+	return strncmp(s, "08", 2) == 0 || strncmp(s, "57", 2) == 0 || strncmp(s, "53", 2) == 0 ||
+	       strncmp(s, "40", 2) == 0 || strcmp(s, "55P03") == 0;
+}
+
 /* Run one command; false (logged as "could not <what>") unless its result
  * has the status wanted. */
 static bool
-exec_ok(PGconn *conn, const char *sql, ExecStatusType want, const char *what)
+exec_ok(ob_backlog *b, const char *sql, ExecStatusType want, const char *what)
 {
-	PGresult *res = PQexec(conn, sql);
+	PGresult *res = ob_pgrepl_exec(b->pg, sql);
 	bool ok = PQresultStatus(res) == want;
 	char err[512];
 
@@ -63,50 +90,37 @@ exec_ok(PGconn *conn, const char *sql, ExecStatusType want, const char *what)
 
 /* The backlog's query: SELECT <what> FROM the outbox table WHERE
  * (backlog_where) ORDER BY backlog_order_by, or by the timestamp column
- * then the id column. The caller frees. */
+ * then the id column; without_order leaves ORDER BY out. The predicate
+ * stands on lines of its own, so a trailing comment in it cannot swallow
+ * the closing parenthesis. The caller frees. */
 static char *
-backlog_sql(PGconn *conn, const ob_config *cfg, const char *what)
+backlog_sql(ob_backlog *b, const char *what, bool without_order)
 {
+	const ob_config *cfg = b->cfg;
 	const char *ts = cfg->outbox.timestamp_column;
-	char *schema = PQescapeIdentifier(conn, cfg->outbox.schema, strlen(cfg->outbox.schema));
-	char *table =
-	    PQescapeIdentifier(conn, cfg->outbox.table_name, strlen(cfg->outbox.table_name));
-	char *id = PQescapeIdentifier(conn, cfg->outbox.id_column, strlen(cfg->outbox.id_column));
-	char *tsq = ts[0] != '\0' ? PQescapeIdentifier(conn, ts, strlen(ts)) : NULL;
-	char *order, *sql;
+	char *schema, *table, *id, *tsq = NULL, *order, *sql;
 
-	if (schema == NULL || table == NULL || id == NULL || (ts[0] != '\0' && tsq == NULL)) {
-		ob_error("could not quote the outbox table's names: %s", PQerrorMessage(conn));
-		abort(); /* only on out-of-memory or an invalid encoding */
-	}
-	if (cfg->outbox.backlog_order_by[0] != '\0')
-		order = ob_xstrdup(cfg->outbox.backlog_order_by);
+	schema = ob_pgrepl_quote_ident(b->pg, cfg->outbox.schema);
+	table = ob_pgrepl_quote_ident(b->pg, cfg->outbox.table_name);
+	id = ob_pgrepl_quote_ident(b->pg, cfg->outbox.id_column);
+	if (ts[0] != '\0')
+		tsq = ob_pgrepl_quote_ident(b->pg, ts);
+	if (without_order)
+		order = ob_xstrdup("");
+	else if (cfg->outbox.backlog_order_by[0] != '\0')
+		order = ob_xasprintf(" ORDER BY %s", cfg->outbox.backlog_order_by);
 	else if (tsq != NULL)
-		order = ob_xasprintf("%s, %s", tsq, id);
+		order = ob_xasprintf(" ORDER BY %s, %s", tsq, id);
 	else
-		order = ob_xstrdup(id);
-	sql = ob_xasprintf("SELECT %s FROM %s.%s WHERE (%s) ORDER BY %s", what, schema, table,
+		order = ob_xasprintf(" ORDER BY %s", id);
+	sql = ob_xasprintf("SELECT %s FROM %s.%s WHERE (\n%s\n)%s", what, schema, table,
 			   cfg->outbox.backlog_where, order);
 	free(order);
-	PQfreemem(schema);
-	PQfreemem(table);
-	PQfreemem(id);
-	PQfreemem(tsq);
+	free(schema);
+	free(table);
+	free(id);
+	free(tsq);
 	return sql;
-}
-
-/* Whether a failed command's SQLSTATE says the server could not answer
- * now (connection, shutdown, resources, a lock or statement timeout,
- * serialization) rather than that the command is wrong. */
-static bool
-transient_state(PGconn *conn, const PGresult *res)
-{
-	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	if (PQstatus(conn) != CONNECTION_OK || s == NULL)
-		return true;
-	return strncmp(s, "08", 2) == 0 || strncmp(s, "57", 2) == 0 || strncmp(s, "53", 2) == 0 ||
-	       strncmp(s, "40", 2) == 0 || strcmp(s, "55P03") == 0;
 }
 
 /* The planner's row estimate: the first "rows=" of EXPLAIN's first line. */
@@ -120,73 +134,124 @@ plan_rows(const PGresult *res)
 }
 
 ob_pg_status
-ob_backlog_verify(const ob_config *cfg, char *detail, size_t detail_len)
+ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_backlog **out)
 {
-	PGconn *conn = ob_pgrepl_connect_plain(cfg);
-	ob_pg_status st = OB_PG_OK;
-	char *select, *sql;
-	PGresult *res;
-
-	detail[0] = '\0';
-	if (conn == NULL)
-		return OB_PG_RETRY;
-	select = backlog_sql(conn, cfg, "1");
-	sql = ob_xasprintf("EXPLAIN %s", select);
-	res = PQexec(conn, sql);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		result_error(res, detail, detail_len);
-		if (transient_state(conn, res)) {
-			ob_error("could not check outbox.backlog_where: %s", detail);
-			st = OB_PG_RETRY;
-		} else {
-			st = OB_PG_FATAL;
-		}
-	}
-	PQclear(res);
-	free(sql);
-	free(select);
-	PQfinish(conn);
-	return st;
-}
-
-ob_pg_status
-ob_backlog_open(const ob_config *cfg, const char *snapshot, ob_backlog **out)
-{
-	ob_backlog *b = ob_xcalloc(1, sizeof(*b));
-	char *select = NULL, *sql = NULL, *lit = NULL;
-	PGresult *res = NULL;
-	bool ok = false;
+	ob_backlog *b;
 
 	*out = NULL;
-	b->conn = ob_pgrepl_connect_plain(cfg);
-	if (b->conn == NULL)
-		goto free_backlog;
-	lit = PQescapeLiteral(b->conn, snapshot, strlen(snapshot));
-	select = backlog_sql(b->conn, cfg, "*");
-	sql = ob_xasprintf("SET TRANSACTION SNAPSHOT %s", lit != NULL ? lit : "''");
-	if (!exec_ok(b->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", PGRES_COMMAND_OK,
-		     "begin the backlog's transaction") ||
-	    !exec_ok(b->conn, sql, PGRES_COMMAND_OK, "import the slot's snapshot"))
-		goto free_sql;
-	free(sql);
-	sql = ob_xasprintf("EXPLAIN %s", select);
-	res = PQexec(b->conn, sql);
-	b->estimate = PQresultStatus(res) == PGRES_TUPLES_OK ? plan_rows(res) : -1;
-	free(sql);
-	sql = ob_xasprintf("DECLARE ob_backlog NO SCROLL CURSOR FOR %s", select);
-	ok = exec_ok(b->conn, sql, PGRES_COMMAND_OK, "open the backlog's cursor");
-free_sql:
-	PQclear(res);
-	free(sql);
-	free(select);
-	PQfreemem(lit);
-free_backlog:
-	if (!ok) {
+	b = ob_xcalloc(1, sizeof(*b));
+	b->cfg = cfg;
+	b->estimate = -1;
+	b->page_rows = PAGE_FIRST_ROWS;
+	if (ob_pgrepl_connect_plain(cfg, &b->pg) != OB_PG_OK) {
+		free(b);
+		return OB_PG_RETRY;
+	}
+	ob_pgrepl_set_tick(b->pg, tick, ctx);
+	/* Every transaction of this session is read-only: the predicate runs
+	 * with the role's privileges and cannot write even where they would
+	 * allow it. */
+	if (!exec_ok(b, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", PGRES_COMMAND_OK,
+		     "make the backlog's session read-only")) {
 		ob_backlog_close(b);
 		return OB_PG_RETRY;
 	}
 	*out = b;
 	return OB_PG_OK;
+}
+
+/* EXPLAIN the backlog's query (without its ORDER BY when without_order).
+ * The result is the caller's to check and clear. */
+static PGresult *
+explain(ob_backlog *b, bool without_order)
+{
+	char *select = backlog_sql(b, "1", without_order);
+	char *sql = ob_xasprintf("EXPLAIN %s", select);
+	PGresult *res = ob_pgrepl_exec(b->pg, sql);
+
+	free(sql);
+	free(select);
+	return res;
+}
+
+ob_pg_status
+ob_backlog_verify(ob_backlog *b)
+{
+	const ob_config *cfg = b->cfg;
+	PGresult *res = explain(b, false);
+	ob_pg_status st = OB_PG_OK;
+	char err[512];
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+		b->estimate = plan_rows(res);
+	} else if (transient_failure(res)) {
+		ob_error("could not check outbox.backlog_where: %s",
+			 result_error(res, err, sizeof(err)));
+		st = OB_PG_RETRY;
+	} else {
+		/* Which key is wrong: the query without its ORDER BY tells. */
+		PGresult *where = explain(b, true);
+		bool where_ok = PQresultStatus(where) == PGRES_TUPLES_OK;
+
+		result_error(where_ok ? res : where, err, sizeof(err));
+		if (where_ok)
+			snprintf(b->error, sizeof(b->error),
+				 "invalid value \"%s\" for outbox.backlog_order_by%s: %s",
+				 cfg->outbox.backlog_order_by,
+				 cfg->outbox.backlog_order_by[0] == '\0'
+				     ? " (empty: ordered by timestamp_column, then id_column)"
+				     : "",
+				 err);
+		else
+			snprintf(b->error, sizeof(b->error),
+				 "invalid value \"%s\" for outbox.backlog_where: %s",
+				 cfg->outbox.backlog_where, err);
+		st = OB_PG_FATAL;
+		PQclear(where);
+	}
+	PQclear(res);
+	return st;
+}
+
+ob_pg_status
+ob_backlog_start(ob_backlog *b, const char *snapshot)
+{
+	char *lit = ob_pgrepl_quote_literal(b->pg, snapshot);
+	char *import = ob_xasprintf("SET TRANSACTION SNAPSHOT %s", lit);
+	char *select = backlog_sql(b, "*", false);
+	char *declare = ob_xasprintf("DECLARE ob_backlog NO SCROLL CURSOR FOR %s", select);
+	ob_pg_status st = OB_PG_RETRY;
+	PGresult *res;
+	char err[512];
+
+	/* Importing must come first in the transaction, and while the
+	 * exporting connection is idle. */
+	if (!exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ", PGRES_COMMAND_OK,
+		     "begin the backlog's transaction") ||
+	    !exec_ok(b, import, PGRES_COMMAND_OK, "import the slot's snapshot"))
+		goto out;
+	b->in_txn = true;
+	res = ob_pgrepl_exec(b->pg, declare);
+	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+		st = OB_PG_OK;
+	} else if (transient_failure(res)) {
+		ob_error("could not open the backlog's cursor: %s",
+			 result_error(res, err, sizeof(err)));
+	} else {
+		snprintf(
+		    b->error, sizeof(b->error),
+		    "outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\") failed: %s",
+		    b->cfg->outbox.backlog_where, b->cfg->outbox.backlog_order_by,
+		    result_error(res, err, sizeof(err)));
+		st = OB_PG_FATAL;
+	}
+	PQclear(res);
+out:
+	free(declare);
+	free(select);
+	free(import);
+	free(lit);
+	return st;
 }
 
 int64_t
@@ -195,19 +260,56 @@ ob_backlog_estimate(const ob_backlog *b)
 	return b->estimate;
 }
 
-/* Fetch the next page and describe its columns; false (logged) on error. */
-static bool
+const char *
+ob_backlog_error(const ob_backlog *b)
+{
+	return b->error;
+}
+
+/* Size the next page from this one: about PAGE_BYTES of row text, between
+ * one row and PAGE_MAX_ROWS. */
+static void
+size_next_page(ob_backlog *b)
+{
+	int rows = PQntuples(b->page), fields = PQnfields(b->page);
+	size_t bytes = 0, next;
+
+	for (int r = 0; r < rows; r++) {
+		for (int f = 0; f < fields; f++)
+			bytes += (size_t)PQgetlength(b->page, r, f);
+	}
+	if (rows == 0)
+		return;
+	next = bytes == 0 ? PAGE_MAX_ROWS : (size_t)((double)PAGE_BYTES * rows / (double)bytes);
+	b->page_rows = next < 1 ? 1 : next > PAGE_MAX_ROWS ? PAGE_MAX_ROWS : next;
+}
+
+/* Fetch the next page and describe its columns. */
+static ob_pg_status
 fetch_page(ob_backlog *b)
 {
-	char err[512];
+	char sql[64], err[512];
 	size_t n;
 
 	PQclear(b->page);
 	b->page_row = 0;
-	b->page = PQexec(b->conn, FETCH_PAGE_SQL);
+	snprintf(sql, sizeof(sql), "FETCH FORWARD %zu FROM ob_backlog", b->page_rows);
+	b->page = ob_pgrepl_exec(b->pg, sql);
 	if (PQresultStatus(b->page) != PGRES_TUPLES_OK) {
-		ob_error("could not read the backlog: %s", result_error(b->page, err, sizeof(err)));
-		return false;
+		result_error(b->page, err, sizeof(err));
+		if (transient_failure(b->page)) {
+			ob_error("could not read the backlog: %s", err);
+			return OB_PG_RETRY;
+		}
+		/* The predicate or the order failed on a row (a division by
+		 * zero, a cast, a write refused in the read-only transaction):
+		 * reading again would fail again. */
+		snprintf(
+		    b->error, sizeof(b->error),
+		    "outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\") failed on "
+		    "the outbox rows: %s",
+		    b->cfg->outbox.backlog_where, b->cfg->outbox.backlog_order_by, err);
+		return OB_PG_FATAL;
 	}
 	n = (size_t)PQnfields(b->page);
 	if (n > b->cap) {
@@ -223,21 +325,22 @@ fetch_page(ob_backlog *b)
 	}
 	b->row = (ob_text_row){b->names, b->kinds, b->values, b->lengths, n};
 	b->done = PQntuples(b->page) == 0;
-	return true;
+	size_next_page(b);
+	return OB_PG_OK;
 }
 
-int
+ob_pg_status
 ob_backlog_next(ob_backlog *b, const ob_text_row **row)
 {
 	int r = b->page_row;
+	ob_pg_status st;
 
+	*row = NULL;
 	if (b->done)
-		return 0;
+		return OB_PG_OK;
 	if (b->page == NULL || r >= PQntuples(b->page)) {
-		if (!fetch_page(b))
-			return -1;
-		if (b->done)
-			return 0;
+		if ((st = fetch_page(b)) != OB_PG_OK || b->done)
+			return st;
 		r = 0;
 	}
 	for (size_t i = 0; i < b->row.columns_len; i++) {
@@ -248,21 +351,18 @@ ob_backlog_next(ob_backlog *b, const ob_text_row **row)
 	}
 	b->page_row = r + 1;
 	*row = &b->row;
-	return 1;
+	return OB_PG_OK;
 }
 
-bool
+ob_pg_status
 ob_backlog_copy_slot(ob_backlog *b, const char *tmp, const char *slot)
 {
-	/* config.c allows only [a-z0-9_] in slot names, and tmp is built from
-	 * one: no quoting needed. */
-	char *sql =
-	    ob_xasprintf("SELECT pg_copy_logical_replication_slot('%s', '%s', false)", tmp, slot);
-	bool ok = exec_ok(b->conn, "COMMIT", PGRES_COMMAND_OK, "end the backlog's transaction") &&
-		  exec_ok(b->conn, sql, PGRES_TUPLES_OK, "copy the temporary replication slot");
-
-	free(sql);
-	return ok;
+	if (b->in_txn) {
+		if (!exec_ok(b, "ROLLBACK", PGRES_COMMAND_OK, "end the backlog's transaction"))
+			return OB_PG_RETRY;
+		b->in_txn = false;
+	}
+	return ob_pgrepl_copy_slot(b->pg, tmp, slot);
 }
 
 void
@@ -271,7 +371,7 @@ ob_backlog_close(ob_backlog *b)
 	if (b == NULL)
 		return;
 	PQclear(b->page);
-	PQfinish(b->conn);
+	ob_pgrepl_close(b->pg, false);
 	free(b->names);
 	free(b->kinds);
 	free(b->values);

@@ -290,31 +290,27 @@ check_slot(checker *c)
 }
 
 /* The backlog's predicate and order, as the server reads them (README,
- * "Migrating from a polling outbox processor"). */
+ * "Migrating from a polling outbox processor"), with the planner's
+ * estimate of the rows they match. */
 static void
 check_backlog(checker *c)
 {
 	const ob_config *cfg = c->cfg;
-	char detail[512];
+	ob_pg_status st = OB_PG_RETRY;
+	ob_backlog *b = NULL;
 
 	if (cfg->outbox.backlog_where[0] == '\0')
 		return;
-	switch (ob_backlog_verify(cfg, detail, sizeof(detail))) {
-	case OB_PG_OK:
-		report(c, "backlog", true, "outbox.backlog_where \"%s\" is valid",
-		       cfg->outbox.backlog_where);
-		break;
-	case OB_PG_FATAL:
-		report(
-		    c, "backlog", false,
-		    "invalid outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\"): %s",
-		    cfg->outbox.backlog_where, cfg->outbox.backlog_order_by, detail);
-		break;
-	case OB_PG_RETRY:
-	case OB_PG_STANDBY:
+	if (ob_backlog_connect(cfg, NULL, NULL, &b) == OB_PG_OK)
+		st = ob_backlog_verify(b);
+	if (st == OB_PG_OK)
+		report(c, "backlog", true, "outbox.backlog_where \"%s\" is valid (about %lld rows)",
+		       cfg->outbox.backlog_where, (long long)ob_backlog_estimate(b));
+	else if (st == OB_PG_FATAL)
+		report(c, "backlog", false, "%s", ob_backlog_error(b));
+	else
 		report(c, "backlog", false, "could not check outbox.backlog_where (see the log)");
-		break;
-	}
+	ob_backlog_close(b);
 }
 
 static void

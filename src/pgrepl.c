@@ -28,6 +28,7 @@ struct ob_pgrepl {
 	void *tick_ctx;
 	char *copybuf;  /* the last message from PQgetCopyData, owned */
 	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
+	bool plain;     /* not a replication connection: see exec_query() */
 	/* The last error the server reported on this connection. */
 	char err_state[6]; /* its SQLSTATE; empty for a lost connection */
 	char err_msg[256];
@@ -107,9 +108,10 @@ session_options(const char *conninfo)
 }
 
 /* Open a connection with outboxd's settings: a replication connection
- * (replication=database) or a plain one. NULL (logged) on failure. */
-static PGconn *
-connect_with(const ob_config *cfg, bool replication)
+ * (replication=database) or a plain one. OB_PG_RETRY (logged) on
+ * failure. */
+static ob_pg_status
+connect_with(const ob_config *cfg, bool replication, ob_pgrepl **out)
 {
 	/* Defaults first: the settings in conninfo (expanded from "dbname")
 	 * come later and win. A connection attempt gives up after 10 s; a
@@ -129,6 +131,7 @@ connect_with(const ob_config *cfg, bool replication)
 	/* clang-format on */
 	PGconn *conn;
 
+	*out = NULL;
 	/* expand_dbname=1: conninfo may be a full connection string or URI;
 	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
 	conn = PQconnectdbParams(keys, values, 1);
@@ -137,28 +140,24 @@ connect_with(const ob_config *cfg, bool replication)
 	 * with its fix, and shown on /readyz and /metrics. */
 	if (!ob_pgconnect_ok(conn)) {
 		PQfinish(conn);
-		return NULL;
+		return OB_PG_RETRY;
 	}
-	return conn;
+	*out = ob_xcalloc(1, sizeof(**out));
+	(*out)->conn = conn;
+	(*out)->plain = !replication;
+	return OB_PG_OK;
 }
 
 ob_pg_status
 ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 {
-	PGconn *conn = connect_with(cfg, true);
-
-	*out = NULL;
-	if (conn == NULL)
-		return OB_PG_RETRY;
-	*out = ob_xcalloc(1, sizeof(**out));
-	(*out)->conn = conn;
-	return OB_PG_OK;
+	return connect_with(cfg, true, out);
 }
 
-PGconn *
-ob_pgrepl_connect_plain(const ob_config *cfg)
+ob_pg_status
+ob_pgrepl_connect_plain(const ob_config *cfg, ob_pgrepl **out)
 {
-	return connect_with(cfg, false);
+	return connect_with(cfg, false, out);
 }
 
 /* Wait up to CLOSE_WAIT_MS for the server to finish the COPY. */
@@ -227,7 +226,11 @@ cancel_query(ob_pgrepl *p)
  * the server works (CREATE_REPLICATION_SLOT waits for every running
  * transaction to end) the tick runs about every second; when it returns
  * false the query is cancelled. Returns the last result (the COPY result
- * for START_REPLICATION), which the caller clears.
+ * for START_REPLICATION), which the caller clears. On a plain connection
+ * the query goes out with the extended protocol, which takes exactly one
+ * statement: text from the configuration (the backlog's predicate) cannot
+ * smuggle in a second one. A replication connection only speaks the
+ * simple protocol.
  */
 static PGresult *
 exec_query(ob_pgrepl *p, const char *sql)
@@ -236,7 +239,8 @@ exec_query(ob_pgrepl *p, const char *sql)
 	bool said_slow = false;
 	PGresult *res, *last = NULL;
 
-	if (!PQsendQuery(p->conn, sql))
+	if (!(p->plain ? PQsendQueryParams(p->conn, sql, 0, NULL, NULL, NULL, NULL, 0)
+		       : PQsendQuery(p->conn, sql)))
 		return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
 	while (PQisBusy(p->conn)) {
 		struct pollfd pfd = {PQsocket(p->conn), POLLIN, 0};
@@ -271,6 +275,12 @@ exec_query(ob_pgrepl *p, const char *sql)
 	return last != NULL ? last : PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
 }
 
+PGresult *
+ob_pgrepl_exec(ob_pgrepl *p, const char *sql)
+{
+	return exec_query(p, sql);
+}
+
 bool
 ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
 {
@@ -287,10 +297,12 @@ ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
 	return ok;
 }
 
-char *
-ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
+/* s quoted by libpq as a literal or an identifier, in memory of ours. */
+static char *
+quoted(ob_pgrepl *p, const char *s, bool ident)
 {
-	char *q = PQescapeLiteral(p->conn, s, strlen(s));
+	char *q = ident ? PQescapeIdentifier(p->conn, s, strlen(s))
+			: PQescapeLiteral(p->conn, s, strlen(s));
 	char *out;
 
 	if (q == NULL) {
@@ -301,6 +313,18 @@ ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
 	out = ob_xstrdup(q);
 	PQfreemem(q);
 	return out;
+}
+
+char *
+ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
+{
+	return quoted(p, s, false);
+}
+
+char *
+ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s)
+{
+	return quoted(p, s, true);
 }
 
 int
@@ -425,6 +449,35 @@ ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_lsn *consisten
 			       size_t snapshot_len)
 {
 	return create_slot(p, slot, true, consistent, snapshot, snapshot_len);
+}
+
+ob_pg_status
+ob_pgrepl_copy_slot(ob_pgrepl *p, const char *from, const char *to)
+{
+	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
+	char *sql =
+	    ob_xasprintf("SELECT pg_copy_logical_replication_slot('%s', '%s', false)", from, to);
+	PGresult *res = exec_query(p, sql);
+	ob_pg_status st = OB_PG_OK;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *msg = note_error(p, res);
+		const char *hint = fatal_hint(res);
+
+		if (state_is(res, "42710")) { /* duplicate_object */
+			ob_warn("could not create replication slot %s: %s (another process created "
+				"it meanwhile)",
+				to, msg);
+			st = OB_PG_STANDBY;
+		} else {
+			ob_error("could not copy replication slot %s into %s: %s%s%s", from, to,
+				 msg, hint ? "; " : "", hint ? hint : "");
+			st = OB_PG_RETRY;
+		}
+	}
+	PQclear(res);
+	free(sql);
+	return st;
 }
 
 bool

@@ -866,20 +866,54 @@ connect_stream(relay *r)
 	return OB_PG_OK;
 }
 
-/* Log the backlog's progress: rows handed over, their rate, and what the
- * planner's estimate leaves. */
+/* Log the backlog's progress (rows handed over, their rate, what the
+ * planner's estimate leaves) and tell systemd. */
 static void
 log_backlog_progress(int64_t started_ms, uint64_t rows, int64_t estimate)
 {
 	double secs = (double)(ob_mono_ms() - started_ms) / 1000.0;
+	long long left = estimate > (int64_t)rows ? (long long)(estimate - (int64_t)rows) : 0;
+	char status[128];
 
 	ob_info("backlog: %llu rows handed to the producer in %.1f s (%.0f rows/s), about %lld "
 		"left",
-		(unsigned long long)rows, secs, secs > 0 ? (double)rows / secs : 0.0,
-		(long long)(estimate > (int64_t)rows ? estimate - (int64_t)rows : 0));
+		(unsigned long long)rows, secs, secs > 0 ? (double)rows / secs : 0.0, left);
+	snprintf(status, sizeof(status), "publishing the backlog: %llu rows, about %lld left",
+		 (unsigned long long)rows, left);
+	ob_notify_status(status);
 }
 
-/* Publish every row of the backlog as one transaction ending at the
+/* End the backlog's transaction, published whole or not. Its ack tracker
+ * entry confirms no WAL position: the slot it would end at may never be
+ * created (a crash, or another process creating the slot first), and the
+ * stream starts at the slot's own confirmed position; its events still
+ * count until acknowledged. Nothing is handed over before the first
+ * stream but the backlog, and a backlog read again is read from a new
+ * snapshot, of which nothing may be skipped: replay starts from nothing
+ * (keeping its suspects). */
+static void
+end_backlog_txn(relay *r)
+{
+	if (r->replay.in_txn && r->txn_tracked)
+		ob_acktrack_abort(&r->ack, r->txn_seq);
+	ob_replay_reset(&r->replay, 0);
+}
+
+/* A backlog status other than OB_PG_OK: false with *out set (a refused
+ * predicate or order is a configuration error, logged here). */
+static bool
+backlog_failed(ob_backlog *b, ob_pg_status st, outcome *out)
+{
+	if (st == OB_PG_FATAL) {
+		ob_error("%s; stopping: no slot was created", ob_backlog_error(b));
+		*out = OUTCOME_CONFIG;
+	} else {
+		*out = ob_signals_stop_requested() ? OUTCOME_STOP : OUTCOME_RETRY;
+	}
+	return false;
+}
+
+/* Publish every row of the backlog as one transaction known by the
  * temporary slot's consistent point, and wait until the broker has
  * acknowledged all of them (or their dead-letter records). The producer's
  * backpressure applies: no row is read while its queue is full. False with
@@ -891,8 +925,8 @@ publish_rows(relay *r, ob_backlog *b, ob_lsn consistent, outcome *out)
 	int64_t estimate = ob_backlog_estimate(b);
 	uint64_t rows = 0;
 	const ob_text_row *row;
+	ob_pg_status st;
 	bool ok = false;
-	int rc;
 
 	ob_info("publishing the backlog: outbox rows where %s (about %lld rows), then streaming "
 		"from " OB_LSN_FMT,
@@ -901,7 +935,7 @@ publish_rows(relay *r, ob_backlog *b, ob_lsn consistent, outcome *out)
 	ob_notify_status("publishing the backlog");
 	r->backlog_running = true;
 	begin_txn(r, consistent, now_us);
-	while ((rc = ob_backlog_next(b, &row)) == 1) {
+	while ((st = ob_backlog_next(b, &row)) == OB_PG_OK && row != NULL) {
 		ob_map_result mr =
 		    ob_mapper_map_text_row(&r->mapper, row, consistent, now_us / 1000, &r->ev);
 
@@ -921,18 +955,67 @@ publish_rows(relay *r, ob_backlog *b, ob_lsn consistent, outcome *out)
 			last_log = ob_mono_ms();
 		}
 	}
-	if (rc < 0) {
-		*out = OUTCOME_RETRY;
-		goto done;
-	}
-	commit_txn(r);
-	ok = settle(r, out);
+	if (st != OB_PG_OK)
+		ok = backlog_failed(b, st, out);
+	else
+		ok = settle(r, out);
 	if (ok)
 		ob_info("backlog published: %llu rows acknowledged in %.1f s",
 			(unsigned long long)rows, (double)(ob_mono_ms() - started) / 1000.0);
 done:
+	end_backlog_txn(r);
 	r->backlog_running = false;
 	return ok;
+}
+
+static int64_t
+doubled(int64_t backoff, int64_t max)
+{
+	return backoff * 2 > max ? max : backoff * 2;
+}
+
+/* Copy the temporary slot tmp_slot, held by the replication connection
+ * tmp, into the permanent slot once the backlog is acknowledged. A failed
+ * copy (no slot free, say) is tried again with backoff while the
+ * temporary slot exists, so the backlog is not published again for it;
+ * once it is gone (its connection dropped), the next attempt publishes the
+ * backlog again. When another process created the slot meanwhile, true
+ * with *created false: the stream starts at that slot's own position.
+ * False with *out set otherwise. */
+static bool
+copy_slot(relay *r, ob_backlog *b, ob_pgrepl *tmp, const char *tmp_slot, ob_lsn consistent,
+	  bool *created, outcome *out)
+{
+	int64_t backoff = BACKOFF_START_MS;
+	ob_slot_info info;
+	ob_pg_status st;
+
+	while ((st = ob_backlog_copy_slot(b, tmp_slot, r->cfg->pg.slot)) == OB_PG_RETRY) {
+		/* A query that succeeds leaves tmp's temporary slot alone (an
+		 * error on a replication connection drops it). */
+		if (!ob_pgrepl_slot_info(tmp, tmp_slot, &info) || !info.exists) {
+			ob_warn(
+			    "the temporary slot %s is gone; the backlog will be published again",
+			    tmp_slot);
+			*out = OUTCOME_RETRY;
+			return false;
+		}
+		ob_info("retrying the copy in %lld ms; the backlog is acknowledged and is "
+			"published again only if outboxd stops before the copy succeeds",
+			(long long)backoff);
+		if (!pause_for(r, backoff, OB_READY_BACKLOG)) {
+			*out = OUTCOME_STOP;
+			return false;
+		}
+		backoff = doubled(backoff, r->cfg->pg.reconnect_max_backoff_ms);
+	}
+	*created = st == OB_PG_OK;
+	if (*created)
+		log_at(OB_LOG_INFO, consistent, NULL, 0,
+		       "created replication slot %s with plugin wal2json at " OB_LSN_FMT
+		       ", where the backlog ends",
+		       r->cfg->pg.slot, OB_LSN_ARGS(consistent));
+	return true;
 }
 
 /*
@@ -954,7 +1037,8 @@ publish_backlog(relay *r, bool *created, outcome *out)
 	ob_backlog *b = NULL;
 	ob_slot_info info;
 	ob_lsn consistent = 0;
-	char tmp_slot[64], snapshot[128], detail[512];
+	char tmp_slot[64], snapshot[128];
+	ob_pg_status st;
 	bool ok = false;
 
 	*created = false;
@@ -968,17 +1052,10 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		ok = true;
 		goto close;
 	}
-	switch (ob_backlog_verify(cfg, detail, sizeof(detail))) {
-	case OB_PG_OK:
-		break;
-	case OB_PG_FATAL:
-		ob_error("invalid outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\"): "
-			 "%s",
-			 cfg->outbox.backlog_where, cfg->outbox.backlog_order_by, detail);
-		*out = OUTCOME_CONFIG;
+	if (ob_backlog_connect(cfg, on_query_tick, r, &b) != OB_PG_OK)
 		goto close;
-	case OB_PG_RETRY:
-	case OB_PG_STANDBY:
+	if ((st = ob_backlog_verify(b)) != OB_PG_OK) {
+		ok = backlog_failed(b, st, out);
 		goto close;
 	}
 	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());
@@ -997,23 +1074,12 @@ publish_backlog(relay *r, bool *created, outcome *out)
 	if (r->backlog_end != 0 && r->backlog_end != consistent)
 		ob_replay_rebase(&r->replay, r->backlog_end, consistent);
 	r->backlog_end = consistent;
-	if (ob_backlog_open(cfg, snapshot, &b) != OB_PG_OK)
-		goto close;
-	if (!publish_rows(r, b, consistent, out)) {
-		/* What was handed over stays counted; a retry publishes the
-		 * backlog again from a new snapshot. */
-		disconnect(r, false);
-		ob_replay_reset(&r->replay, ob_acktrack_confirmable(&r->ack));
+	if ((st = ob_backlog_start(b, snapshot)) != OB_PG_OK) {
+		ok = backlog_failed(b, st, out);
 		goto close;
 	}
-	if (!ob_backlog_copy_slot(b, tmp_slot, cfg->pg.slot))
-		goto close;
-	log_at(OB_LOG_INFO, consistent, NULL, 0,
-	       "created replication slot %s with plugin wal2json at " OB_LSN_FMT
-	       ", where the backlog ends",
-	       cfg->pg.slot, OB_LSN_ARGS(consistent));
-	*created = true;
-	ok = true;
+	if (publish_rows(r, b, consistent, out))
+		ok = copy_slot(r, b, tmp, tmp_slot, consistent, created, out);
 close:
 	ob_backlog_close(b);
 	ob_pgrepl_close(tmp, false);
@@ -1115,12 +1181,6 @@ shut_down(relay *r)
 		disconnect(r, true);
 	}
 	return out != OUTCOME_HALT;
-}
-
-static int64_t
-doubled(int64_t backoff, int64_t max)
-{
-	return backoff * 2 > max ? max : backoff * 2;
 }
 
 static void

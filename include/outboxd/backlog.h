@@ -14,7 +14,10 @@
  * stream. A crash before the copy leaves no slot behind, so the next start
  * reads the backlog again (at-least-once, never loss).
  *
- * Errors are logged here, once.
+ * The predicate is the operator's SQL: it runs in read-only transactions,
+ * with the role's privileges, as one statement. Failures are logged here,
+ * once, except a refused predicate or order, which the caller reports (a
+ * configuration error: `check` prints it, startup exits 2).
  */
 #ifndef OUTBOXD_BACKLOG_H
 #define OUTBOXD_BACKLOG_H
@@ -26,29 +29,46 @@
 
 typedef struct ob_backlog ob_backlog;
 
-/* Check backlog_where and backlog_order_by with the database (EXPLAIN of
- * the backlog's query) on a plain connection. OB_PG_OK when the server
- * accepts them; OB_PG_FATAL when it refuses them, with the server's
- * message in detail (the caller names the key); OB_PG_RETRY (logged) when
- * the server could not be asked. */
-ob_pg_status ob_backlog_verify(const ob_config *cfg, char *detail, size_t detail_len);
-
-/* Open a plain connection, import snapshot in a read-only repeatable-read
- * transaction and open the cursor over the matching rows. On OB_PG_OK
+/* Open the backlog's plain connection, on which every transaction is
+ * read-only; tick (may be NULL) runs while its queries wait. On OB_PG_OK
  * *out is the caller's (ob_backlog_close); otherwise OB_PG_RETRY, logged. */
-ob_pg_status ob_backlog_open(const ob_config *cfg, const char *snapshot, ob_backlog **out);
+ob_pg_status ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx,
+				ob_backlog **out);
 
-/* The planner's estimate of the rows to publish. */
+/* Check backlog_where and backlog_order_by with the database (EXPLAIN of
+ * the backlog's query) and keep the planner's row estimate. OB_PG_OK when
+ * the server accepts them; OB_PG_FATAL, not logged, when it refuses one:
+ * ob_backlog_error() names the key and gives the server's message;
+ * OB_PG_RETRY (logged) when the server could not be asked. */
+ob_pg_status ob_backlog_verify(ob_backlog *b);
+
+/* Import snapshot in a repeatable-read transaction and open the cursor
+ * over the matching rows; the connection that exported the snapshot must
+ * run no other command until this returns. OB_PG_FATAL (not logged,
+ * ob_backlog_error() says why) when the server refuses the query itself;
+ * OB_PG_RETRY (logged) on other failures. */
+ob_pg_status ob_backlog_start(ob_backlog *b, const char *snapshot);
+
+/* The planner's estimate of the rows to publish (-1: unknown). */
 int64_t ob_backlog_estimate(const ob_backlog *b);
 
-/* The next row, in backlog_order_by order: 1 with *row valid until the
- * next call, 0 after the last row, -1 on an error (logged). */
-int ob_backlog_next(ob_backlog *b, const ob_text_row **row);
+/* The next row, in backlog_order_by order: OB_PG_OK with *row valid until
+ * the next call, or NULL after the last row; OB_PG_FATAL (not logged,
+ * ob_backlog_error() says why) when the predicate or the order fails on
+ * the rows, which reading again cannot mend; OB_PG_RETRY (logged) on
+ * other failures. */
+ob_pg_status ob_backlog_next(ob_backlog *b, const ob_text_row **row);
 
-/* End the snapshot's transaction and copy the temporary slot tmp (still
- * held by its replication connection) into the permanent slot. False
- * (logged) on error. */
-bool ob_backlog_copy_slot(ob_backlog *b, const char *tmp, const char *slot) OB_MUST_CHECK;
+/* Why the last OB_PG_FATAL: a sentence naming the key and the server's
+ * message. */
+const char *ob_backlog_error(const ob_backlog *b);
+
+/* End the snapshot's transaction and copy the temporary slot tmp into the
+ * permanent slot, as ob_pgrepl_copy_slot() does and with its results.
+ * The copy runs here, not on the replication connection that holds tmp:
+ * any error there would drop tmp (a walsender drops its temporary slots
+ * on every error). */
+ob_pg_status ob_backlog_copy_slot(ob_backlog *b, const char *tmp, const char *slot);
 
 /* Close the connection (an open transaction is rolled back). NULL is a
  * no-op. */

@@ -70,9 +70,10 @@ typedef bool (*ob_pgrepl_tick_fn)(void *ctx);
 /* Connect with replication=database. OB_PG_RETRY (logged) on failure. */
 ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out);
 /* Open a plain (not replication) connection with the same settings and
- * pinned session options; the caller owns it (PQfinish). NULL (logged) on
- * failure. */
-PGconn *ob_pgrepl_connect_plain(const ob_config *cfg);
+ * pinned session options, for SQL only. Its queries keep the tick running
+ * like the replication connection's, and each query string is one
+ * statement (the extended protocol). OB_PG_RETRY (logged) on failure. */
+ob_pg_status ob_pgrepl_connect_plain(const ob_config *cfg, ob_pgrepl **out);
 
 /* Keep tick running while queries wait for the server (NULL: none). */
 void ob_pgrepl_set_tick(ob_pgrepl *p, ob_pgrepl_tick_fn tick, void *ctx);
@@ -83,8 +84,13 @@ void ob_pgrepl_close(ob_pgrepl *p, bool graceful);
 /* Run a query and copy the first column of the first row into *out (the
  * caller frees; NULL for no row or SQL NULL). False (logged) on error. */
 bool ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out) OB_MUST_CHECK;
+/* Run one query (keeping the tick running) and return its last result,
+ * which the caller checks and clears (PQclear); nothing is logged. */
+PGresult *ob_pgrepl_exec(ob_pgrepl *p, const char *sql);
 /* Quote s as an SQL literal; the caller frees. */
 char *ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s);
+/* Quote s as an SQL identifier; the caller frees. */
+char *ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s);
 /* The server's version number (150005 for 15.5). */
 int ob_pgrepl_server_version(const ob_pgrepl *p);
 
@@ -97,6 +103,13 @@ ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot);
  * stays importable until the next command on this connection. */
 ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_lsn *consistent,
 					    char *snapshot, size_t snapshot_len);
+/* Copy the logical slot from (a temporary slot another session holds)
+ * into the new permanent slot to, at the same confirmed position (run it
+ * on a plain connection: an error on a replication connection drops that
+ * session's own temporary slots). OB_PG_STANDBY (logged) when to exists
+ * already: another process created it meanwhile; OB_PG_RETRY (logged) on
+ * any other failure. */
+ob_pg_status ob_pgrepl_copy_slot(ob_pgrepl *p, const char *from, const char *to);
 bool ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot) OB_MUST_CHECK;
 
 /* Check the slot and create it if missing and create_slot is set: STANDBY
