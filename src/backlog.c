@@ -133,6 +133,17 @@ plan_rows(const PGresult *res)
 	return rows != NULL ? strtoll(rows + 5, NULL, 10) : -1;
 }
 
+/* The backlog's session: every transaction read-only, so the predicate
+ * runs with the role's privileges and cannot write even where they would
+ * allow it; and no timeout of the role's or the database's cuts the
+ * backlog short: a first page may take as long as sorting every matching
+ * row, and the transaction idles while the producer's queue is full. */
+static const char *const session_settings[] = {
+    "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+    "SET statement_timeout = 0",
+    "SET idle_in_transaction_session_timeout = 0",
+};
+
 ob_pg_status
 ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_backlog **out)
 {
@@ -148,13 +159,12 @@ ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_b
 		return OB_PG_RETRY;
 	}
 	ob_pgrepl_set_tick(b->pg, tick, ctx);
-	/* Every transaction of this session is read-only: the predicate runs
-	 * with the role's privileges and cannot write even where they would
-	 * allow it. */
-	if (!exec_ok(b, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", PGRES_COMMAND_OK,
-		     "make the backlog's session read-only")) {
-		ob_backlog_close(b);
-		return OB_PG_RETRY;
+	for (size_t i = 0; i < OB_ARRAY_LEN(session_settings); i++) {
+		if (!exec_ok(b, session_settings[i], PGRES_COMMAND_OK,
+			     "set up the backlog's session")) {
+			ob_backlog_close(b);
+			return OB_PG_RETRY;
+		}
 	}
 	*out = b;
 	return OB_PG_OK;

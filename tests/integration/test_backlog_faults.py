@@ -258,3 +258,24 @@ def test_backlog_pages_are_bounded_by_bytes(pg, broker, outboxd_factory,
     assert size > 100000
     assert peak < 64 * 1024, "peak RSS %.1f MB" % (peak / 1024)
     assert m.value("outboxd_backlog_events_total") == 800
+
+
+def test_backlog_outlasts_the_roles_statement_timeout(pg, broker, consumer,
+                                                     outboxd_factory, test_id):
+    """A statement_timeout on outboxd's connections (3 s, from conninfo's
+    options, as a role or database default would set it) does not cut
+    short a first page that takes ~5 s: the backlog is published and the
+    stream follows."""
+    table = make_table(pg, test_id)
+    atype = test_id + "_st"
+    topic = "outbox.event." + atype
+    insert_range(pg, table, atype, 1, 500)
+    overrides = on(None, table, "pg_sleep(0.01) IS NOT NULL")
+    overrides["postgres"] = {
+        "conninfo": pg.conninfo() + " options='-c statement_timeout=3000'"}
+    d = outboxd_factory(overrides)
+    d.wait_log(r"backlog published: 500 rows acknowledged", 40)
+    d.wait_log(r"streaming from slot", 20)
+    insert_range(pg, table, atype, 501, 510, created="clock_timestamp()")
+    recs = consumer.collect(topic, 510, timeout=30, settle=0.5)
+    assert set(id_counts(recs)) == ids_where(pg, table, "true")
