@@ -21,8 +21,10 @@
 --   USAGE on the schema and SELECT on public.outbox
 --                for the preflight check (outboxd check, and at start-up):
 --                it reads the table's columns and types to verify that
---                id/key/type/payload/headers/timestamp columns exist. outboxd
---                never reads rows with SQL, and needs no INSERT, UPDATE or
+--                id/key/type/payload/headers/timestamp columns exist; and,
+--                with outbox.backlog_where set, to read the backlog when
+--                outboxd creates its slot (the matching rows, in a
+--                read-only transaction). outboxd needs no INSERT, UPDATE or
 --                DELETE: the application writes the table, not outboxd.
 --   CONNECT on the database
 --                granted to PUBLIC by default; granted explicitly below in
