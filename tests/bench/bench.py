@@ -17,6 +17,11 @@ round 1, outboxd round 1, pg_recvlogical round 2, ...
   50 ms; outboxd confirms at most every 100 ms), then stopped with SIGTERM.
   CPU (utime+stime of all threads) and peak RSS (VmHWM) are read from /proc
   just before the SIGTERM.
+- In table mode each round also lets outboxd publish the same rows as the
+  backlog of a slot it creates (backlog_where = true: read with SQL from
+  the new slot's snapshot, not decoded from the WAL), timed from process
+  start until it logs the slot created, which is once every row is
+  acknowledged: the backlog's publish rate next to the stream's drain rate.
 - For both, the walsender's CPU (the server side of the slot, found through
   pg_replication_slots.active_pid) is sampled from /proc as well: the decode
   work is the same for both tools, so it shows how much of a difference is
@@ -509,6 +514,46 @@ class Rig:
                 "ws_cpu": ws.get("cpu"), "published": published,
                 "broker_cpu": broker_cpu}
 
+    def drain_backlog(self, slot, n):
+        """outboxd publishing the same rows as the backlog of a slot it
+        creates (backlog_where = true: read with SQL from the new slot's
+        own snapshot), timed from process start until the slot is created,
+        which is once every row is acknowledged."""
+        port = harness.free_port()
+        cfg = self.outboxd_config(slot, port, {"backlog_where": "true"})
+        cfg["postgres"]["create_slot"] = True
+        t0 = time.monotonic()
+        d = harness.Outboxd(self.outboxd_bin, cfg,
+                            os.path.join(self.tmp, "outboxd"))
+        self.daemons.append(d)
+        cpu = None
+        broker_cpu0 = proc_cpu(self.broker.proc.pid)
+        while "created replication slot" not in d.log_text():
+            if not d.running() or time.monotonic() > t0 + 1800:
+                raise harness.HarnessError(
+                    "outboxd backlog failed (rc=%s); log:\n%s"
+                    % (d.proc.poll(), d.log_tail()))
+            c = proc_cpu(d.pid)
+            cpu = c if c is not None else cpu
+            time.sleep(0.05)
+        t1 = time.monotonic()
+        c = proc_cpu(d.pid)
+        cpu = c if c is not None else cpu
+        hwm = proc_status_kb(d.pid, "VmHWM")
+        broker_cpu = proc_cpu(self.broker.proc.pid) - broker_cpu0
+        m = re.search(r"^outboxd_backlog_events_total (\S+)$", scrape(port),
+                      re.M)
+        rc = d.stop(40)
+        self.daemons.remove(d)
+        if rc != 0:
+            log("WARNING: outboxd exited %s; log tail:\n%s"
+                % (rc, d.log_tail(3000)))
+        wall = t1 - t0
+        return {"wall": wall, "eps": n / wall, "cpu": cpu,
+                "rss_mb": hwm / 1024.0 if hwm else None, "ws_cpu": None,
+                "published": float(m.group(1)) if m else None,
+                "broker_cpu": broker_cpu}
+
     # -- a whole mode ---------------------------------------------------------
 
     def run_mode(self, mode, n, rounds, base):
@@ -522,7 +567,8 @@ class Rig:
         walmb = (end - start) / 1048576.0
         log("%s mode: filled in %.1fs (%.0f events/s), %.1f MB of WAL, end "
             "LSN %s" % (mode, secs, n / secs, walmb, int_to_lsn(end)))
-        res = {"recv": [], "obd": [], "wal_mb": walmb, "fill_s": secs, "n": n}
+        res = {"recv": [], "obd": [], "bl": [], "wal_mb": walmb,
+               "fill_s": secs, "n": n}
         for r in range(1, rounds + 1):
             x = self.drain_recvlogical(slots[("recv", r)], end, n)
             res["recv"].append(x)
@@ -539,6 +585,17 @@ class Rig:
             if x["published"] is not None and int(x["published"]) != n:
                 log("WARNING: outboxd published %d events, expected %d"
                     % (x["published"], n))
+            if mode != "table":
+                continue
+            # The same rows once more, as the backlog of a new slot.
+            bl_slot = "bench_t_bl%d" % r
+            x = self.drain_backlog(bl_slot, n)
+            self.drop_slots([bl_slot])
+            res["bl"].append(x)
+            log("%s round %d outboxd backlog: %.2fs %.0f ev/s cpu %.2fs "
+                "(broker %.2fs) rss %.1f MB published %s"
+                % (mode, r, x["wall"], x["eps"], x["cpu"] or 0,
+                   x["broker_cpu"] or 0, x["rss_mb"] or 0, x["published"]))
         self.drop_slots(slots.values())
         return res
 
@@ -749,7 +806,10 @@ def mode_table(name, res):
     out.append("| tool | wall s (median) | events/s | client CPU s | "
                "walsender CPU s | broker CPU s | peak RSS MB (max) |")
     out.append("|---|---:|---:|---:|---:|---:|---:|")
-    for tool, label in (("recv", "pg_recvlogical"), ("obd", "outboxd")):
+    tools = [("recv", "pg_recvlogical"), ("obd", "outboxd")]
+    if res["bl"]:
+        tools.append(("bl", "outboxd, the same rows as a backlog (SQL)"))
+    for tool, label in tools:
         xs = res[tool]
         out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
             label, fmt(med([x["wall"] for x in xs])),
@@ -762,6 +822,14 @@ def mode_table(name, res):
     cr = ratio_series(res, "cpu")
     out.append("| **outboxd / pg_recvlogical** | throughput ×%s | | CPU ×%s "
                "| | | |" % (fmt(med(tr)), fmt(med(cr))))
+    if res["bl"]:
+        out.append("| **backlog / outboxd stream drain** | throughput ×%s | | "
+                   "CPU ×%s | | | |" % (
+                       fmt(med([b["eps"] / a["eps"] for a, b in
+                                zip(res["obd"], res["bl"])])),
+                       fmt(med([b["cpu"] / a["cpu"] for a, b in
+                                zip(res["obd"], res["bl"])
+                                if a["cpu"] and b["cpu"]]))))
     out.append("")
     out.append("Per round (wall s / client CPU s): " + "; ".join(
         "r%d recv %.2f/%.2f, outboxd %.2f/%.2f (×%.2f thr, ×%.2f CPU)" % (

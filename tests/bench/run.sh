@@ -7,7 +7,9 @@
 # PostgreSQL 15 (wal2json) and the mock Kafka broker, fills a backlog of
 # outbox rows with the daemon stopped, and drains it with pg_recvlogical
 # (same wal2json options, to /dev/null: the reference) and with outboxd (to
-# the broker), alternating, R rounds each. Then the same for events written
+# the broker), alternating, R rounds each, and in table mode publishes the
+# same rows once more per round as the backlog of a slot outboxd creates
+# (read with SQL instead of decoded). Then the same for events written
 # as pg_logical_emit_message, then end-to-end latency at a steady rate
 # (window A: outboxd alone; window B: with a Kafka consumer reading). It
 # prints a markdown results table with PASS/MISS per target and writes it to
