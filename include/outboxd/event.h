@@ -102,11 +102,13 @@ void ob_event_free(ob_event *ev);
 /* Forget the previous record but keep the buffer. */
 void ob_event_reset(ob_event *ev);
 
-/* Resolve a span to a pointer; valid until the event is next changed. */
+/* Resolve a span to a pointer; valid until the event is next changed. An
+ * event with no buffer yet (nothing was ever put into it) has only empty
+ * spans: they resolve to an empty string, since NULL + 0 is undefined. */
 static inline const char *
 ob_event_ptr(const ob_event *ev, ob_span s)
 {
-	return ev->buf + s.off;
+	return ev->buf != NULL ? ev->buf + s.off : "";
 }
 
 /* Append bytes to the event's buffer and return their span. */
