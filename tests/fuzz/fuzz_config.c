@@ -94,12 +94,13 @@ check_config(const ob_config *cfg)
 	OB_FUZZ_CHECK(strchr(cfg->outbox.table_name, '.') == NULL);
 	OB_FUZZ_CHECK(cfg->outbox.key_column[0] != '\0' && cfg->outbox.id_column[0] != '\0');
 	OB_FUZZ_CHECK(cfg->outbox.dlq_topic[0] != '\0' && cfg->outbox.topic[0] != '\0');
-	for (const char *p = cfg->outbox.topic; *p; p++) {
-		OB_FUZZ_CHECK(*p != '}');
-		if (*p == '{') {
-			p = strchr(p, '}');
-			OB_FUZZ_CHECK(p != NULL && p[-1] != '{');
-		}
+	/* Each placeholder is closed and names something (a name may hold
+	 * "{": Postgres allows it in quoted column names). */
+	for (const char *p = cfg->outbox.topic; (p = strpbrk(p, "{}")) != NULL; p++) {
+		const char *close = strchr(p, '}');
+
+		OB_FUZZ_CHECK(*p == '{' && close != NULL && close > p + 1);
+		p = close;
 	}
 	OB_FUZZ_CHECK(strlen(cfg->pg.slot) <= 63);
 	OB_FUZZ_CHECK(cfg->pg.status_interval_ms > 0 && cfg->pg.reconnect_max_backoff_ms > 0 &&
