@@ -37,12 +37,14 @@ PY=/usr/bin/python3
 FUZZ_TARGETS=(wal2json jsontext config)
 FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-60}
 
-say() { printf '\n=== %s\n' "$*"; }
+# Starts a section, saying how long the run has taken so far.
+say() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 # Prints the final line and exits: $1 passed, $2 failed.
 finish() {
     local passed=$1 failed=$2
     echo
+    echo "tests/run.sh took $SECONDS s"
     echo "$passed passed, $failed failed"
     if ((failed > 0 || passed == 0)); then
         exit 1
