@@ -204,13 +204,14 @@ failed=$((failed + it_failed))
 # --- fuzzing: each target for FUZZ_SECONDS, one test each -------------------
 # New inputs go to build-fuzz/corpus/<target> (kept between runs, read
 # along with the corpus in the tree); a crash is written to
-# build-fuzz/artifacts/<target>/ and fails the target.
+# build-fuzz/artifacts/<target>/ (emptied first) and fails the target.
 say "fuzzing (${FUZZ_SECONDS} s per target)"
 if CC=clang-14 setup_and_build "$BUILD_FUZZ" -Dfuzz=true -Dwerror=true; then
     for t in "${FUZZ_TARGETS[@]}"; do
         say "fuzz_$t"
         work="$BUILD_FUZZ/corpus/$t"
         artifacts="$BUILD_FUZZ/artifacts/$t"
+        rm -rf "$artifacts"
         mkdir -p "$work" "$artifacts"
         # -close_fd_mask=2: the targets' own stderr (the config loader's
         # error lines) is discarded; libFuzzer's and the sanitizers'
@@ -266,7 +267,7 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true; t
         tests/integration/test_regressions.py::test_filtered_transactions_take_no_memory_while_events_wait
     passed=$((passed + it_passed))
     failed=$((failed + it_failed))
-    unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+    unset ASAN_OPTIONS UBSAN_OPTIONS
 
     say "sanitizer reports"
     shopt -s nullglob
