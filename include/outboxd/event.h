@@ -113,9 +113,10 @@ ob_event_ptr(const ob_event *ev, ob_span s)
 
 /* Append bytes to the event's buffer and return their span. */
 ob_span ob_event_put(ob_event *ev, const void *data, size_t len);
-/* Make room for len more bytes and return where they go: the caller
- * writes up to len bytes there, then ob_event_claim()s what it wrote. The
- * pointer is valid until the event is next changed. */
+/* Make room for len more bytes and return where they go (never NULL, even
+ * for 0 bytes): the caller writes up to len bytes there, then
+ * ob_event_claim()s what it wrote. The pointer is valid until the event is
+ * next changed. */
 char *ob_event_reserve(ob_event *ev, size_t len);
 /* Append the len bytes written at ob_event_reserve()'s pointer. */
 ob_span ob_event_claim(ob_event *ev, size_t len);
