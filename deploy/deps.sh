@@ -2,7 +2,10 @@
 # deps.sh — installs every Debian 12 package outboxd needs to build, run and
 # be tested: the toolchain, the daemon's libraries (librdkafka, libpq,
 # jansson, inih, libmicrohttpd, libsystemd), PostgreSQL 15 with the wal2json
-# plugin, cmocka, and the Python modules and tools the integration tests use.
+# plugin, cmocka, the Python modules and tools the integration tests use, and
+# clang-14 with its runtime libraries (libFuzzer, the sanitizers) for the
+# fuzz targets. gcc's AddressSanitizer and UndefinedBehaviorSanitizer
+# runtimes come with build-essential.
 #
 # It also generates the de_DE.UTF-8 locale: the integration tests run a
 # Postgres cluster with lc_messages = de_DE.UTF-8 (a server answering in
@@ -25,6 +28,8 @@ PACKAGES=(
     libcmocka-dev clang-format postgresql-15 postgresql-15-wal2json
     python3 python3-confluent-kafka python3-psycopg2 python3-pytest python3-yaml kcat
     locales openssl
+    # fuzzing: clang-14 recommends, but does not pull in, libFuzzer
+    clang-14 libclang-rt-14-dev
 )
 # The locale the tests' German-speaking Postgres cluster uses.
 TEST_LOCALE="de_DE.UTF-8"

@@ -35,7 +35,9 @@ ob_event_reset(ob_event *ev)
 char *
 ob_event_reserve(ob_event *ev, size_t len)
 {
-	if (ev->buf_len + len > ev->buf_cap) {
+	/* The first reservation allocates even for 0 bytes, so the pointer
+	 * returned is never NULL + 0. */
+	if (ev->buf == NULL || ev->buf_len + len > ev->buf_cap) {
 		size_t cap = ev->buf_cap ? ev->buf_cap : 1024;
 
 		while (cap < ev->buf_len + len)

@@ -177,6 +177,12 @@ lb_put_field(line_buf *lb, const ob_log_field *f)
 	}
 }
 
+/* Format and write one line. fmt is a printf format whose arguments are
+ * in ap; the attribute lets the compiler know it is checked at the callers
+ * of ob_log() and ob_log_kv(). */
+static void log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_list ap)
+    OB_PRINTF(3, 0);
+
 static void
 log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_list ap)
 {

@@ -5,29 +5,46 @@
 #
 # 1. installs what is missing (deploy/deps.sh; as root on Debian 12),
 # 2. configures and builds with meson/ninja into build/,
-# 3. runs the unit tests (meson test --suite unit, cmocka),
+# 3. runs the unit tests (meson test --suite unit: cmocka, and the replay
+#    of each fuzz target's corpus in tests/fuzz/corpus/),
 # 4. runs the integration tests (pytest tests/integration: a throwaway
 #    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker),
-# 5. prints one last line "N passed, N failed" over unit test cases and
-#    integration tests, and exits non-zero if anything failed, was skipped
-#    (a missing part must fail, never skip) or nothing ran.
+# 5. fuzzes: builds the libFuzzer targets with clang-14 into build-fuzz/
+#    (-Dfuzz=true: AddressSanitizer and UndefinedBehaviorSanitizer) and runs
+#    each for OUTBOXD_FUZZ_SECONDS, starting from its corpus in the tree,
+# 6. runs the unit and integration suites again on a build with
+#    AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer,
+#    build-asan/ (gcc, -Db_sanitize=address,undefined); every sanitizer
+#    report written by any process of that build is a failure,
+# 7. prints one last line "N passed, N failed" over unit test cases,
+#    integration tests, fuzz targets and the sanitizer report check, and
+#    exits non-zero if anything failed, was skipped (a missing part must
+#    fail, never skip) or nothing ran.
 #
-# Environment: PYTEST_ARGS adds pytest arguments (e.g. "-k stream -x");
-# OUTBOXD_SKIP_DEPS=1 skips step 1. pytest gets SIGINT after 40 minutes
-# (so its fixtures still stop Postgres and the broker).
+# Environment: PYTEST_ARGS adds pytest arguments to both integration runs
+# (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1 skips step 1;
+# OUTBOXD_FUZZ_SECONDS (default 60) is how long each fuzz target runs.
+# Each pytest run gets SIGINT after 40 minutes (so its fixtures still stop
+# Postgres and the broker).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 BUILD="$ROOT/build"
+BUILD_FUZZ="$ROOT/build-fuzz"
+BUILD_ASAN="$ROOT/build-asan"
 PY=/usr/bin/python3
+FUZZ_TARGETS=(wal2json jsontext config)
+FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-60}
 
-say() { printf '\n=== %s\n' "$*"; }
+# Starts a section, saying how long the run has taken so far.
+say() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 # Prints the final line and exits: $1 passed, $2 failed.
 finish() {
     local passed=$1 failed=$2
     echo
+    echo "tests/run.sh took $SECONDS s"
     echo "$passed passed, $failed failed"
     if ((failed > 0 || passed == 0)); then
         exit 1
@@ -35,50 +52,39 @@ finish() {
     exit 0
 }
 
-if [[ "${OUTBOXD_SKIP_DEPS:-0}" != 1 ]]; then
-    say "dependencies"
-    if ! bash deploy/deps.sh; then
-        echo "could not install dependencies" >&2
-        finish 0 1
+# Configures build directory $1 with meson options $2... (reconfiguring
+# an existing one) and builds it. Returns non-zero on failure, after
+# printing why. CC in the environment picks the compiler of a new one.
+setup_and_build() {
+    local dir=$1 log="$1.setup.log" rc
+    shift
+    if [[ -f "$dir/build.ninja" ]]; then
+        meson setup --reconfigure "$@" "$dir" >"$log" 2>&1
+    else
+        meson setup "$@" "$dir" >"$log" 2>&1
     fi
-fi
+    rc=$?
+    if ((rc != 0)); then
+        cat "$log"
+        rm -f "$log"
+        echo "meson setup of $dir failed" >&2
+        return 1
+    fi
+    rm -f "$log"
+    if ! ninja -C "$dir"; then
+        echo "build of $dir failed" >&2
+        return 1
+    fi
+}
 
-say "build"
-# Warnings are errors here (README, "Code style"); a plain `meson setup` keeps them
-# as warnings for people building on other compilers.
-if [[ -f "$BUILD/build.ninja" ]]; then
-    meson setup --reconfigure -Dwerror=true -Dtest_hooks=true "$BUILD" >"$ROOT/build-setup.log" 2>&1
-else
-    meson setup -Dwerror=true -Dtest_hooks=true "$BUILD" >"$ROOT/build-setup.log" 2>&1
-fi
-rc=$?
-if ((rc != 0)); then
-    cat "$ROOT/build-setup.log"
-    rm -f "$ROOT/build-setup.log"
-    echo "meson setup failed" >&2
-    finish 0 1
-fi
-rm -f "$ROOT/build-setup.log"
-if ! ninja -C "$BUILD"; then
-    echo "build failed" >&2
-    finish 0 1
-fi
-
-# --- style: the C sources are formatted as .clang-format says --------------
-say "style"
-style_failed=0
-if ! clang-format --dry-run --Werror src/*.c include/outboxd/*.h tests/unit/*.c tests/unit/*.h \
-        tests/broker/*.c; then
-    echo "clang-format: run clang-format -i on the files above" >&2
-    style_failed=1
-fi
-
-# --- unit tests: count cmocka cases from meson's test log -----------------
-say "unit tests"
-rm -f "$BUILD/meson-logs/testlog.json"
-meson test -C "$BUILD" --suite unit --print-errorlogs
-unit_rc=$?
-read -r unit_passed unit_failed < <("$PY" - "$BUILD/meson-logs/testlog.json" <<'EOF'
+# Runs the unit suite of build directory $1 and sets unit_passed and
+# unit_failed: cmocka cases counted from meson's test log.
+run_unit() {
+    local dir=$1 rc
+    rm -f "$dir/meson-logs/testlog.json"
+    meson test -C "$dir" --suite unit --print-errorlogs
+    rc=$?
+    read -r unit_passed unit_failed < <("$PY" - "$dir/meson-logs/testlog.json" <<'PYEOF'
 # Counts cmocka cases by their "[       OK ] name" and "[  FAILED  ] name"
 # lines on stdout (CMOCKA_MESSAGE_OUTPUT=stdout); the "N test(s)" summaries
 # go to stderr and count only when stdout has no case lines.
@@ -108,26 +114,29 @@ for line in lines:
     passed += p
     failed += f
 print(passed, failed)
-EOF
-)
-unit_passed=${unit_passed:-0}
-unit_failed=${unit_failed:-0}
-if ((unit_rc != 0 && unit_failed == 0)); then
-    unit_failed=1  # meson itself failed
-fi
-echo "unit: $unit_passed passed, $unit_failed failed"
+PYEOF
+    )
+    unit_passed=${unit_passed:-0}
+    unit_failed=${unit_failed:-0}
+    if ((rc != 0 && unit_failed == 0)); then
+        unit_failed=1  # meson itself failed
+    fi
+    echo "unit ($dir): $unit_passed passed, $unit_failed failed"
+}
 
-# --- integration tests -------------------------------------------------------
-say "integration tests"
-junit="$BUILD/integration-junit.xml"
-rm -f "$junit"
-export OUTBOXD_BUILD="$BUILD"
-# shellcheck disable=SC2086
-timeout --signal=INT --kill-after=60 2400 \
-    "$PY" -m pytest tests/integration -q -p no:cacheprovider -rfEs \
-    --junitxml="$junit" ${PYTEST_ARGS:-}
-it_rc=$?
-read -r it_passed it_failed < <("$PY" - "$junit" <<'EOF'
+# Runs the integration suite against the binaries of build directory $1,
+# with further pytest arguments $2..., and sets it_passed and it_failed
+# from pytest's JUnit report.
+run_integration() {
+    local dir=$1 junit="$1/integration-junit.xml" rc
+    shift
+    rm -f "$junit"
+    # shellcheck disable=SC2086
+    OUTBOXD_BUILD="$dir" timeout --signal=INT --kill-after=60 2400 \
+        "$PY" -m pytest tests/integration -q -p no:cacheprovider -rfEs \
+        --junitxml="$junit" "$@" ${PYTEST_ARGS:-}
+    rc=$?
+    read -r it_passed it_failed < <("$PY" - "$junit" <<'PYEOF'
 import sys
 import xml.etree.ElementTree as ET
 try:
@@ -142,13 +151,141 @@ for s in suites:
     # skipped counts as failed: a missing part must fail, never skip
     failed += sum(int(s.get(k, 0)) for k in ("failures", "errors", "skipped"))
 print(tests - failed, failed)
-EOF
-)
-it_passed=${it_passed:-0}
-it_failed=${it_failed:-0}
-if ((it_rc != 0 && it_failed == 0)); then
-    it_failed=1  # pytest crashed, timed out, or collected nothing (rc 5)
-fi
-echo "integration: $it_passed passed, $it_failed failed"
+PYEOF
+    )
+    it_passed=${it_passed:-0}
+    it_failed=${it_failed:-0}
+    if ((rc != 0 && it_failed == 0)); then
+        it_failed=1  # pytest crashed, timed out, or collected nothing (rc 5)
+    fi
+    echo "integration ($dir): $it_passed passed, $it_failed failed"
+}
 
-finish $((unit_passed + it_passed + 1 - style_failed)) $((unit_failed + it_failed + style_failed))
+passed=0
+failed=0
+
+if [[ "${OUTBOXD_SKIP_DEPS:-0}" != 1 ]]; then
+    say "dependencies"
+    if ! bash deploy/deps.sh; then
+        echo "could not install dependencies" >&2
+        finish 0 1
+    fi
+fi
+
+say "build"
+# Warnings are errors here; a plain `meson setup` keeps them as warnings
+# for people building on other compilers.
+if ! setup_and_build "$BUILD" -Dwerror=true -Dtest_hooks=true; then
+    finish 0 1
+fi
+
+# --- style: the C sources are formatted as .clang-format says --------------
+say "style"
+if clang-format --dry-run --Werror src/*.c include/outboxd/*.h tests/unit/*.c tests/unit/*.h \
+        tests/broker/*.c tests/fuzz/*.c tests/fuzz/*.h; then
+    passed=$((passed + 1))
+else
+    echo "clang-format: run clang-format -i on the files above" >&2
+    failed=$((failed + 1))
+fi
+
+# --- unit tests --------------------------------------------------------------
+say "unit tests"
+run_unit "$BUILD"
+passed=$((passed + unit_passed))
+failed=$((failed + unit_failed))
+
+# --- integration tests -------------------------------------------------------
+say "integration tests"
+run_integration "$BUILD"
+passed=$((passed + it_passed))
+failed=$((failed + it_failed))
+
+# --- fuzzing: each target for FUZZ_SECONDS, one test each -------------------
+# New inputs go to build-fuzz/corpus/<target> (kept between runs, read
+# along with the corpus in the tree); a crash is written to
+# build-fuzz/artifacts/<target>/ (emptied first) and fails the target.
+say "fuzzing (${FUZZ_SECONDS} s per target)"
+if CC=clang-14 setup_and_build "$BUILD_FUZZ" -Dfuzz=true -Dwerror=true; then
+    for t in "${FUZZ_TARGETS[@]}"; do
+        say "fuzz_$t"
+        work="$BUILD_FUZZ/corpus/$t"
+        artifacts="$BUILD_FUZZ/artifacts/$t"
+        rm -rf "$artifacts"
+        mkdir -p "$work" "$artifacts"
+        # -close_fd_mask=2: the targets' own stderr (the config loader's
+        # error lines) is discarded; libFuzzer's and the sanitizers'
+        # reports still appear.
+        timeout --kill-after=30 $((FUZZ_SECONDS + 300)) \
+            "$BUILD_FUZZ/tests/fuzz/fuzz_$t" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+            -rss_limit_mb=2048 -close_fd_mask=2 -print_final_stats=1 \
+            -artifact_prefix="$artifacts/" "$work" "tests/fuzz/corpus/$t" 2>&1 |
+            grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|INITED)'
+        rc=${PIPESTATUS[0]}
+        if ((rc == 0)); then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+            echo "fuzz_$t failed (exit $rc); inputs it kept:" >&2
+            ls -l "$artifacts" >&2
+            echo "reproduce: $BUILD_FUZZ/tests/fuzz/fuzz_$t FILE; once fixed, keep the" \
+                "input as a test: cp FILE tests/fuzz/corpus/$t/crash-<what-it-was>" >&2
+        fi
+    done
+else
+    failed=$((failed + ${#FUZZ_TARGETS[@]}))
+fi
+
+# --- sanitizers: unit and integration suites under ASan/LSan and UBSan ------
+# Every instrumented process (the unit tests, outboxd, ob-mockbroker)
+# writes its reports to files in build-asan/sanitizer-reports/, so a
+# finding counts even when the test around it passed; UBSan findings stop
+# the process like ASan's do.
+say "sanitizer build (AddressSanitizer, UndefinedBehaviorSanitizer)"
+if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -Dtest_hooks=true; then
+    reports="$BUILD_ASAN/sanitizer-reports"
+    rm -rf "$reports"
+    mkdir -p "$reports"
+    # No leak suppressions: neither librdkafka nor libpq leaves a leak
+    # report in either suite.
+    export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:halt_on_error=1"
+    export UBSAN_OPTIONS="log_path=$reports/ubsan:halt_on_error=1:print_stacktrace=1"
+
+    say "unit tests under sanitizers"
+    run_unit "$BUILD_ASAN"
+    passed=$((passed + unit_passed))
+    failed=$((failed + unit_failed))
+
+    # Every integration test but the two that bound outboxd's resident
+    # memory: AddressSanitizer's shadow memory and its quarantine of freed
+    # blocks (256 MB) make the process far larger than the bounds; those
+    # tests run in the plain pass above.
+    say "integration tests under sanitizers"
+    run_integration "$BUILD_ASAN" \
+        --deselect tests/integration/test_faults.py::test_300k_row_transaction_in_bounded_memory \
+        --deselect \
+        tests/integration/test_regressions.py::test_filtered_transactions_take_no_memory_while_events_wait
+    passed=$((passed + it_passed))
+    failed=$((failed + it_failed))
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+
+    say "sanitizer reports"
+    shopt -s nullglob
+    found=("$reports"/*)
+    shopt -u nullglob
+    if ((${#found[@]} == 0)); then
+        echo "none"
+        passed=$((passed + 1))
+    else
+        for f in "${found[@]}"; do
+            echo "--- $f"
+            head -n 60 "$f"
+        done
+        echo "${#found[@]} sanitizer report(s) in $reports" >&2
+        failed=$((failed + ${#found[@]}))
+    fi
+else
+    failed=$((failed + 1))
+fi
+
+finish "$passed" "$failed"

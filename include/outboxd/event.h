@@ -102,18 +102,21 @@ void ob_event_free(ob_event *ev);
 /* Forget the previous record but keep the buffer. */
 void ob_event_reset(ob_event *ev);
 
-/* Resolve a span to a pointer; valid until the event is next changed. */
+/* Resolve a span to a pointer; valid until the event is next changed. An
+ * event with no buffer yet (nothing was ever put into it) has only empty
+ * spans: they resolve to an empty string, since NULL + 0 is undefined. */
 static inline const char *
 ob_event_ptr(const ob_event *ev, ob_span s)
 {
-	return ev->buf + s.off;
+	return ev->buf != NULL ? ev->buf + s.off : "";
 }
 
 /* Append bytes to the event's buffer and return their span. */
 ob_span ob_event_put(ob_event *ev, const void *data, size_t len);
-/* Make room for len more bytes and return where they go: the caller
- * writes up to len bytes there, then ob_event_claim()s what it wrote. The
- * pointer is valid until the event is next changed. */
+/* Make room for len more bytes and return where they go (never NULL, even
+ * for 0 bytes): the caller writes up to len bytes there, then
+ * ob_event_claim()s what it wrote. The pointer is valid until the event is
+ * next changed. */
 char *ob_event_reserve(ob_event *ev, size_t len);
 /* Append the len bytes written at ob_event_reserve()'s pointer. */
 ob_span ob_event_claim(ob_event *ev, size_t len);

@@ -798,6 +798,7 @@ run_mapping(const char *name, const char *const *overrides, size_t n_overrides, 
 	ob_w2j_record_clear(&rec);
 	ob_event_free(&ev);
 	free(json);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
@@ -840,6 +841,7 @@ test_verbatim_record(void **state)
 	assert_int_equal(ev.value.len, strlen("{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}"));
 	ob_w2j_record_clear(&rec);
 	ob_event_free(&ev);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
@@ -901,6 +903,7 @@ test_header_limit(void **state)
 		free(b.s);
 	}
 	ob_event_free(&ev);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
@@ -1292,6 +1295,7 @@ test_message_member_limit(void **state)
 		free(b.s);
 	}
 	ob_event_free(&ev);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
@@ -1342,6 +1346,7 @@ test_message_maps_like_row(void **state)
 	ob_event_free(&ev_msg);
 	free(row_json);
 	free(msg_json);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
@@ -1380,6 +1385,7 @@ test_wrong_record_kind_skipped(void **state)
 	ob_event_free(&ev);
 	free(ins);
 	free(msg);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
@@ -1448,6 +1454,7 @@ map_basic(const ob_config *cfg, ob_event *ev)
 	parse(rec_insert, &rec);
 	assert_int_equal(ob_mapper_map_insert(&m, &rec, COMMIT_MS, ev), OB_MAP_EVENT);
 	ob_w2j_record_clear(&rec);
+	ob_mapper_free(&m);
 }
 
 static void
@@ -1720,6 +1727,7 @@ test_event_reuse(void **state)
 		free(inputs[i].json);
 	}
 	free(big);
+	ob_mapper_free(&m);
 	free_config(cfg);
 }
 
