@@ -32,7 +32,6 @@ struct ob_backlog {
 	int page_row;     /* the next row of page to hand out */
 	size_t page_rows; /* the rows the next FETCH asks for */
 	bool done;        /* the cursor is exhausted */
-	bool in_txn;      /* the snapshot's transaction is open */
 	/* The row handed out, pointing into page. */
 	ob_text_row row;
 	const char **names;
@@ -240,7 +239,6 @@ ob_backlog_start(ob_backlog *b, const char *snapshot)
 		     "begin the backlog's transaction") ||
 	    !exec_ok(b, import, PGRES_COMMAND_OK, "import the slot's snapshot"))
 		goto out;
-	b->in_txn = true;
 	res = ob_pgrepl_exec(b->pg, declare);
 	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
 		st = OB_PG_OK;
@@ -362,17 +360,6 @@ ob_backlog_next(ob_backlog *b, const ob_text_row **row)
 	b->page_row = r + 1;
 	*row = &b->row;
 	return OB_PG_OK;
-}
-
-ob_pg_status
-ob_backlog_copy_slot(ob_backlog *b, const char *tmp, const char *slot)
-{
-	if (b->in_txn) {
-		if (!exec_ok(b, "ROLLBACK", PGRES_COMMAND_OK, "end the backlog's transaction"))
-			return OB_PG_RETRY;
-		b->in_txn = false;
-	}
-	return ob_pgrepl_copy_slot(b->pg, tmp, slot);
 }
 
 void

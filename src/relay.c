@@ -974,6 +974,24 @@ doubled(int64_t backoff, int64_t max)
 	return backoff * 2 > max ? max : backoff * 2;
 }
 
+/* One attempt at copying the temporary slot tmp_slot into the permanent
+ * one, on a plain connection of its own: any error on the replication
+ * connection that holds tmp_slot would drop it (a walsender drops its
+ * temporary slots on every error). */
+static ob_pg_status
+copy_once(relay *r, const char *tmp_slot)
+{
+	ob_pgrepl *p;
+	ob_pg_status st = ob_pgrepl_connect_plain(r->cfg, &p);
+
+	if (st != OB_PG_OK)
+		return st;
+	ob_pgrepl_set_tick(p, on_query_tick, r);
+	st = ob_pgrepl_copy_slot(p, tmp_slot, r->cfg->pg.slot);
+	ob_pgrepl_close(p, false);
+	return st;
+}
+
 /* Copy the temporary slot tmp_slot, held by the replication connection
  * tmp, into the permanent slot once the backlog is acknowledged. A failed
  * copy (no slot free, say) is tried again with backoff while the
@@ -983,16 +1001,15 @@ doubled(int64_t backoff, int64_t max)
  * with *created false: the stream starts at that slot's own position.
  * False with *out set otherwise. */
 static bool
-copy_slot(relay *r, ob_backlog *b, ob_pgrepl *tmp, const char *tmp_slot, ob_lsn consistent,
-	  bool *created, outcome *out)
+copy_slot(relay *r, ob_pgrepl *tmp, const char *tmp_slot, ob_lsn consistent, bool *created,
+	  outcome *out)
 {
 	int64_t backoff = BACKOFF_START_MS;
 	ob_slot_info info;
 	ob_pg_status st;
 
-	while ((st = ob_backlog_copy_slot(b, tmp_slot, r->cfg->pg.slot)) == OB_PG_RETRY) {
-		/* A query that succeeds leaves tmp's temporary slot alone (an
-		 * error on a replication connection drops it). */
+	while ((st = copy_once(r, tmp_slot)) == OB_PG_RETRY) {
+		/* A query that succeeds leaves tmp's temporary slot alone. */
 		if (!ob_pgrepl_slot_info(tmp, tmp_slot, &info) || !info.exists) {
 			ob_warn(
 			    "the temporary slot %s is gone; the backlog will be published again",
@@ -1078,8 +1095,11 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		ok = backlog_failed(b, st, out);
 		goto close;
 	}
-	if (publish_rows(r, b, consistent, out))
-		ok = copy_slot(r, b, tmp, tmp_slot, consistent, created, out);
+	ok = publish_rows(r, b, consistent, out);
+	ob_backlog_close(b); /* its snapshot is no longer needed */
+	b = NULL;
+	if (ok)
+		ok = copy_slot(r, tmp, tmp_slot, consistent, created, out);
 close:
 	ob_backlog_close(b);
 	ob_pgrepl_close(tmp, false);

@@ -8,8 +8,8 @@
  * matching the predicate in exactly that snapshot, on a plain connection,
  * through a cursor in pages (so memory stays bounded), and hands them out
  * one by one as text rows for the mapper (outbox.h). Once the relay has
- * every row acknowledged, ob_backlog_copy_slot() copies the temporary slot
- * into the permanent one, at the same consistent point: a row committed
+ * every row acknowledged, it copies the temporary slot into the permanent
+ * one (ob_pgrepl_copy_slot), at the same consistent point: a row committed
  * before it was in the snapshot, a row committed after it is in the
  * stream. A crash before the copy leaves no slot behind, so the next start
  * reads the backlog again (at-least-once, never loss).
@@ -62,13 +62,6 @@ ob_pg_status ob_backlog_next(ob_backlog *b, const ob_text_row **row);
 /* Why the last OB_PG_FATAL: a sentence naming the key and the server's
  * message. */
 const char *ob_backlog_error(const ob_backlog *b);
-
-/* End the snapshot's transaction and copy the temporary slot tmp into the
- * permanent slot, as ob_pgrepl_copy_slot() does and with its results.
- * The copy runs here, not on the replication connection that holds tmp:
- * any error there would drop tmp (a walsender drops its temporary slots
- * on every error). */
-ob_pg_status ob_backlog_copy_slot(ob_backlog *b, const char *tmp, const char *slot);
 
 /* Close the connection (an open transaction is rolled back). NULL is a
  * no-op. */
