@@ -147,7 +147,8 @@ def test_backlog_predicate_is_one_read_only_statement(
     nor outside a read-only transaction: a predicate that appends a DELETE
     is refused by `check` and `run` (exit 2, naming backlog_where) and
     deletes nothing; one that writes (nextval) makes `run` exit 2 naming
-    backlog_where, the sequence unmoved. No slot is left either time."""
+    backlog_where, the sequence unmoved. No slot is left either time. A
+    predicate ending in a comment is fine."""
     table = make_table(pg, test_id)
     atype = test_id + "_ro"
     insert_range(pg, table, atype, 1, 20)
@@ -173,6 +174,12 @@ def test_backlog_predicate_is_one_read_only_statement(
     assert pg.sql("SELECT last_value, is_called FROM public.%s" % seq)[0] == \
         (1, False)
     assert pg.slot(slot) is None
+
+    # A trailing comment cannot swallow the rest of the query.
+    d = outboxd_factory(on(None, table, PREDICATE + " -- not yet polled"),
+                        start=False)
+    rc, out, err = d.run_cmd(["check"])
+    assert re.search(r"^backlog\s+ok .*about \d+ rows", out, re.M), (out, err)
 
 
 def test_backlog_slow_read_keeps_the_loop_alive(pg, broker, outboxd_factory,
