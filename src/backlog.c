@@ -6,9 +6,9 @@
  * relay's tick running (pgrepl.h), so the predicate can neither write nor
  * add statements of its own, and a long sort or scan holds neither the
  * loop, nor its health, nor SIGTERM. The rows come from a NO SCROLL cursor
- * over SELECT * (every column, as wal2json sends a row) in pages sized to
- * hold about PAGE_BYTES: only one page is held at once, whatever the size
- * of the rows.
+ * over SELECT * (every column, as wal2json sends a row; backlogsql.h) in
+ * pages of about OB_BACKLOG_PAGE_BYTES: only one page is held at once,
+ * whatever the size of the rows.
  */
 #include "outboxd/backlog.h"
 
@@ -16,12 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/backlogsql.h"
 #include "outboxd/log.h"
-
-/* The bytes of row text a page aims at; a page holds at least one row. */
-#define PAGE_BYTES      (1024 * 1024)
-#define PAGE_MAX_ROWS   1000
-#define PAGE_FIRST_ROWS 16
 
 struct ob_backlog {
 	const ob_config *cfg;
@@ -57,19 +53,12 @@ result_error(const PGresult *res, char *buf, size_t len)
 	return buf;
 }
 
-/* Whether a failed command's SQLSTATE says the server could not answer
- * now (connection, shutdown or cancel, resources, a lock or statement
- * timeout, serialization) rather than that the command is wrong. A
- * failure without one is libpq's own: the connection is gone. */
+/* Whether a failed command failed for a reason of the moment
+ * (ob_backlogsql_transient). */
 static bool
 transient_failure(const PGresult *res)
 {
-	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	if (s == NULL)
-		return true;
-	return strncmp(s, "08", 2) == 0 || strncmp(s, "57", 2) == 0 || strncmp(s, "53", 2) == 0 ||
-	       strncmp(s, "40", 2) == 0 || strcmp(s, "55P03") == 0;
+	return ob_backlogsql_transient(PQresultErrorField(res, PG_DIAG_SQLSTATE));
 }
 
 /* Run one command; false (logged as "could not <what>") unless its result
@@ -85,51 +74,6 @@ exec_ok(ob_backlog *b, const char *sql, ExecStatusType want, const char *what)
 		ob_error("could not %s: %s", what, result_error(res, err, sizeof(err)));
 	PQclear(res);
 	return ok;
-}
-
-/* The backlog's query: SELECT <what> FROM the outbox table WHERE
- * (backlog_where) ORDER BY backlog_order_by, or by the timestamp column
- * then the id column; without_order leaves ORDER BY out. The predicate
- * stands on lines of its own, so a trailing comment in it cannot swallow
- * the closing parenthesis. The caller frees. */
-static char *
-backlog_sql(ob_backlog *b, const char *what, bool without_order)
-{
-	const ob_config *cfg = b->cfg;
-	const char *ts = cfg->outbox.timestamp_column;
-	char *schema, *table, *id, *tsq = NULL, *order, *sql;
-
-	schema = ob_pgrepl_quote_ident(b->pg, cfg->outbox.schema);
-	table = ob_pgrepl_quote_ident(b->pg, cfg->outbox.table_name);
-	id = ob_pgrepl_quote_ident(b->pg, cfg->outbox.id_column);
-	if (ts[0] != '\0')
-		tsq = ob_pgrepl_quote_ident(b->pg, ts);
-	if (without_order)
-		order = ob_xstrdup("");
-	else if (cfg->outbox.backlog_order_by[0] != '\0')
-		order = ob_xasprintf(" ORDER BY %s", cfg->outbox.backlog_order_by);
-	else if (tsq != NULL)
-		order = ob_xasprintf(" ORDER BY %s, %s", tsq, id);
-	else
-		order = ob_xasprintf(" ORDER BY %s", id);
-	sql = ob_xasprintf("SELECT %s FROM %s.%s WHERE (\n%s\n)%s", what, schema, table,
-			   cfg->outbox.backlog_where, order);
-	free(order);
-	free(schema);
-	free(table);
-	free(id);
-	free(tsq);
-	return sql;
-}
-
-/* The planner's row estimate: the first "rows=" of EXPLAIN's first line. */
-static int64_t
-plan_rows(const PGresult *res)
-{
-	const char *line = PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "";
-	const char *rows = strstr(line, "rows=");
-
-	return rows != NULL ? strtoll(rows + 5, NULL, 10) : -1;
 }
 
 /* The backlog's session: every transaction read-only, so the predicate
@@ -152,7 +96,7 @@ ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_b
 	b = ob_xcalloc(1, sizeof(*b));
 	b->cfg = cfg;
 	b->estimate = -1;
-	b->page_rows = PAGE_FIRST_ROWS;
+	b->page_rows = OB_BACKLOG_PAGE_FIRST_ROWS;
 	if (ob_pgrepl_connect_plain(cfg, &b->pg) != OB_PG_OK) {
 		free(b);
 		return OB_PG_RETRY;
@@ -174,7 +118,7 @@ ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_b
 static PGresult *
 explain(ob_backlog *b, bool without_order)
 {
-	char *select = backlog_sql(b, "1", without_order);
+	char *select = ob_backlogsql_select(b->cfg, "1", !without_order);
 	char *sql = ob_xasprintf("EXPLAIN %s", select);
 	PGresult *res = ob_pgrepl_exec(b->pg, sql);
 
@@ -192,7 +136,8 @@ ob_backlog_verify(ob_backlog *b)
 	char err[512];
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
-		b->estimate = plan_rows(res);
+		b->estimate =
+		    ob_backlogsql_plan_rows(PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "");
 	} else if (transient_failure(res)) {
 		ob_error("could not check outbox.backlog_where: %s",
 			 result_error(res, err, sizeof(err)));
@@ -227,7 +172,7 @@ ob_backlog_start(ob_backlog *b, const char *snapshot)
 {
 	char *lit = ob_pgrepl_quote_literal(b->pg, snapshot);
 	char *import = ob_xasprintf("SET TRANSACTION SNAPSHOT %s", lit);
-	char *select = backlog_sql(b, "*", false);
+	char *select = ob_backlogsql_select(b->cfg, "*", true);
 	char *declare = ob_xasprintf("DECLARE ob_backlog NO SCROLL CURSOR FOR %s", select);
 	ob_pg_status st = OB_PG_RETRY;
 	PGresult *res;
@@ -274,22 +219,18 @@ ob_backlog_error(const ob_backlog *b)
 	return b->error;
 }
 
-/* Size the next page from this one: about PAGE_BYTES of row text, between
- * one row and PAGE_MAX_ROWS. */
+/* Size the next page from the bytes of this one. */
 static void
 size_next_page(ob_backlog *b)
 {
 	int rows = PQntuples(b->page), fields = PQnfields(b->page);
-	size_t bytes = 0, next;
+	size_t bytes = 0;
 
 	for (int r = 0; r < rows; r++) {
 		for (int f = 0; f < fields; f++)
 			bytes += (size_t)PQgetlength(b->page, r, f);
 	}
-	if (rows == 0)
-		return;
-	next = bytes == 0 ? PAGE_MAX_ROWS : (size_t)((double)PAGE_BYTES * rows / (double)bytes);
-	b->page_rows = next < 1 ? 1 : next > PAGE_MAX_ROWS ? PAGE_MAX_ROWS : next;
+	b->page_rows = ob_backlogsql_page_rows(b->page_rows, (size_t)rows, bytes);
 }
 
 /* Fetch the next page and describe its columns. */

@@ -297,12 +297,10 @@ ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
 	return ok;
 }
 
-/* s quoted by libpq as a literal or an identifier, in memory of ours. */
-static char *
-quoted(ob_pgrepl *p, const char *s, bool ident)
+char *
+ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
 {
-	char *q = ident ? PQescapeIdentifier(p->conn, s, strlen(s))
-			: PQescapeLiteral(p->conn, s, strlen(s));
+	char *q = PQescapeLiteral(p->conn, s, strlen(s));
 	char *out;
 
 	if (q == NULL) {
@@ -313,18 +311,6 @@ quoted(ob_pgrepl *p, const char *s, bool ident)
 	out = ob_xstrdup(q);
 	PQfreemem(q);
 	return out;
-}
-
-char *
-ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
-{
-	return quoted(p, s, false);
-}
-
-char *
-ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s)
-{
-	return quoted(p, s, true);
 }
 
 int

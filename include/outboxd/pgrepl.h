@@ -89,8 +89,6 @@ bool ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out) OB_MUST_CH
 PGresult *ob_pgrepl_exec(ob_pgrepl *p, const char *sql);
 /* Quote s as an SQL literal; the caller frees. */
 char *ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s);
-/* Quote s as an SQL identifier; the caller frees. */
-char *ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s);
 /* The server's version number (150005 for 15.5). */
 int ob_pgrepl_server_version(const ob_pgrepl *p);
 

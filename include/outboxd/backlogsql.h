@@ -1,0 +1,48 @@
+/*
+ * backlogsql.h: the text of the backlog's queries and the sizes of its
+ * pages, apart from any connection (backlog.c runs them).
+ *
+ * The backlog reads SELECT * FROM the outbox table WHERE (backlog_where)
+ * ORDER BY backlog_order_by through a cursor. The predicate and the order
+ * are the operator's SQL, placed as they are; names from [outbox] are
+ * quoted. Pure: no I/O, no logging.
+ */
+#ifndef OUTBOXD_BACKLOGSQL_H
+#define OUTBOXD_BACKLOGSQL_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+
+/* The rows a page aims at holding, in bytes of row text; and the bounds of
+ * a page in rows. */
+#define OB_BACKLOG_PAGE_BYTES      (1024 * 1024)
+#define OB_BACKLOG_PAGE_MAX_ROWS   1000
+#define OB_BACKLOG_PAGE_FIRST_ROWS 16
+
+/* "SELECT <what> FROM <schema>.<table> WHERE (<backlog_where>)", then,
+ * with with_order, " ORDER BY " and backlog_order_by, or the timestamp
+ * column and the id column (the id column alone without a timestamp
+ * column). The predicate stands on lines of its own, so a trailing "--"
+ * comment in it cannot swallow the closing parenthesis. The caller frees. */
+char *ob_backlogsql_select(const ob_config *cfg, const char *what, bool with_order);
+
+/* s as a quoted SQL identifier (double quotes, inner ones doubled). The
+ * caller frees. */
+char *ob_backlogsql_quote_ident(const char *s);
+
+/* The rows the next FETCH asks for, after a page of rows rows that held
+ * bytes bytes of text: about OB_BACKLOG_PAGE_BYTES, between one row and
+ * OB_BACKLOG_PAGE_MAX_ROWS. An empty page (the end) keeps current. */
+size_t ob_backlogsql_page_rows(size_t current, size_t rows, size_t bytes);
+
+/* Whether a failed query's SQLSTATE (NULL: libpq's own failure, the
+ * connection is gone) says the server could not answer now (connection,
+ * shutdown or cancel, resources, a lock or statement timeout,
+ * serialization), rather than that the query or the data is wrong. */
+bool ob_backlogsql_transient(const char *sqlstate);
+
+/* The planner's row estimate in EXPLAIN's first line ("... rows=N ..."),
+ * or -1 when it has none. */
+int64_t ob_backlogsql_plan_rows(const char *line);
+
+#endif
