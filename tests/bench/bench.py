@@ -720,12 +720,14 @@ class Rig:
         to each of `ntopics` topics that exist on the broker but that this
         outboxd process has never produced to; (b) then, on the last
         process, k single events to topics it has already produced to.
-        Every event is a one-row transaction committed 200-500 ms (seeded
-        random gap) after the previous one was consumed and acknowledged.
+        Every event is a one-row transaction; commits follow each other at
+        seeded random gaps of 200-500 ms, a schedule of its own (a commit
+        does not wait for the previous event to arrive), so events fall at
+        every phase of any periodic timer in outboxd or librdkafka.
         Commit -> consumed: a consumer that already reads every partition
         involved (it has read back a marker record in each). Commit -> ack:
-        the outboxd_publish_latency_seconds sum, diffed around each event
-        (one event in flight, so the diff is that event's latency)."""
+        the outboxd_publish_latency_seconds histogram, scraped as events
+        arrive (see _collect_acks)."""
         rng = random.Random(seed)
         slot = "bench_sporadic"
         new = [["bench_s%d_t%d" % (s + 1, j + 1) for j in range(ntopics)]
@@ -742,7 +744,8 @@ class Rig:
         self.create_slots([slot])
         wconn = self.pg.connect()
         wcur = wconn.cursor()
-        first, warm, spor = [], [], []
+        r = {"first": [], "first_ack": [], "sporadic": [], "sporadic_ack": [],
+             "starts": starts, "topics": ntopics, "k": k, "seed": seed}
         ev = {"g": base}
         busy0 = machine_busy()
         d = None
@@ -750,27 +753,24 @@ class Rig:
             for s in range(starts):
                 d, port = self._start_streaming(slot)
                 state = {"m": parse_metrics(scrape(port))}
-                for a in new[s]:
-                    time.sleep(rng.uniform(0.2, 0.5))
-                    x = self._one_event(wcur, cons, port, state, a, ev)
+                xs, acks = self._series(wcur, cons, port, state, new[s], rng,
+                                        ev)
+                for x in xs:
                     x["start"] = s + 1
-                    first.append(x)
+                r["first"] += xs
+                r["first_ack"] += acks
                 log("sporadic: start %d, first event per topic, commit -> "
                     "consumed ms: %s" % (s + 1, ", ".join(
-                        fmt(x["consumed"], "%.0f")
-                        for x in first[-ntopics:])))
+                        fmt(x["consumed"], "%.0f") for x in xs)))
                 if s < starts - 1:
                     self._stop_streaming(d, slot)
                     d = None
             # (b): make the benchmark's usual topics known to this process
             # (not measured), then the single events.
-            for a in AGG_TYPES:
-                time.sleep(rng.uniform(0.2, 0.5))
-                warm.append(self._one_event(wcur, cons, port, state, a, ev))
-            for i in range(k):
-                time.sleep(rng.uniform(0.2, 0.5))
-                spor.append(self._one_event(wcur, cons, port, state,
-                                            rng.choice(AGG_TYPES), ev))
+            self._series(wcur, cons, port, state, AGG_TYPES, rng, ev)
+            r["sporadic"], r["sporadic_ack"] = self._series(
+                wcur, cons, port, state,
+                [rng.choice(AGG_TYPES) for _ in range(k)], rng, ev)
             busy1 = machine_busy()
             self._stop_streaming(d, slot)
             d = None
@@ -781,21 +781,17 @@ class Rig:
             cons.close()
             wconn.close()
         self.drop_slots([slot])
-        r = {"first": first, "warm": warm, "sporadic": spor,
-             "starts": starts, "topics": ntopics, "k": k, "seed": seed,
-             "busy": (busy1[0] - busy0[0]) / float(busy1[1] - busy0[1])}
+        r["busy"] = (busy1[0] - busy0[0]) / float(busy1[1] - busy0[1])
         for name in ("first", "sporadic"):
-            xs = r[name]
+            xs = [x["consumed"] for x in r[name]]
+            acks = r[name + "_ack"]
             log("sporadic: %s: commit -> consumed p50 %s p99 %s max %s ms; "
                 "commit -> ack p50 %s p99 %s max %s ms; %d lost"
-                % ((name,) + tuple(fmt(v, "%.1f") for v in (
-                    nearest_rank(0.5, [x["consumed"] for x in xs]),
-                    nearest_rank(0.99, [x["consumed"] for x in xs]),
-                    nearest_rank(1.0, [x["consumed"] for x in xs]),
-                    nearest_rank(0.5, [x["ack"] for x in xs]),
-                    nearest_rank(0.99, [x["ack"] for x in xs]),
-                    nearest_rank(1.0, [x["ack"] for x in xs])))
-                   + (sum(1 for x in xs if x["consumed"] is None),)))
+                % ((name,) + tuple(fmt(nearest_rank(q, xs), "%.1f")
+                                   for q in (0.5, 0.99, 1.0))
+                   + tuple(fmt_ack(q, acks, len(xs))
+                           for q in (0.5, 0.99, 1.0))
+                   + (sum(1 for x in xs if x is None),)))
         return r
 
     def _start_streaming(self, slot):
@@ -831,28 +827,72 @@ class Rig:
             log("WARNING: outboxd exited %s; log tail:\n%s"
                 % (rc, d.log_tail(3000)))
 
-    def _one_event(self, wcur, cons, port, state, agg, ev):
-        """Commits one one-row event to outbox.event.<agg>, waits until the
-        consumer has it and outboxd has counted its acknowledgement. ->
-        {"topic", "consumed" ms or None if lost, "ack" ms or None}"""
-        ev["g"] += 1
-        key = "lat-%d" % ev["g"]
+    def _series(self, wcur, cons, port, state, aggs, rng, ev):
+        """One one-row event to outbox.event.<agg> for each agg in turn, the
+        first 200-500 ms from now and each next one 200-500 ms after the
+        previous one was due. Returns once every event arrived at the
+        consumer (or 10 s after the last commit) and outboxd counted their
+        acknowledgements. -> ([{"topic", "consumed": ms or None if lost}],
+        acks as _collect_acks makes them)"""
+        events, acks, pending = [], [], {}
+        state["base"] = state["m"][3]
+        i = arrived = 0
+        due = time.monotonic() + rng.uniform(0.2, 0.5)
+        deadline = None
+        while i < len(aggs) or pending:
+            now = time.monotonic()
+            if i < len(aggs) and now >= due:
+                ev["g"] += 1
+                x = {"topic": aggs[i], "consumed": None}
+                events.append(x)
+                pending["lat-%d" % ev["g"]] = x
+                wcur.execute(INSERT_ONE, (aggs[i], aggs[i], ev["g"]))
+                i += 1
+                due += rng.uniform(0.2, 0.5)
+                if i == len(aggs):
+                    deadline = time.monotonic() + 10.0
+                continue
+            if deadline is not None and now >= deadline:
+                for key, x in pending.items():
+                    log("WARNING: event %s to outbox.event.%s not consumed "
+                        "within 10 s" % (key, x["topic"]))
+                break
+            got = cons.wait_any(list(pending), (due if deadline is None
+                                                else deadline) - now)
+            for key, (t_ms, ts) in got:
+                pending.pop(key)["consumed"] = t_ms - ts
+            if got:
+                arrived += len(got)
+                self._collect_acks(port, state, arrived, acks)
+        return events, acks
+
+    @staticmethod
+    def _collect_acks(port, state, arrived, acks):
+        """Scrapes /metrics until outboxd counted at least `arrived`
+        acknowledgements since state["base"], the count when the series
+        began (a record reaches the consumer
+        about when its ack reaches outboxd), then appends the new ones to
+        acks as (ms, exact): exact when the histogram's count went up by one
+        since the last scrape (the sum's increase is that event's latency),
+        else each one's bucket upper bound, exact False."""
         m0 = state["m"]
-        wcur.execute(INSERT_ONE, (agg, agg, ev["g"]))
-        got = cons.wait_for(key, 10.0)
-        consumed = got[0] - got[1] if got else None
-        deadline = time.monotonic() + (5.0 if got else 0.5)
+        base = state["base"]
+        deadline = time.monotonic() + 5.0
         while True:
             m1 = parse_metrics(scrape(port))
-            if m1[3] > m0[3] or time.monotonic() > deadline:
+            if m1[3] - base >= arrived or time.monotonic() > deadline:
                 break
             time.sleep(0.005)
+        n = int(m1[3] - m0[3])
+        if n == 1:
+            acks.append(((m1[2] - m0[2]) * 1000.0, True))
+        elif n > 1:
+            prev = 0
+            for b in sorted(m1[1]):
+                c = int(m1[1][b] - m0[1].get(b, 0))
+                acks += [(b * 1000.0, False)] * (c - prev)
+                prev = c
         state["m"] = m1
-        ack = (m1[2] - m0[2]) * 1000.0 if m1[3] == m0[3] + 1 else None
-        if got is None:
-            log("WARNING: event %s to outbox.event.%s not consumed within "
-                "10 s" % (key, agg))
-        return {"topic": agg, "consumed": consumed, "ack": ack}
 
 
 class MarkerConsumer:
@@ -915,11 +955,13 @@ class MarkerConsumer:
                                                      m.timestamp()[1])
                 self.cond.notify_all()
 
-    def wait_for(self, key, timeout):
-        """(consumer clock ms, record timestamp ms) of key, or None."""
+    def wait_any(self, keys, timeout):
+        """Waits up to timeout s until one of keys has arrived. -> [(key,
+        (consumer clock ms, record timestamp ms))] of those that have."""
         with self.cond:
-            self.cond.wait_for(lambda: key in self.arrivals, timeout)
-            return self.arrivals.get(key)
+            self.cond.wait_for(lambda: any(k in self.arrivals for k in keys),
+                               max(0.0, timeout))
+            return [(k, self.arrivals[k]) for k in keys if k in self.arrivals]
 
     def close(self):
         self.stop.set()
@@ -946,6 +988,20 @@ def nearest_rank(q, xs):
     vals = sorted(x for x in xs if x is not None)
     i = max(0, math.ceil(q * len(xs) - 1e-9) - 1)
     return vals[i] if i < len(vals) else None
+
+
+def ack_rank(q, acks, n):
+    """nearest_rank over (ms, exact) acks of n events (missing ones count
+    as larger than any) -> (ms or None, exact)."""
+    vals = sorted(acks) + [(None, True)] * max(0, n - len(acks))
+    if not vals:
+        return None, True
+    return vals[max(0, math.ceil(q * len(vals) - 1e-9) - 1)]
+
+
+def fmt_ack(q, acks, n):
+    v, exact = ack_rank(q, acks, n)
+    return fmt(v, "%.1f") if exact else "≤ %g" % v
 
 
 def fmt(v, spec="%.2f"):
@@ -1167,20 +1223,22 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
 
 
 def sporadic_section(spor, lat):
-    L = ["### Sporadic and first-event latency (one-row transactions, one "
-         "event in flight)", ""]
+    L = ["### Sporadic and first-event latency (one-row transactions, "
+         "200-500 ms apart)", ""]
     L.append("%d fresh starts of outboxd; after each, the first event to "
              "each of %d topics that exist on the broker but are new to that "
              "process; then, on the last process, %d single events to the "
-             "%d topics it has already produced to. Each event is committed "
-             "200-500 ms (random, seed %d) after the previous one was "
-             "consumed, so events fall at every phase of any periodic "
-             "timer. Commit → consumed: a consumer already fetching every "
-             "partition (it read back a marker record in each first), its "
-             "clock minus the record timestamp (commit time, ms). Commit → "
-             "ack: outboxd's publish latency histogram sum, diffed around "
-             "each event. Nearest-rank percentiles: with fewer than 100 "
-             "events p99 is the maximum. Machine CPU busy %.0f%%."
+             "%d topics it has already produced to. Commits follow each other "
+             "at random gaps of 200-500 ms (seed %d), whether or not the "
+             "previous event has arrived, so events fall at every phase of "
+             "any periodic timer. Commit → consumed: a consumer already "
+             "fetching every partition (it read back a marker record in each "
+             "first), its clock minus the record timestamp (commit time, "
+             "ms). Commit → ack: outboxd's publish latency histogram, "
+             "scraped as events arrive: exact when one ack came between two "
+             "scrapes (the sum's increase), else its bucket's upper bound "
+             "(≤). Nearest-rank percentiles: with fewer than 100 events p99 "
+             "is the maximum. Machine CPU busy %.0f%%."
              % (spor["starts"], spor["topics"], spor["k"], len(AGG_TYPES),
                 spor["seed"], 100 * spor["busy"]))
     L.append("")
@@ -1188,18 +1246,19 @@ def sporadic_section(spor, lat):
     L.append("|---|---:|---|---:|---:|---:|")
     for name, label in (("first", "first event per new topic"),
                         ("sporadic", "sporadic, known topics")):
-        xs = spor[name]
-        if not xs:
+        vals = [x["consumed"] for x in spor[name]]
+        if not vals:
             continue
-        for key, view in (("consumed", "commit → consumed"),
-                          ("ack", "commit → broker ack")):
-            vals = [x[key] for x in xs]
-            lost = sum(1 for v in vals if v is None)
-            L.append("| %s | %d%s | %s | %s | %s | %s |" % (
-                label, len(vals), " (%d missing)" % lost if lost else "",
-                view, fmt(nearest_rank(0.5, vals), "%.1f"),
-                fmt(nearest_rank(0.99, vals), "%.1f"),
-                fmt(nearest_rank(1.0, vals), "%.1f")))
+        lost = sum(1 for v in vals if v is None)
+        L.append("| %s | %d%s | commit → consumed | %s | %s | %s |" % (
+            label, len(vals), " (%d lost)" % lost if lost else "",
+            fmt(nearest_rank(0.5, vals), "%.1f"),
+            fmt(nearest_rank(0.99, vals), "%.1f"),
+            fmt(nearest_rank(1.0, vals), "%.1f")))
+        acks = spor[name + "_ack"]
+        L.append("| %s | %d | commit → broker ack | %s | %s | %s |" % (
+            label, len(acks), fmt_ack(0.5, acks, len(vals)),
+            fmt_ack(0.99, acks, len(vals)), fmt_ack(1.0, acks, len(vals))))
     if lat:
         B = lat["B"]
         L.append("| steady state, %d events/s (window B) | %d | commit → "
