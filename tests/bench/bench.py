@@ -31,6 +31,22 @@ has nothing else reading; in window B a Kafka consumer adds the commit ->
 consume view (its clock minus the record timestamp) and its own CPU load.
 The latency target is judged on window A.
 
+Sporadic phase (--first-starts N, --first-topics M, --sporadic K): latency
+of events that arrive alone, where a periodic timer (librdkafka's 1 s topic
+scan, a linger, a poll timeout) can show that a steady stream hides. (a)
+After each of N fresh starts of outboxd on one slot, the first event to each
+of M topics that exist on the broker but that the process has never
+produced to; (b) then, on the last process, K single events to the
+benchmark's four topics, which it has produced to by then. Each event is a
+one-row transaction; commits follow each other at seeded random gaps of
+200-500 ms on a schedule of their own, so they meet every phase of any
+timer. A consumer assigned every partition involved, which has already read
+back a marker record it produced into each (its fetch loop runs), gives
+commit -> consumed (its clock minus the record timestamp); outboxd's
+latency histogram, scraped as events arrive, gives commit -> ack. Target:
+p99 of (a) and of (b) <= window B's commit -> consumed p99 +
+SPORADIC_ALLOWANCE_MS.
+
 --profile: one outboxd drain under `perf record --call-graph dwarf`,
 reported by thread, by library, by function (self) and by outboxd function
 (inclusive, so library time is charged to the outboxd code that called it).
