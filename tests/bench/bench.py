@@ -1024,7 +1024,7 @@ def fmt(v, spec="%.2f"):
     return "n/a" if v is None else spec % v
 
 
-def machine_info(pg):
+def machine_info(pg, args_build):
     info = {}
     info["nproc"] = os.cpu_count()
     model = "?"
@@ -1055,6 +1055,11 @@ def machine_info(pg):
     r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
                         "--dirty"], capture_output=True, text=True)
     info["commit"] = r.stdout.strip() or "?"
+    build = Path(args_build).resolve()
+    if build != (ROOT / "build-release").resolve():
+        # The commit above is the benchmark's tree, not necessarily the
+        # binary's: name the binary too.
+        info["commit"] += ", binary from %s" % build
     return info
 
 
@@ -1399,7 +1404,7 @@ def main():
         if args.profile:
             text = run_profile(rig, args)
         else:
-            info = machine_info(rig.pg)
+            info = machine_info(rig.pg, args.build)
             table = msg = None
             if not args.latency_only:
                 table = rig.run_mode("table", args.rows, args.rounds, 0)
