@@ -1020,6 +1020,12 @@ def fmt_ack(q, acks, n):
     return fmt(v, "%.1f") if exact else "≤ %g" % v
 
 
+def fmt_lost(v, spec="%.1f"):
+    """A commit -> consumed figure; None there means an event never
+    arrived."""
+    return "lost" if v is None else spec % v
+
+
 def fmt(v, spec="%.2f"):
     return "n/a" if v is None else spec % v
 
@@ -1225,14 +1231,21 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
                 row("%s: p99 ≤ steady-state p99 + %g ms (commit → consumed)"
                     % (label, SPORADIC_ALLOWANCE_MS),
                     "%s ms; no steady-state run to compare with"
-                    % fmt(p99, "%.1f"), None)
+                    % fmt_lost(p99), None)
                 continue
+            # The writer commits every 10 ms; when it fell 100 ms behind,
+            # the machine was saturated and window B's p99 is CPU queueing,
+            # too loose a reference: say so next to the result.
+            lag = lat["B"]["behind_max_ms"]
             row("%s: p99 ≤ steady-state p99 + %g ms (commit → consumed)"
                 % (label, SPORADIC_ALLOWANCE_MS),
-                "%s ms vs %.1f + %g ms%s" % (
-                    fmt(p99, "%.1f"), steady, SPORADIC_ALLOWANCE_MS,
+                "%s ms vs %.1f + %g ms%s%s" % (
+                    fmt_lost(p99), steady, SPORADIC_ALLOWANCE_MS,
                     "; %d of %d never consumed" % (lost, len(xs))
-                    if lost else ""),
+                    if lost else "",
+                    "; window B's writer fell %.0f ms behind (a busy "
+                    "machine): its p99 is a loose reference, see the "
+                    "known-topic row" % lag if lag > 100 else ""),
                 lost == 0 and p99 <= steady + SPORADIC_ALLOWANCE_MS)
     if spor and spor["first"] and spor["sporadic"]:
         # The same question asked of events measured a few seconds apart
@@ -1244,7 +1257,7 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
         pf, pk = nearest_rank(0.99, f), nearest_rank(0.99, k)
         row("first event to a new topic: p99 ≤ known-topic sporadic p99 + "
             "%g ms (commit → consumed)" % SPORADIC_ALLOWANCE_MS,
-            "%s ms vs %s + %g ms" % (fmt(pf, "%.1f"), fmt(pk, "%.1f"),
+            "%s ms vs %s + %g ms" % (fmt_lost(pf), fmt_lost(pk),
                                       SPORADIC_ALLOWANCE_MS),
             None if pk is None else
             pf is not None and pf <= pk + SPORADIC_ALLOWANCE_MS)
@@ -1287,9 +1300,9 @@ def sporadic_section(spor, lat):
         lost = sum(1 for v in vals if v is None)
         L.append("| %s | %d%s | commit → consumed | %s | %s | %s |" % (
             label, len(vals), " (%d lost)" % lost if lost else "",
-            fmt(nearest_rank(0.5, vals), "%.1f"),
-            fmt(nearest_rank(0.99, vals), "%.1f"),
-            fmt(nearest_rank(1.0, vals), "%.1f")))
+            fmt_lost(nearest_rank(0.5, vals)),
+            fmt_lost(nearest_rank(0.99, vals)),
+            fmt_lost(nearest_rank(1.0, vals))))
         acks = spor[name + "_ack"]
         L.append("| %s | %d | commit → broker ack | %s | %s | %s |" % (
             label, len(acks), fmt_ack(0.5, acks, len(vals)),
@@ -1305,7 +1318,7 @@ def sporadic_section(spor, lat):
         by = {}
         for x in spor["first"]:
             by.setdefault(x["start"], []).append(
-                fmt(x["consumed"], "%.0f"))
+                fmt_lost(x["consumed"], "%.0f"))
         L.append("First events, commit → consumed ms, by start: " + "; ".join(
             "%d: %s" % (s, ", ".join(v)) for s, v in sorted(by.items()))
             + ".")
