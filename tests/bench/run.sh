@@ -45,7 +45,8 @@
 # OUTBOXD_PG_BIN overrides /usr/lib/postgresql/15/bin.
 #
 # Needs what tests/run.sh needs (deploy/deps.sh installs it); --profile also
-# needs linux-perf. A default run takes about 4 minutes on 2 cores.
+# needs linux-perf. A default run takes about 3 minutes on 2 cores (the
+# sporadic phase about 30 s of it).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
