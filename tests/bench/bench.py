@@ -43,9 +43,11 @@ one-row transaction; commits follow each other at seeded random gaps of
 timer. A consumer assigned every partition involved, which has already read
 back a marker record it produced into each (its fetch loop runs), gives
 commit -> consumed (its clock minus the record timestamp); outboxd's
-latency histogram, scraped as events arrive, gives commit -> ack. Target:
+latency histogram, scraped as events arrive, gives commit -> ack. Targets:
 p99 of (a) and of (b) <= window B's commit -> consumed p99 +
-SPORADIC_ALLOWANCE_MS.
+SPORADIC_ALLOWANCE_MS, and p99 of (a) <= p99 of (b) + SPORADIC_ALLOWANCE_MS
+(a reference measured under the same load, which window B's p99 on a busy
+machine is not).
 
 --profile: one outboxd drain under `perf record --call-graph dwarf`,
 reported by thread, by library, by function (self) and by outboxd function
@@ -80,12 +82,13 @@ from harness import int_to_lsn, wait_until  # noqa: E402
 
 PG_BIN = harness.PG_BIN
 TXN_ROWS = 100
-# Sporadic / first-event target: p99 <= steady-state commit -> consumed p99
-# + this. It covers what a lone event may pay that a steady stream does not
-# (README, "Benchmark"): a new topic's metadata round trip and possibly a
-# connection to its partition leader (each well under 1 ms on loopback, a
-# few ms when the 2 cores are contended), the consumer's idle fetch cycle
-# (fetch.wait.max.ms 5) and the record timestamp's truncation to the ms.
+# Sporadic / first-event targets: p99 <= steady-state commit -> consumed
+# p99 + this, and first-event p99 <= known-topic p99 + this. It covers what
+# a lone event may pay that a steady stream does not (README, "Benchmark"):
+# a new topic's metadata round trip and maybe a connection to its
+# partition's leader, the record timestamp's truncation to the ms, and one
+# scheduler delay on 2 shared cores in a p99 that, with fewer than 100
+# events, is the maximum. The 1 s topic-scan wait it must catch is 100x.
 SPORADIC_ALLOWANCE_MS = 10.0
 LAT_WARMUP = 3.0
 AGG_TYPES = ("order", "customer", "payment", "shipment")
@@ -728,7 +731,6 @@ class Rig:
                fmt(r["cons_p50"], "%.1f"), fmt(r["cons_p99"], "%.1f")))
         return r, g
 
-
     # -- sporadic and first-event latency -----------------------------------
 
     def run_sporadic(self, starts, ntopics, k, seed, base):
@@ -886,11 +888,11 @@ class Rig:
     def _collect_acks(port, state, arrived, acks):
         """Scrapes /metrics until outboxd counted at least `arrived`
         acknowledgements since state["base"], the count when the series
-        began (a record reaches the consumer
-        about when its ack reaches outboxd), then appends the new ones to
-        acks as (ms, exact): exact when the histogram's count went up by one
-        since the last scrape (the sum's increase is that event's latency),
-        else each one's bucket upper bound, exact False."""
+        began (a record reaches the consumer about when its ack reaches
+        outboxd), then appends the new ones to acks as (ms, exact): exact
+        when the histogram's count went up by one since the last scrape
+        (the sum's increase is that event's latency), else each one's
+        bucket upper bound, exact False."""
         m0 = state["m"]
         base = state["base"]
         deadline = time.monotonic() + 5.0
