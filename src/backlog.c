@@ -76,17 +76,6 @@ exec_ok(ob_backlog *b, const char *sql, ExecStatusType want, const char *what)
 	return ok;
 }
 
-/* The backlog's session: every transaction read-only, so the predicate
- * runs with the role's privileges and cannot write even where they would
- * allow it; and no timeout of the role's or the database's cuts the
- * backlog short: a first page may take as long as sorting every matching
- * row, and the transaction idles while the producer's queue is full. */
-static const char *const session_settings[] = {
-    "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
-    "SET statement_timeout = 0",
-    "SET idle_in_transaction_session_timeout = 0",
-};
-
 ob_pg_status
 ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_backlog **out)
 {
@@ -102,12 +91,14 @@ ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_b
 		return OB_PG_RETRY;
 	}
 	ob_pgrepl_set_tick(b->pg, tick, ctx);
-	for (size_t i = 0; i < OB_ARRAY_LEN(session_settings); i++) {
-		if (!exec_ok(b, session_settings[i], PGRES_COMMAND_OK,
-			     "set up the backlog's session")) {
-			ob_backlog_close(b);
-			return OB_PG_RETRY;
-		}
+	/* Every transaction of this session is read-only: the predicate runs
+	 * with the role's privileges and cannot write even where they would
+	 * allow it. (No timeout cuts the backlog short: pgrepl pins them to 0
+	 * on every connection.) */
+	if (!exec_ok(b, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", PGRES_COMMAND_OK,
+		     "make the backlog's session read-only")) {
+		ob_backlog_close(b);
+		return OB_PG_RETRY;
 	}
 	*out = b;
 	return OB_PG_OK;

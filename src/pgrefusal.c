@@ -28,7 +28,7 @@ ob_pg_refusal_sqlstate(const char *message, char state[6])
 	bool found = false;
 
 	/* libpq writes a server error as "SEVERITY:  " then, when verbose,
-	 * "XXXXX: "; the severity is translated, the layout is not. */
+	 * "<SQLSTATE>: "; the severity is translated, the layout is not. */
 	for (const char *p = strstr(message, ":  "); p != NULL; p = strstr(p + 1, ":  ")) {
 		const char *s = p + 3;
 		size_t i = 0;

@@ -34,12 +34,19 @@ struct ob_pgrepl {
 	char err_msg[256];
 };
 
-/* Settings that change how wal2json renders values, pinned on every
- * connection so published records do not depend on the database's or the
- * role's defaults: bytea as hex, timestamps in ISO form, intervals in the
- * postgres style and floats with every digit. */
+/* Settings pinned on every connection so outboxd does not depend on the
+ * database's or the role's defaults: how wal2json renders values (bytea
+ * as hex, timestamps in ISO form, intervals in the postgres style, floats
+ * with every digit), and no idle timeouts, since the backlog keeps a
+ * transaction open (its cursor, and the walsender that exported the
+ * snapshot) while the broker acknowledges its rows: a role's
+ * idle_in_transaction_session_timeout would end every attempt, and a
+ * statement_timeout shorter than the backlog's first FETCH (a large sort)
+ * would fail every attempt. */
 #define PINNED_OPTIONS                                                                             \
-	"-c bytea_output=hex -c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3"
+	"-c bytea_output=hex -c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3 "  \
+	"-c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0 -c "                   \
+	"statement_timeout=0"
 
 /* The message of a failed result or connection, without the trailing
  * newline libpq adds. The buffer is static: log it right away. */

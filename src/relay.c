@@ -775,7 +775,8 @@ note_server_error(relay *r)
 {
 	const char *s = r->err_state;
 
-	if (s[0] == '\0' || strncmp(s, "08", 2) == 0 || strncmp(s, "57P0", 4) == 0) {
+	if (s[0] == '\0' || strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 ||
+	    strcmp(s, "57P02") == 0 || strcmp(s, "57P03") == 0) {
 		r->err_repeats = 0;
 		return true;
 	}
@@ -1240,6 +1241,7 @@ relay_free(relay *r)
 static bool
 wait_as_standby(relay *r)
 {
+	r->err_repeats = 0; /* losing a race for the slot is no server error */
 	ob_metrics_set_connected(false, ob_producer_connected(r->producer));
 	if (ob_mono_ms() - r->last_standby_log >= STANDBY_LOG_INTERVAL_MS) {
 		ob_info("replication slot %s is active in another process; waiting as a standby, "

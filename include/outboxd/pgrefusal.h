@@ -51,7 +51,7 @@ typedef struct ob_pg_refusal_ctx {
 } ob_pg_refusal_ctx;
 
 /* The SQLSTATE of the last server error in a libpq connection failure
- * message made with PQERRORS_VERBOSE ("...: SEVERITY:  XXXXX: text"),
+ * message made with PQERRORS_VERBOSE ("...: SEVERITY:  <SQLSTATE>: text"),
  * copied into state. False when the message has none. */
 bool ob_pg_refusal_sqlstate(const char *message, char state[6]) OB_MUST_CHECK;
 

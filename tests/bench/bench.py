@@ -36,6 +36,24 @@ has nothing else reading; in window B a Kafka consumer adds the commit ->
 consume view (its clock minus the record timestamp) and its own CPU load.
 The latency target is judged on window A.
 
+Sporadic phase (--first-starts N, --first-topics M, --sporadic K): latency
+of events that arrive alone, where a periodic timer (librdkafka's 1 s topic
+scan, a linger, a poll timeout) can show that a steady stream hides. (a)
+After each of N fresh starts of outboxd on one slot, the first event to each
+of M topics that exist on the broker but that the process has never
+produced to; (b) then, on the last process, K single events to the
+benchmark's four topics, which it has produced to by then. Each event is a
+one-row transaction; commits follow each other at seeded random gaps of
+200-500 ms on a schedule of their own, so they meet every phase of any
+timer. A consumer assigned every partition involved, which has already read
+back a marker record it produced into each (its fetch loop runs), gives
+commit -> consumed (its clock minus the record timestamp); outboxd's
+latency histogram, scraped as events arrive, gives commit -> ack. Targets:
+p99 of (a) and of (b) <= window B's commit -> consumed p99 +
+SPORADIC_ALLOWANCE_MS, and p99 of (a) <= p99 of (b) + SPORADIC_ALLOWANCE_MS
+(a reference measured under the same load, which window B's p99 on a busy
+machine is not).
+
 --profile: one outboxd drain under `perf record --call-graph dwarf`,
 reported by thread, by library, by function (self) and by outboxd function
 (inclusive, so library time is charged to the outboxd code that called it).
@@ -45,8 +63,10 @@ to look at.
 """
 
 import argparse
+import math
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -67,6 +87,14 @@ from harness import int_to_lsn, wait_until  # noqa: E402
 
 PG_BIN = harness.PG_BIN
 TXN_ROWS = 100
+# Sporadic / first-event targets: p99 <= steady-state commit -> consumed
+# p99 + this, and first-event p99 <= known-topic p99 + this. It covers what
+# a lone event may pay that a steady stream does not (README, "Benchmark"):
+# a new topic's metadata round trip and maybe a connection to its
+# partition's leader, the record timestamp's truncation to the ms, and one
+# scheduler delay on 2 shared cores in a p99 that, with fewer than 100
+# events, is the maximum. The 1 s topic-scan wait it must catch is 100x.
+SPORADIC_ALLOWANCE_MS = 10.0
 LAT_WARMUP = 3.0
 AGG_TYPES = ("order", "customer", "payment", "shipment")
 PARTITIONS = 4
@@ -147,6 +175,15 @@ FROM generate_series({lo}::bigint, {hi}::bigint) AS g"""
 
 INSERT_ROWS = ("INSERT INTO public.outbox (aggregate_type, aggregate_id, "
                "event_type, payload, headers)" + ROW_SELECT)
+
+# One event as a one-row transaction (autocommit): aggregate type %s (so
+# topic outbox.event.<type>), key 'lat-<g>' so the consumer can tell which
+# event a record is.
+INSERT_ONE = """
+INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload,
+                           headers)
+SELECT %s, 'lat-' || g, %s || '.created', bench_payload(g), bench_headers(g)
+FROM (SELECT %s::bigint AS g) AS s"""
 
 EMIT_MESSAGES = """
 PERFORM pg_logical_emit_message(true, 'outbox', json_build_object(
@@ -751,6 +788,261 @@ class Rig:
                fmt(r["cons_p50"], "%.1f"), fmt(r["cons_p99"], "%.1f")))
         return r, g
 
+    # -- sporadic and first-event latency -----------------------------------
+
+    def run_sporadic(self, starts, ntopics, k, seed, base):
+        """(a) For each of `starts` fresh starts of outboxd, the first event
+        to each of `ntopics` topics that exist on the broker but that this
+        outboxd process has never produced to; (b) then, on the last
+        process, k single events to topics it has already produced to.
+        Every event is a one-row transaction; commits follow each other at
+        seeded random gaps of 200-500 ms, a schedule of its own (a commit
+        does not wait for the previous event to arrive), so events fall at
+        every phase of any periodic timer in outboxd or librdkafka.
+        Commit -> consumed: a consumer that already reads every partition
+        involved (it has read back a marker record in each). Commit -> ack:
+        the outboxd_publish_latency_seconds histogram, scraped as events
+        arrive (see _collect_acks)."""
+        rng = random.Random(seed)
+        slot = "bench_sporadic"
+        new = [["bench_s%d_t%d" % (s + 1, j + 1) for j in range(ntopics)]
+               for s in range(starts)]
+        for aggs in new:
+            for a in aggs:
+                self.broker.create_topic("outbox.event." + a, PARTITIONS)
+        topics = ["outbox.event." + a for a in AGG_TYPES] + [
+            "outbox.event." + a for aggs in new for a in aggs]
+        log("sporadic: %d fresh starts x %d new topics, then %d single "
+            "events to known topics (seed %d); consumer on %d partitions"
+            % (starts, ntopics, k, seed, len(topics) * PARTITIONS))
+        cons = MarkerConsumer(self.broker.bootstraps, topics)
+        self.create_slots([slot])
+        wconn = self.pg.connect()
+        wcur = wconn.cursor()
+        r = {"first": [], "first_ack": [], "sporadic": [], "sporadic_ack": [],
+             "starts": starts, "topics": ntopics, "k": k, "seed": seed}
+        ev = {"g": base}
+        busy0 = machine_busy()
+        d = None
+        try:
+            for s in range(starts):
+                d, port = self._start_streaming(slot)
+                state = {"m": parse_metrics(scrape(port))}
+                xs, acks = self._series(wcur, cons, port, state, new[s], rng,
+                                        ev)
+                for x in xs:
+                    x["start"] = s + 1
+                r["first"] += xs
+                r["first_ack"] += acks
+                log("sporadic: start %d, first event per topic, commit -> "
+                    "consumed ms: %s" % (s + 1, ", ".join(
+                        fmt(x["consumed"], "%.0f") for x in xs)))
+                if s < starts - 1:
+                    self._stop_streaming(d, slot)
+                    d = None
+            # (b): make the benchmark's usual topics known to this process
+            # (not measured), then the single events.
+            self._series(wcur, cons, port, state, AGG_TYPES, rng, ev)
+            r["sporadic"], r["sporadic_ack"] = self._series(
+                wcur, cons, port, state,
+                [rng.choice(AGG_TYPES) for _ in range(k)], rng, ev)
+            busy1 = machine_busy()
+            self._stop_streaming(d, slot)
+            d = None
+        finally:
+            if d is not None:
+                d.stop(40)
+                self.daemons.remove(d)
+            cons.close()
+            wconn.close()
+        self.drop_slots([slot])
+        r["busy"] = (busy1[0] - busy0[0]) / float(busy1[1] - busy0[1])
+        for name in ("first", "sporadic"):
+            xs = [x["consumed"] for x in r[name]]
+            acks = r[name + "_ack"]
+            log("sporadic: %s: commit -> consumed p50 %s p99 %s max %s ms; "
+                "commit -> ack p50 %s p99 %s max %s ms; %d lost"
+                % ((name,) + tuple(fmt(nearest_rank(q, xs), "%.1f")
+                                   for q in (0.5, 0.99, 1.0))
+                   + tuple(fmt_ack(q, acks, len(xs))
+                           for q in (0.5, 0.99, 1.0))
+                   + (sum(1 for x in xs if x is None),)))
+        return r
+
+    def _start_streaming(self, slot):
+        """A fresh outboxd on slot (record timestamp = commit time), once it
+        streams and /readyz answers 200. -> (Outboxd, http port)"""
+        port = harness.free_port()
+        cfg = self.outboxd_config(slot, port, {"timestamp_column": ""})
+        d = harness.Outboxd(self.outboxd_bin, cfg,
+                            os.path.join(self.tmp, "outboxd"))
+        self.daemons.append(d)
+        wait_until(lambda: self.slot_state(slot)[0], 30, 0.05,
+                   "outboxd streaming")
+
+        def ready():
+            try:
+                with urllib.request.urlopen(
+                        "http://127.0.0.1:%d/readyz" % port, timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+        wait_until(ready, 30, 0.05, "outboxd ready")
+        return d, port
+
+    def _stop_streaming(self, d, slot):
+        """Stops d once the slot is confirmed past everything written, so
+        the next start re-publishes nothing."""
+        end = self.settled_end_lsn()
+        wait_until(lambda: self.slot_state(slot)[1] >= end, 60, 0.05,
+                   "outboxd caught up")
+        rc = d.stop(40)
+        self.daemons.remove(d)
+        if rc != 0:
+            log("WARNING: outboxd exited %s; log tail:\n%s"
+                % (rc, d.log_tail(3000)))
+
+    def _series(self, wcur, cons, port, state, aggs, rng, ev):
+        """One one-row event to outbox.event.<agg> for each agg in turn, the
+        first 200-500 ms from now and each next one 200-500 ms after the
+        previous one was due. Returns once every event arrived at the
+        consumer (or 10 s after the last commit) and outboxd counted their
+        acknowledgements. -> ([{"topic", "consumed": ms or None if lost}],
+        acks as _collect_acks makes them)"""
+        events, acks, pending = [], [], {}
+        state["base"] = state["m"][3]
+        i = arrived = 0
+        due = time.monotonic() + rng.uniform(0.2, 0.5)
+        deadline = None
+        while i < len(aggs) or pending:
+            now = time.monotonic()
+            if i < len(aggs) and now >= due:
+                ev["g"] += 1
+                x = {"topic": aggs[i], "consumed": None}
+                events.append(x)
+                pending["lat-%d" % ev["g"]] = x
+                wcur.execute(INSERT_ONE, (aggs[i], aggs[i], ev["g"]))
+                i += 1
+                due += rng.uniform(0.2, 0.5)
+                if i == len(aggs):
+                    deadline = time.monotonic() + 10.0
+                continue
+            if deadline is not None and now >= deadline:
+                for key, x in pending.items():
+                    log("WARNING: event %s to outbox.event.%s not consumed "
+                        "within 10 s" % (key, x["topic"]))
+                break
+            got = cons.wait_any(list(pending), (due if deadline is None
+                                                else deadline) - now)
+            for key, (t_ms, ts) in got:
+                pending.pop(key)["consumed"] = t_ms - ts
+            if got:
+                arrived += len(got)
+                self._collect_acks(port, state, arrived, acks)
+        return events, acks
+
+    @staticmethod
+    def _collect_acks(port, state, arrived, acks):
+        """Scrapes /metrics until outboxd counted at least `arrived`
+        acknowledgements since state["base"], the count when the series
+        began (a record reaches the consumer about when its ack reaches
+        outboxd), then appends the new ones to acks as (ms, exact): exact
+        when the histogram's count went up by one since the last scrape
+        (the sum's increase is that event's latency), else each one's
+        bucket upper bound, exact False."""
+        m0 = state["m"]
+        base = state["base"]
+        deadline = time.monotonic() + 5.0
+        while True:
+            m1 = parse_metrics(scrape(port))
+            if m1[3] - base >= arrived or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        n = int(m1[3] - m0[3])
+        if n == 1:
+            acks.append(((m1[2] - m0[2]) * 1000.0, True))
+        elif n > 1:
+            prev = 0
+            for b in sorted(m1[1]):
+                c = int(m1[1][b] - m0[1].get(b, 0))
+                acks += [(b * 1000.0, False)] * (c - prev)
+                prev = c
+        state["m"] = m1
+
+
+class MarkerConsumer:
+    """A Kafka consumer on every partition of the given topics, from their
+    current ends. Built only once it has read back a marker record it
+    produced into each partition: its fetch loop is running everywhere
+    before anything is measured. Records keyed 'lat-...' are noted with the
+    consumer's clock (ms) when they were handed over and their timestamp."""
+
+    def __init__(self, bootstraps, topics):
+        from confluent_kafka import Consumer, Producer, TopicPartition
+        self.cons = Consumer({
+            "bootstrap.servers": bootstraps,
+            "group.id": "outboxd-bench-sporadic", "enable.auto.commit": False,
+            "enable.partition.eof": False, "fetch.wait.max.ms": 5,
+            "fetch.error.backoff.ms": 5, "log_level": 3})
+        parts = []
+        for t in topics:
+            for p in range(PARTITIONS):
+                _, hi = self.cons.get_watermark_offsets(
+                    TopicPartition(t, p), timeout=10)
+                parts.append(TopicPartition(t, p, hi))
+        self.cons.assign(parts)
+        self.arrivals = {}
+        self.markers = set()
+        self.cond = threading.Condition()
+        self.stop = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+        prod = Producer({"bootstrap.servers": bootstraps, "linger.ms": 0,
+                         "log_level": 3})
+        for tp in parts:
+            prod.produce(tp.topic, b"marker", b"marker",
+                         partition=tp.partition)
+        if prod.flush(30) != 0:
+            raise harness.HarnessError("marker records not delivered")
+        want = {(tp.topic, tp.partition) for tp in parts}
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.markers >= want, 30):
+                raise harness.HarnessError(
+                    "consumer read no marker from %d partitions"
+                    % len(want - self.markers))
+
+    def _run(self):
+        while not self.stop.is_set():
+            m = self.cons.poll(0.1)
+            if m is None:
+                continue
+            msgs = [m] + self.cons.consume(1000, 0)
+            now_ms = time.time() * 1000.0
+            with self.cond:
+                for m in msgs:
+                    if m.error() is not None:
+                        continue
+                    k = m.key() or b""
+                    if k == b"marker":
+                        self.markers.add((m.topic(), m.partition()))
+                    elif k.startswith(b"lat-"):
+                        self.arrivals[k.decode()] = (now_ms,
+                                                     m.timestamp()[1])
+                self.cond.notify_all()
+
+    def wait_any(self, keys, timeout):
+        """Waits up to timeout s until one of keys has arrived. -> [(key,
+        (consumer clock ms, record timestamp ms))] of those that have."""
+        with self.cond:
+            self.cond.wait_for(lambda: any(k in self.arrivals for k in keys),
+                               max(0.0, timeout))
+            return [(k, self.arrivals[k]) for k in keys if k in self.arrivals]
+
+    def close(self):
+        self.stop.set()
+        self.th.join(5)
+        self.cons.close()
+
 
 # ---------------------------------------------------------------------------
 # report
@@ -761,11 +1053,43 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+def nearest_rank(q, xs):
+    """The q-quantile of xs by nearest rank (the smallest value with at
+    least q of the values at or below it): with fewer than 100 values, p99
+    is the maximum. None if xs has no value; a lost event (None) counts as
+    larger than any value."""
+    if not xs:
+        return None
+    vals = sorted(x for x in xs if x is not None)
+    i = max(0, math.ceil(q * len(xs) - 1e-9) - 1)
+    return vals[i] if i < len(vals) else None
+
+
+def ack_rank(q, acks, n):
+    """nearest_rank over (ms, exact) acks of n events (missing ones count
+    as larger than any) -> (ms or None, exact)."""
+    vals = sorted(acks) + [(None, True)] * max(0, n - len(acks))
+    if not vals:
+        return None, True
+    return vals[max(0, math.ceil(q * len(vals) - 1e-9) - 1)]
+
+
+def fmt_ack(q, acks, n):
+    v, exact = ack_rank(q, acks, n)
+    return fmt(v, "%.1f") if exact else "≤ %g" % v
+
+
+def fmt_lost(v, spec="%.1f"):
+    """A commit -> consumed figure; None there means an event never
+    arrived."""
+    return "lost" if v is None else spec % v
+
+
 def fmt(v, spec="%.2f"):
     return "n/a" if v is None else spec % v
 
 
-def machine_info(pg):
+def machine_info(pg, args_build):
     info = {}
     info["nproc"] = os.cpu_count()
     model = "?"
@@ -796,6 +1120,11 @@ def machine_info(pg):
     r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always",
                         "--dirty"], capture_output=True, text=True)
     info["commit"] = r.stdout.strip() or "?"
+    build = Path(args_build).resolve()
+    if build != (ROOT / "build-release").resolve():
+        # The commit above is the benchmark's tree, not necessarily the
+        # binary's: name the binary too.
+        info["commit"] += ", binary from %s" % build
     return info
 
 
@@ -852,7 +1181,7 @@ def ratio_series(res, key, inverse=False):
     return out
 
 
-def report(args, info, table, msg, lat, load0, load1, elapsed):
+def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
     L = ["# outboxd benchmark", ""]
     L.append("Machine: %d CPUs, %s, %s RAM, Linux %s; PostgreSQL %s, "
              "wal2json %s, librdkafka %s; outboxd %s (release build). "
@@ -921,6 +1250,10 @@ def report(args, info, table, msg, lat, load0, load1, elapsed):
                              fmt(w["cons_max"], "%.1f")))
         L.append("")
 
+    steady = lat["B"]["cons_p99"] if lat else None
+    if spor:
+        L += sporadic_section(spor, lat)
+
     # targets
     L.append("### Targets (reported, not asserted)")
     L.append("")
@@ -954,6 +1287,50 @@ def report(args, info, table, msg, lat, load0, load1, elapsed):
         row("latency p99 ≤ 20 ms at %d events/s (commit → ack)" % lat["rate"],
             "%s ms" % fmt(p99 and p99 * 1000, "%.1f"),
             p99 is not None and p99 <= 0.020)
+    if spor:
+        for name, label in (
+                ("first", "first event to a new topic after a fresh start"),
+                ("sporadic", "sporadic single events (one every "
+                             "200-500 ms)")):
+            xs = [x["consumed"] for x in spor[name]]
+            if not xs:
+                continue
+            p99 = nearest_rank(0.99, xs)
+            lost = sum(1 for x in xs if x is None)
+            if steady is None:
+                row("%s: p99 ≤ steady-state p99 + %g ms (commit → consumed)"
+                    % (label, SPORADIC_ALLOWANCE_MS),
+                    "%s ms; no steady-state run to compare with"
+                    % fmt_lost(p99), None)
+                continue
+            # The writer commits every 10 ms; when it fell 100 ms behind,
+            # the machine was saturated and window B's p99 is CPU queueing,
+            # too loose a reference: say so next to the result.
+            lag = lat["B"]["behind_max_ms"]
+            row("%s: p99 ≤ steady-state p99 + %g ms (commit → consumed)"
+                % (label, SPORADIC_ALLOWANCE_MS),
+                "%s ms vs %.1f + %g ms%s%s" % (
+                    fmt_lost(p99), steady, SPORADIC_ALLOWANCE_MS,
+                    "; %d of %d never consumed" % (lost, len(xs))
+                    if lost else "",
+                    "; window B's writer fell %.0f ms behind (a busy "
+                    "machine): its p99 is a loose reference, see the "
+                    "known-topic row" % lag if lag > 100 else ""),
+                lost == 0 and p99 <= steady + SPORADIC_ALLOWANCE_MS)
+    if spor and spor["first"] and spor["sporadic"]:
+        # The same question asked of events measured a few seconds apart
+        # under the same load: does a topic's first event cost more than
+        # one to a topic outboxd knows? Unlike window B's p99, this
+        # reference is not inflated when the machine is busy.
+        f = [x["consumed"] for x in spor["first"]]
+        k = [x["consumed"] for x in spor["sporadic"]]
+        pf, pk = nearest_rank(0.99, f), nearest_rank(0.99, k)
+        row("first event to a new topic: p99 ≤ known-topic sporadic p99 + "
+            "%g ms (commit → consumed)" % SPORADIC_ALLOWANCE_MS,
+            "%s ms vs %s + %g ms" % (fmt_lost(pf), fmt_lost(pk),
+                                      SPORADIC_ALLOWANCE_MS),
+            None if pk is None else
+            pf is not None and pf <= pk + SPORADIC_ALLOWANCE_MS)
     if table and msg:
         a = med([x["eps"] for x in msg["obd"]])
         b = med([x["eps"] for x in table["obd"]])
@@ -961,6 +1338,62 @@ def report(args, info, table, msg, lat, load0, load1, elapsed):
             "%.0f vs %.0f" % (a, b), a > b)
     L.append("")
     return "\n".join(L)
+
+
+def sporadic_section(spor, lat):
+    L = ["### Sporadic and first-event latency (one-row transactions, "
+         "200-500 ms apart)", ""]
+    L.append("%d fresh starts of outboxd; after each, the first event to "
+             "each of %d topics that exist on the broker but are new to that "
+             "process; then, on the last process, %d single events to the "
+             "%d topics it has already produced to. Commits follow each other "
+             "at random gaps of 200-500 ms (seed %d), whether or not the "
+             "previous event has arrived, so events fall at every phase of "
+             "any periodic timer. Commit → consumed: a consumer already "
+             "fetching every partition (it read back a marker record in each "
+             "first), its clock minus the record timestamp (commit time, "
+             "ms). Commit → ack: outboxd's publish latency histogram, "
+             "scraped as events arrive: exact when one ack came between two "
+             "scrapes (the sum's increase), else its bucket's upper bound "
+             "(≤). Nearest-rank percentiles: with fewer than 100 events p99 "
+             "is the maximum. Machine CPU busy %.0f%%."
+             % (spor["starts"], spor["topics"], spor["k"], len(AGG_TYPES),
+                spor["seed"], 100 * spor["busy"]))
+    L.append("")
+    L.append("| events | n | view | p50 ms | p99 ms | max ms |")
+    L.append("|---|---:|---|---:|---:|---:|")
+    for name, label in (("first", "first event per new topic"),
+                        ("sporadic", "sporadic, known topics")):
+        vals = [x["consumed"] for x in spor[name]]
+        if not vals:
+            continue
+        lost = sum(1 for v in vals if v is None)
+        L.append("| %s | %d%s | commit → consumed | %s | %s | %s |" % (
+            label, len(vals), " (%d lost)" % lost if lost else "",
+            fmt_lost(nearest_rank(0.5, vals)),
+            fmt_lost(nearest_rank(0.99, vals)),
+            fmt_lost(nearest_rank(1.0, vals))))
+        acks = spor[name + "_ack"]
+        L.append("| %s | %d | commit → broker ack | %s | %s | %s |" % (
+            label, len(acks), fmt_ack(0.5, acks, len(vals)),
+            fmt_ack(0.99, acks, len(vals)), fmt_ack(1.0, acks, len(vals))))
+    if lat:
+        B = lat["B"]
+        L.append("| steady state, %d events/s (window B) | %d | commit → "
+                 "consumed | %s | %s | %s |" % (
+                     lat["rate"], B["cons_count"], fmt(B["cons_p50"], "%.1f"),
+                     fmt(B["cons_p99"], "%.1f"), fmt(B["cons_max"], "%.1f")))
+    L.append("")
+    if spor["first"]:
+        by = {}
+        for x in spor["first"]:
+            by.setdefault(x["start"], []).append(
+                fmt_lost(x["consumed"], "%.0f"))
+        L.append("First events, commit → consumed ms, by start: " + "; ".join(
+            "%d: %s" % (s, ", ".join(v)) for s, v in sorted(by.items()))
+            + ".")
+        L.append("")
+    return L
 
 
 # ---------------------------------------------------------------------------
@@ -1027,6 +1460,11 @@ def main():
     ap.add_argument("--latency-seconds", type=float, default=20.0)
     ap.add_argument("--skip-messages", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--first-starts", type=int, default=3)
+    ap.add_argument("--first-topics", type=int, default=5)
+    ap.add_argument("--sporadic", type=int, default=50)
+    ap.add_argument("--sporadic-seed", type=int, default=1)
+    ap.add_argument("--skip-sporadic", action="store_true")
     ap.add_argument("--latency-only", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-messages", action="store_true")
@@ -1049,7 +1487,7 @@ def main():
         if args.profile:
             text = run_profile(rig, args)
         else:
-            info = machine_info(rig.pg)
+            info = machine_info(rig.pg, args.build)
             table = msg = None
             if not args.latency_only:
                 table = rig.run_mode("table", args.rows, args.rounds, 0)
@@ -1065,8 +1503,16 @@ def main():
             if not args.skip_latency:
                 lat = rig.run_latency(args.rate, args.latency_seconds,
                                       2 * 10 ** 9)
+            spor = None
+            if not args.skip_sporadic and (
+                    args.first_starts * args.first_topics > 0
+                    or args.sporadic > 0):
+                spor = rig.run_sporadic(
+                    max(1, args.first_starts),
+                    args.first_topics if args.first_starts > 0 else 0,
+                    args.sporadic, args.sporadic_seed, 3 * 10 ** 9)
             load1 = "%.2f %.2f %.2f" % os.getloadavg()
-            text = report(args, info, table, msg, lat, load0, load1,
+            text = report(args, info, table, msg, lat, spor, load0, load1,
                           time.monotonic() - T_START)
     finally:
         rig.close()

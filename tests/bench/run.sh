@@ -11,7 +11,10 @@
 # same rows once more per round as the backlog of a slot outboxd creates
 # (read with SQL instead of decoded). Then the same for events written
 # as pg_logical_emit_message, then end-to-end latency at a steady rate
-# (window A: outboxd alone; window B: with a Kafka consumer reading). It
+# (window A: outboxd alone; window B: with a Kafka consumer reading), then
+# the sporadic phase: after each of N fresh starts of outboxd, the first
+# event to each of M topics new to it, then K single events to topics it
+# knows, 200-500 ms apart, commit -> consumed against window B's p99. It
 # prints a markdown results table with PASS/MISS per target and writes it to
 # build-release/bench-results.md. Targets are reported, never asserted: the
 # exit code is 0 whenever the benchmark ran to the end.
@@ -23,8 +26,15 @@
 #   --rate E              steady rate of the latency run, events/s (5000)
 #   --latency-seconds S   length of the latency window (20)
 #   --skip-messages       no message-mode drains
-#   --skip-latency        no latency run
-#   --latency-only        only the latency run (no drains)
+#   --skip-latency        no steady-rate latency run (the sporadic phase's
+#                         targets are then n/a)
+#   --first-starts N      sporadic phase: fresh starts of outboxd (3)
+#   --first-topics M      new topics per start, one first event each (5)
+#   --sporadic K          single events to known topics afterwards (50)
+#   --sporadic-seed S     seed of the 200-500 ms gaps (1)
+#   --skip-sporadic       no sporadic phase (about 35 s with the defaults)
+#   --latency-only        only the latency runs (steady and sporadic; no
+#                         drains)
 #   --profile             instead of the benchmark: drain --rows (default
 #                         then 100000) table rows with outboxd under
 #                         `perf record` and print where its CPU goes
@@ -37,7 +47,8 @@
 # OUTBOXD_PG_BIN overrides /usr/lib/postgresql/15/bin.
 #
 # Needs what tests/run.sh needs (deploy/deps.sh installs it); --profile also
-# needs linux-perf. A default run takes about 3 minutes on 2 cores.
+# needs linux-perf. A default run takes about 3 minutes on 2 cores (the
+# sporadic phase about 30 s of it).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
