@@ -76,6 +76,19 @@ exec_ok(ob_backlog *b, const char *sql, ExecStatusType want, const char *what)
 	return ok;
 }
 
+/* The query failed for good, with message err: keep why, naming the keys
+ * (the server does not say which of the two is at fault), and return
+ * OB_PG_FATAL. */
+static ob_pg_status
+refused(ob_backlog *b, const char *err)
+{
+	snprintf(b->error, sizeof(b->error),
+		 "outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\") failed on the "
+		 "outbox rows: %s",
+		 b->cfg->outbox.backlog_where, b->cfg->outbox.backlog_order_by, err);
+	return OB_PG_FATAL;
+}
+
 ob_pg_status
 ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_backlog **out)
 {
@@ -182,12 +195,7 @@ ob_backlog_start(ob_backlog *b, const char *snapshot)
 		ob_error("could not open the backlog's cursor: %s",
 			 result_error(res, err, sizeof(err)));
 	} else {
-		snprintf(
-		    b->error, sizeof(b->error),
-		    "outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\") failed: %s",
-		    b->cfg->outbox.backlog_where, b->cfg->outbox.backlog_order_by,
-		    result_error(res, err, sizeof(err)));
-		st = OB_PG_FATAL;
+		st = refused(b, result_error(res, err, sizeof(err)));
 	}
 	PQclear(res);
 out:
@@ -244,12 +252,7 @@ fetch_page(ob_backlog *b)
 		/* The predicate or the order failed on a row (a division by
 		 * zero, a cast, a write refused in the read-only transaction):
 		 * reading again would fail again. */
-		snprintf(
-		    b->error, sizeof(b->error),
-		    "outbox.backlog_where \"%s\" (or outbox.backlog_order_by \"%s\") failed on "
-		    "the outbox rows: %s",
-		    b->cfg->outbox.backlog_where, b->cfg->outbox.backlog_order_by, err);
-		return OB_PG_FATAL;
+		return refused(b, err);
 	}
 	n = (size_t)PQnfields(b->page);
 	if (n > b->cap) {
