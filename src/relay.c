@@ -1070,6 +1070,12 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		ok = true;
 		goto close;
 	}
+	/* The table and its columns first, so a missing one is named as
+	 * such (exit 1), not as a predicate the server refuses. */
+	if ((st = ob_check_database(tmp, cfg, NULL)) != OB_PG_OK) {
+		*out = st == OB_PG_FATAL ? OUTCOME_HALT : OUTCOME_RETRY;
+		goto close;
+	}
 	if (ob_backlog_connect(cfg, on_query_tick, r, &b) != OB_PG_OK)
 		goto close;
 	if ((st = ob_backlog_verify(b)) != OB_PG_OK) {

@@ -285,3 +285,14 @@ def test_backlog_outlasts_the_roles_statement_timeout(pg, broker, consumer,
     insert_range(pg, table, atype, 501, 510, created="clock_timestamp()")
     recs = consumer.collect(topic, 510, timeout=30, settle=0.5)
     assert set(id_counts(recs)) == ids_where(pg, table, "true")
+
+
+def test_backlog_of_a_missing_table_names_the_table(pg, broker,
+                                                    outboxd_factory, test_id):
+    """With a backlog to publish and no outbox table, outboxd exits 1
+    naming the table (as without a backlog), not 2 blaming the predicate;
+    no slot is created."""
+    d = outboxd_factory(config("%s_missing" % test_id, PREDICATE))
+    log = expect_exit(d, 1, "%s_missing does not exist" % test_id, timeout=30)
+    assert "backlog_where" not in log
+    assert pg.slot(d.config["postgres"]["slot"]) is None
