@@ -494,9 +494,16 @@ class Rig:
             "log": {"level": "info"},
         }
 
-    def drain_outboxd(self, slot, end, n, perf_out=None):
+    def drain_outboxd(self, slot, end, n, perf_out=None, backlog=False):
+        """outboxd streaming slot until it is confirmed at end; or, with
+        backlog, publishing the same rows as the backlog of a slot it
+        creates (backlog_where = true: read with SQL from the new slot's
+        own snapshot) until it logs the slot created, which is once every
+        row is acknowledged."""
         port = harness.free_port()
-        cfg = self.outboxd_config(slot, port)
+        cfg = self.outboxd_config(slot, port,
+                                  {"backlog_where": "true"} if backlog else None)
+        cfg["postgres"]["create_slot"] = backlog
         ws = {}
         perf = None
         t0 = time.monotonic()
@@ -513,9 +520,12 @@ class Rig:
         broker_cpu0 = proc_cpu(self.broker.proc.pid)
         deadline = t0 + 1800
         while True:
-            confirmed = self._sample_walsender(slot, ws)
+            if backlog:
+                done = "created replication slot" in d.log_text()
+            else:
+                done = self._sample_walsender(slot, ws) >= end
             now = time.monotonic()
-            if confirmed >= end:
+            if done:
                 t1 = now
                 break
             if not d.running():
@@ -537,7 +547,12 @@ class Rig:
             perf.send_signal(signal.SIGINT)
             perf.wait(60)
         try:
-            published = parse_metrics(scrape(port))[0]
+            text = scrape(port)
+            published = parse_metrics(text)[0]
+            if backlog:
+                published = float(re.search(
+                    r"^outboxd_backlog_events_total (\S+)$", text,
+                    re.M).group(1))
         except OSError:
             published = None
         rc = d.stop(40)
@@ -549,46 +564,6 @@ class Rig:
         return {"wall": wall, "eps": n / wall, "cpu": cpu,
                 "rss_mb": hwm / 1024.0 if hwm else None,
                 "ws_cpu": ws.get("cpu"), "published": published,
-                "broker_cpu": broker_cpu}
-
-    def drain_backlog(self, slot, n):
-        """outboxd publishing the same rows as the backlog of a slot it
-        creates (backlog_where = true: read with SQL from the new slot's
-        own snapshot), timed from process start until the slot is created,
-        which is once every row is acknowledged."""
-        port = harness.free_port()
-        cfg = self.outboxd_config(slot, port, {"backlog_where": "true"})
-        cfg["postgres"]["create_slot"] = True
-        t0 = time.monotonic()
-        d = harness.Outboxd(self.outboxd_bin, cfg,
-                            os.path.join(self.tmp, "outboxd"))
-        self.daemons.append(d)
-        cpu = None
-        broker_cpu0 = proc_cpu(self.broker.proc.pid)
-        while "created replication slot" not in d.log_text():
-            if not d.running() or time.monotonic() > t0 + 1800:
-                raise harness.HarnessError(
-                    "outboxd backlog failed (rc=%s); log:\n%s"
-                    % (d.proc.poll(), d.log_tail()))
-            c = proc_cpu(d.pid)
-            cpu = c if c is not None else cpu
-            time.sleep(0.05)
-        t1 = time.monotonic()
-        c = proc_cpu(d.pid)
-        cpu = c if c is not None else cpu
-        hwm = proc_status_kb(d.pid, "VmHWM")
-        broker_cpu = proc_cpu(self.broker.proc.pid) - broker_cpu0
-        m = re.search(r"^outboxd_backlog_events_total (\S+)$", scrape(port),
-                      re.M)
-        rc = d.stop(40)
-        self.daemons.remove(d)
-        if rc != 0:
-            log("WARNING: outboxd exited %s; log tail:\n%s"
-                % (rc, d.log_tail(3000)))
-        wall = t1 - t0
-        return {"wall": wall, "eps": n / wall, "cpu": cpu,
-                "rss_mb": hwm / 1024.0 if hwm else None, "ws_cpu": None,
-                "published": float(m.group(1)) if m else None,
                 "broker_cpu": broker_cpu}
 
     # -- a whole mode ---------------------------------------------------------
@@ -626,7 +601,7 @@ class Rig:
                 continue
             # The same rows once more, as the backlog of a new slot.
             bl_slot = "bench_t_bl%d" % r
-            x = self.drain_backlog(bl_slot, n)
+            x = self.drain_outboxd(bl_slot, 0, n, backlog=True)
             self.drop_slots([bl_slot])
             res["bl"].append(x)
             log("%s round %d outboxd backlog: %.2fs %.0f ev/s cpu %.2fs "
