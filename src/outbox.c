@@ -115,14 +115,14 @@ get_text_column(const ob_text_row *row, size_t i, field_value *fv)
 		break;
 	case OB_TEXT_NUMBER:
 		/* wal2json sends NaN and the infinities, which JSON lacks, as null. */
-		if (strchr(v, 'N') != NULL || strchr(v, 'n') != NULL)
+		if (memchr(v, 'N', len) != NULL || memchr(v, 'n', len) != NULL)
 			fv->kind = VALUE_NULL;
 		else
 			fv->kind = VALUE_JSON_TEXT;
 		break;
 	case OB_TEXT_BOOLEAN:
 		fv->kind = VALUE_JSON_TEXT;
-		fv->text = v[0] == 't' ? "true" : "false";
+		fv->text = len > 0 && v[0] == 't' ? "true" : "false";
 		fv->len = strlen(fv->text);
 		break;
 	case OB_TEXT_BYTEA:
@@ -526,25 +526,25 @@ ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, 
 }
 
 ob_map_result
-ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
+ob_mapper_map_logical_message(ob_mapper *m, const ob_logical_message *msg, int64_t commit_ms,
+			      ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
 	const char *reason = NULL, *error = NULL;
 	field_source src;
 	ob_map_result result;
 	ob_json_iter it;
-	const char *content = rec->content;
-	size_t content_len = rec->content_len;
+	const char *content = msg->content;
+	size_t content_len = msg->content_len;
 	int r = -1;
 
-	if (rec->action != OB_W2J_MESSAGE || cfg->outbox.message_prefix[0] == '\0' ||
-	    rec->prefix_too_long || strcmp(rec->prefix, cfg->outbox.message_prefix) != 0)
+	if (cfg->outbox.message_prefix[0] == '\0' || msg->prefix_too_long ||
+	    strcmp(msg->prefix, cfg->outbox.message_prefix) != 0)
 		return OB_MAP_SKIP;
 	src.row = NULL;
 	src.text_row = NULL;
 	src.members_len = 0;
-	/* The content is a JSON string holding the message's JSON text. */
-	if (rec->content_escaped) {
+	if (msg->content_escaped) {
 		long n = decode_into(&m->content_buf, &m->content_cap, content, content_len);
 
 		if (n >= 0) {
@@ -552,7 +552,7 @@ ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 			content_len = (size_t)n;
 		}
 	}
-	if (!rec->transactional) {
+	if (!msg->transactional) {
 		reason = "non-transactional-message";
 		error = "logical message is not transactional: emit it with "
 			"pg_logical_emit_message(true, ...)";
@@ -575,15 +575,34 @@ ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 		}
 	}
 	if (reason != NULL) {
-		ob_event_begin_dlq(ev, cfg->outbox.dlq_topic, reason, error, rec->lsn);
+		ob_event_begin_dlq(ev, cfg->outbox.dlq_topic, reason, error, msg->lsn);
 		ev->timestamp_ms = commit_ms;
 		ev->value = ob_event_put(ev, content, content_len);
 		ev->has_value = true;
 		result = OB_MAP_DLQ;
 	} else {
-		result = map_fields(m, &src, rec->lsn, commit_ms, ev);
+		result = map_fields(m, &src, msg->lsn, commit_ms, ev);
 	}
 	return result;
+}
+
+ob_map_result
+ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
+{
+	/* The content is a JSON string holding the message's JSON text. */
+	ob_logical_message msg = {
+	    .lsn = rec->lsn,
+	    .transactional = rec->transactional,
+	    .prefix = rec->prefix,
+	    .prefix_too_long = rec->prefix_too_long,
+	    .content = rec->content,
+	    .content_len = rec->content_len,
+	    .content_escaped = rec->content_escaped,
+	};
+
+	if (rec->action != OB_W2J_MESSAGE)
+		return OB_MAP_SKIP;
+	return ob_mapper_map_logical_message(m, &msg, commit_ms, ev);
 }
 
 ob_map_result

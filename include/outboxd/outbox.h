@@ -39,8 +39,10 @@ typedef enum ob_text_kind {
 	OB_TEXT_BYTEA,   /* "\\x" and hex digits */
 } ob_text_kind;
 
-/* One row read with libpq in text format. The arrays have columns_len
- * entries and are owned by the caller; values[i] is NULL for SQL NULL. */
+/* One row in text format: read with libpq (the backlog) or decoded from
+ * pgoutput's tuple data. The arrays have columns_len entries and are owned
+ * by the caller; values[i] is NULL for SQL NULL, else it points at
+ * lengths[i] bytes that need not be NUL-terminated. */
 typedef struct ob_text_row {
 	const char *const *names;
 	const ob_text_kind *kinds;
@@ -73,8 +75,27 @@ void ob_mapper_free(ob_mapper *m);
 ob_map_result ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				   ob_event *ev);
 
-/* Map an M record. Messages with another prefix give OB_MAP_SKIP;
+/* A logical message, as either decoder reads it. The prefix is
+ * NUL-terminated; content points at content_len bytes: the message's
+ * bytes as they were emitted, or (content_escaped, wal2json) the text of a
+ * JSON string whose escapes decode to them. */
+typedef struct ob_logical_message {
+	ob_lsn lsn;
+	bool transactional;
+	const char *prefix;
+	bool prefix_too_long; /* the prefix was cut short: it matches nothing */
+	const char *content;
+	size_t content_len;
+	bool content_escaped;
+} ob_logical_message;
+
+/* Map a logical message. Messages with another prefix give OB_MAP_SKIP;
  * non-transactional ones with the outbox prefix are bad events. */
+ob_map_result ob_mapper_map_logical_message(ob_mapper *m, const ob_logical_message *msg,
+					    int64_t commit_ms, ob_event *ev);
+
+/* Map an M record of wal2json (ob_mapper_map_logical_message() on its
+ * fields); other records give OB_MAP_SKIP. */
 ob_map_result ob_mapper_map_message(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				    ob_event *ev);
 
