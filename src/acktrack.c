@@ -85,10 +85,13 @@ ob_acktrack_add(ob_acktrack *t, uint64_t seq)
 }
 
 void
-ob_acktrack_commit(ob_acktrack *t, uint64_t seq)
+ob_acktrack_commit(ob_acktrack *t, uint64_t seq, ob_lsn end_lsn)
 {
+	ob_acktrack_txn *e = entry(t, seq);
+
 	assert(t->open && seq == t->tail_seq - 1);
-	entry(t, seq)->committed = true;
+	e->end_lsn = end_lsn;
+	e->committed = true;
 	t->open = false;
 }
 
@@ -110,7 +113,7 @@ ob_acktrack_empty(ob_acktrack *t, ob_lsn end_lsn)
 		return;
 	}
 	(void)ob_acktrack_begin(t, end_lsn, 0);
-	ob_acktrack_commit(t, t->tail_seq - 1);
+	ob_acktrack_commit(t, t->tail_seq - 1, end_lsn);
 }
 
 void

@@ -17,6 +17,7 @@
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
 #include "outboxd/producer.h"
+#include "outboxd/publication.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
 
@@ -97,12 +98,12 @@ check_table(checker *c)
 			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
 			       "outbox.table",
 			       cfg->outbox.schema, cfg->outbox.table_name);
-		} else if (comma[1] == 'p') {
+		} else if (comma[1] == 'p' && cfg->pg.plugin == OB_PLUGIN_WAL2JSON) {
 			/* wal2json names the partition a row went to, so a filter
 			 * on the parent would see nothing. */
 			report(c, "outbox table", false,
 			       "table %s.%s is partitioned; wal2json reports rows under their "
-			       "partition's name: use a plain table for the outbox",
+			       "partition's name: use postgres.plugin = pgoutput or a plain table",
 			       cfg->outbox.schema, cfg->outbox.table_name);
 		} else {
 			*comma = '\0';
@@ -189,6 +190,30 @@ check_columns(checker *c)
 	free(sql);
 }
 
+/* pgoutput's server version and publication; without out (the relay) a
+ * missing publication is created. */
+static void
+check_publication(checker *c)
+{
+	int v = ob_pgrepl_server_version(c->pg);
+	char detail[1024];
+	ob_pg_status st;
+
+	if (c->cfg->pg.plugin != OB_PLUGIN_PGOUTPUT || c->table_oid == NULL)
+		return;
+	if (v < OB_PGOUTPUT_MIN_SERVER) {
+		report(c, "pgoutput", false,
+		       "the server is %d.%d; postgres.plugin = pgoutput needs PostgreSQL 14 or "
+		       "later (logical messages): use wal2json",
+		       v / 10000, v % 10000);
+		return;
+	}
+	st = ob_publication_prepare(c->pg, c->cfg, c->out == NULL, detail, sizeof(detail));
+	if (st == OB_PG_RETRY)
+		c->query_failed = true;
+	report(c, "publication", st == OB_PG_OK, "%s", detail);
+}
+
 ob_pg_status
 ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
 {
@@ -197,6 +222,7 @@ ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
 	check_wal_level(&c);
 	check_table(&c);
 	check_columns(&c);
+	check_publication(&c);
 	free(c.table_oid);
 	if (c.query_failed)
 		return OB_PG_RETRY;
@@ -242,11 +268,12 @@ check_privileges(checker *c)
 }
 
 /* The slot, or whether one could be created: a temporary slot proves
- * that wal2json loads and that a slot is free. */
+ * that the output plugin loads and that a slot is free. */
 static void
 check_slot(checker *c)
 {
 	const ob_config *cfg = c->cfg;
+	const char *plugin = ob_plugin_name(cfg->pg.plugin);
 	ob_slot_info info;
 
 	if (!ob_pgrepl_slot_info(c->pg, cfg->pg.slot, &info)) {
@@ -255,16 +282,18 @@ check_slot(checker *c)
 	}
 	if (!info.exists) {
 		char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"outboxd_check_%d\" TEMPORARY "
-					 "LOGICAL wal2json (SNAPSHOT 'nothing')",
-					 (int)getpid());
+					 "LOGICAL %s (SNAPSHOT 'nothing')",
+					 (int)getpid(), plugin);
 		char *ignored = NULL;
 		bool ok = ob_pgrepl_query_value(c->pg, sql, &ignored);
 
-		report(c, "wal2json", ok, "%s",
-		       ok ? "output plugin loads"
-			  : "could not create a wal2json slot (see the log); install the "
-			    "plugin (" OB_WAL2JSON_PACKAGE_HINT
-			    ") and check max_replication_slots");
+		report(c, plugin, ok, "%s%s",
+		       ok ? "output plugin loads" : "could not create a slot (see the log)",
+		       ok ? ""
+		       : cfg->pg.plugin == OB_PLUGIN_WAL2JSON
+			   ? "; install the plugin (" OB_WAL2JSON_PACKAGE_HINT
+			     ") and check max_replication_slots"
+			   : "; check max_replication_slots");
 		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "
@@ -273,9 +302,11 @@ check_slot(checker *c)
 		free(sql);
 		return;
 	}
-	report(c, "wal2json", strcmp(info.plugin, "wal2json") == 0, "slot plugin is %s%s",
-	       info.plugin,
-	       strcmp(info.plugin, "wal2json") == 0 ? "" : "; drop the slot or use another name");
+	report(c, plugin, strcmp(info.plugin, plugin) == 0, "slot plugin is %s%s", info.plugin,
+	       strcmp(info.plugin, plugin) == 0
+		   ? ""
+		   : "; postgres.plugin says otherwise: drop the slot, use another name, or set "
+		     "postgres.plugin to the slot's plugin");
 	if (strcmp(info.wal_status, "lost") == 0)
 		report(c, "slot", false,
 		       "%s has been invalidated (wal_status lost); drop and recreate it and raise "

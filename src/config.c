@@ -23,6 +23,7 @@ typedef enum key_type {
 	KEY_MS,        /* positive milliseconds */
 	KEY_COUNT,     /* a positive count */
 	KEY_BAD_EVENT, /* dlq | halt */
+	KEY_PLUGIN,    /* wal2json | pgoutput */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -41,6 +42,8 @@ static const config_key config_keys[] = {
     {"postgres", "conninfo", KEY_STRING, OFF(pg.conninfo), ""},
     {"postgres", "slot", KEY_NONEMPTY, OFF(pg.slot), "outboxd"},
     {"postgres", "create_slot", KEY_BOOL, OFF(pg.create_slot), "true"},
+    {"postgres", "plugin", KEY_PLUGIN, OFF(pg.plugin), "wal2json"},
+    {"postgres", "publication", KEY_NONEMPTY, OFF(pg.publication), "outboxd"},
     {"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},
     {"postgres", "reconnect_max_backoff_ms", KEY_MS, OFF(pg.reconnect_max_backoff_ms), "30000"},
     {"postgres", "standby_retry_ms", KEY_MS, OFF(pg.standby_retry_ms), "5000"},
@@ -80,6 +83,12 @@ const ob_kafka_setting ob_kafka_consumer_pinned[] = {
     {"enable.auto.offset.store", "false"},
 };
 const size_t ob_kafka_consumer_pinned_len = OB_ARRAY_LEN(ob_kafka_consumer_pinned);
+
+const char *
+ob_plugin_name(ob_plugin plugin)
+{
+	return plugin == OB_PLUGIN_PGOUTPUT ? "pgoutput" : "wal2json";
+}
 
 static const config_key *
 find_key(const char *section, const char *key)
@@ -166,6 +175,15 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		else
 			ok = false;
 		expected = "dlq or halt";
+		break;
+	case KEY_PLUGIN:
+		if (strcmp(value, "wal2json") == 0)
+			*(ob_plugin *)field = OB_PLUGIN_WAL2JSON;
+		else if (strcmp(value, "pgoutput") == 0)
+			*(ob_plugin *)field = OB_PLUGIN_PGOUTPUT;
+		else
+			ok = false;
+		expected = "wal2json or pgoutput";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);
@@ -468,6 +486,19 @@ check_topic_template(const char *tpl)
 	return true;
 }
 
+/* A name of at most 63 lower-case letters, digits and underscores. */
+static bool
+check_plain_name(const char *key, const char *name)
+{
+	if (strlen(name) <= 63 &&
+	    strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(name))
+		return true;
+	ob_error("invalid value \"%s\" for %s: use at most 63 lower-case letters, digits and "
+		 "underscores",
+		 name, key);
+	return false;
+}
+
 bool
 ob_config_finish(ob_config *cfg)
 {
@@ -480,14 +511,11 @@ ob_config_finish(ob_config *cfg)
 
 	if (!check_topic_template(cfg->outbox.topic))
 		ok = false;
-	/* Postgres itself allows only these in slot names. */
-	if (strlen(cfg->pg.slot) > 63 ||
-	    strspn(cfg->pg.slot, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(cfg->pg.slot)) {
-		ob_error("invalid value \"%s\" for postgres.slot: use at most 63 lower-case "
-			 "letters, digits and underscores",
-			 cfg->pg.slot);
+	/* Postgres itself allows only these in slot names; a publication
+	 * named so needs no quoting in SQL or in pgoutput's options. */
+	if (!check_plain_name("postgres.slot", cfg->pg.slot) ||
+	    !check_plain_name("postgres.publication", cfg->pg.publication))
 		ok = false;
-	}
 	return ok;
 }
 

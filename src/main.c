@@ -169,7 +169,10 @@ slot_command(const ob_config *cfg, const char *sub)
 		ob_metrics_init();
 		rc = ob_relay_create_slot(cfg);
 	} else if (strcmp(sub, "create") == 0) {
-		if (ob_pgrepl_create_slot(pg, cfg->pg.slot) == OB_PG_OK)
+		/* The table, and pgoutput's publication, which must exist
+		 * before the slot: pgoutput reads it as of each change. */
+		if (ob_check_database(pg, cfg, NULL) == OB_PG_OK &&
+		    ob_pgrepl_create_slot(pg, cfg->pg.slot, cfg->pg.plugin) == OB_PG_OK)
 			rc = 0;
 	} else if (strcmp(sub, "drop") == 0) {
 		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot)) {

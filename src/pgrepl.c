@@ -393,12 +393,12 @@ fatal_hint(const PGresult *res)
  * exporting its snapshot (then *consistent and snapshot receive the
  * slot's consistent point and the snapshot's name). */
 static ob_pg_status
-create_slot(ob_pgrepl *p, const char *slot, bool exported, ob_lsn *consistent, char *snapshot,
-	    size_t snapshot_len)
+create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool exported, ob_lsn *consistent,
+	    char *snapshot, size_t snapshot_len)
 {
 	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
-	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" %sLOGICAL wal2json %s", slot,
-				 exported ? "TEMPORARY " : "",
+	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" %sLOGICAL %s %s", slot,
+				 exported ? "TEMPORARY " : "", ob_plugin_name(plugin),
 				 exported ? "EXPORT_SNAPSHOT" : "(SNAPSHOT 'nothing')");
 	PGresult *res = exec_query(p, sql);
 	ob_pg_status st = OB_PG_OK;
@@ -424,7 +424,7 @@ create_slot(ob_pgrepl *p, const char *slot, bool exported, ob_lsn *consistent, c
 			snprintf(snapshot, snapshot_len, "%s", PQgetvalue(res, 0, 2));
 		}
 	} else {
-		ob_info("created replication slot %s with plugin wal2json", slot);
+		ob_info("created replication slot %s with plugin %s", slot, ob_plugin_name(plugin));
 	}
 	PQclear(res);
 	free(sql);
@@ -432,16 +432,16 @@ create_slot(ob_pgrepl *p, const char *slot, bool exported, ob_lsn *consistent, c
 }
 
 ob_pg_status
-ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot)
+ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin)
 {
-	return create_slot(p, slot, false, NULL, NULL, 0);
+	return create_slot(p, slot, plugin, false, NULL, NULL, 0);
 }
 
 ob_pg_status
-ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_lsn *consistent, char *snapshot,
-			       size_t snapshot_len)
+ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
+			       ob_lsn *consistent, char *snapshot, size_t snapshot_len)
 {
-	return create_slot(p, slot, true, consistent, snapshot, snapshot_len);
+	return create_slot(p, slot, plugin, true, consistent, snapshot, snapshot_len);
 }
 
 ob_pg_status
@@ -515,12 +515,13 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 				 slot);
 			return OB_PG_FATAL;
 		}
-		return ob_pgrepl_create_slot(p, slot);
+		return ob_pgrepl_create_slot(p, slot, cfg->pg.plugin);
 	}
-	if (strcmp(info.plugin, "wal2json") != 0) {
-		ob_error("replication slot %s uses plugin %s, not wal2json; drop it or set "
-			 "postgres.slot to another name",
-			 slot, info.plugin);
+	if (strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
+		ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s; set "
+			 "postgres.plugin = %s, or drop the slot, or set postgres.slot to another "
+			 "name",
+			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin), info.plugin);
 		return OB_PG_FATAL;
 	}
 	if (db != NULL && strcmp(info.database, db) != 0) {
@@ -561,14 +562,14 @@ append_table_name(char *dst, size_t dstlen, const char *name)
 	dst[len] = '\0';
 }
 
-ob_pg_status
-ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
+/* The options of START_REPLICATION for wal2json: format 2 with what the
+ * parser reads, only inserts of the outbox table and messages with the
+ * outbox prefix. */
+static char *
+wal2json_options(ob_pgrepl *p, const ob_config *cfg)
 {
 	char tables[1024] = "";
 	char prefix_opt[512] = "";
-	char *sql;
-	PGresult *res;
-	ob_pg_status st = OB_PG_OK;
 
 	append_table_name(tables, sizeof(tables), cfg->outbox.schema);
 	strncat(tables, ".", sizeof(tables) - strlen(tables) - 1);
@@ -579,13 +580,36 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
 		snprintf(prefix_opt, sizeof(prefix_opt), ", \"add-msg-prefixes\" %s", lit);
 		free(lit);
 	}
-	sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT
-			   " (\"format-version\" '2', \"include-xids\" '1', "
-			   "\"include-timestamp\" '1', \"include-lsn\" '1', "
-			   "\"include-types\" '1', \"include-typmod\" '0', "
-			   "\"include-transaction\" '1', \"add-tables\" '%s', "
-			   "\"actions\" 'insert'%s)",
-			   cfg->pg.slot, OB_LSN_ARGS(start), tables, prefix_opt);
+	return ob_xasprintf("\"format-version\" '2', \"include-xids\" '1', "
+			    "\"include-timestamp\" '1', \"include-lsn\" '1', "
+			    "\"include-types\" '1', \"include-typmod\" '0', "
+			    "\"include-transaction\" '1', \"add-tables\" '%s', "
+			    "\"actions\" 'insert'%s",
+			    tables, prefix_opt);
+}
+
+/* The options of START_REPLICATION for pgoutput (pgoutput.h): protocol 1
+ * in text format, the publication, and logical messages (all of them:
+ * pgoutput has no prefix filter). */
+static char *
+pgoutput_options(const ob_config *cfg)
+{
+	/* config.c allows only [a-z0-9_] in publication names. */
+	return ob_xasprintf("proto_version '1', publication_names '%s', messages 'true'",
+			    cfg->pg.publication);
+}
+
+ob_pg_status
+ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
+{
+	char *options = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg)
+							      : wal2json_options(p, cfg);
+	char *sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
+				 cfg->pg.slot, OB_LSN_ARGS(start), options);
+	PGresult *res;
+	ob_pg_status st = OB_PG_OK;
+
+	free(options);
 	res = exec_query(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
 		const char *msg = note_error(p, res);
@@ -687,7 +711,17 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	if (n == -1) {
 		PGresult *res = PQgetResult(p->conn);
 
-		ob_error("replication stream ended: %s", note_error(p, res));
+		const char *why = note_error(p, res);
+
+		/* pgoutput reads its publication as of each change it decodes. */
+		if (state_is(res, "42704"))
+			ob_error("replication stream ended: %s; the publication must exist from "
+				 "the slot's position on: drop the slot (\"outboxd slot drop\") "
+				 "and start outboxd again, with outbox.backlog_where to publish the "
+				 "rows written meanwhile",
+				 why);
+		else
+			ob_error("replication stream ended: %s", why);
 		PQclear(res);
 		return OB_READ_ERROR;
 	}

@@ -32,6 +32,7 @@
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
 #include "outboxd/outbox.h"
+#include "outboxd/pgoutput.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
 #include "outboxd/replay.h"
@@ -93,7 +94,9 @@ typedef struct relay {
 	ob_event ev;       /* the event being mapped, reused */
 	ob_event dlq_ev;   /* a dead-letter record built for a refused record, reused */
 	ob_event small_ev; /* a dead-letter record cut down to headers, reused */
-	ob_w2j_record rec; /* points into the message being handled */
+	ob_w2j_record rec; /* wal2json: points into the message being handled */
+	ob_pgo_msg pgo;    /* pgoutput: points into the message being handled */
+	ob_pgo_relcache relcache; /* pgoutput: the relations of this session */
 	ob_dlqueue refused;
 	bool draining; /* drain_refused() is running: do not re-enter it */
 
@@ -521,8 +524,10 @@ txn_seq(relay *r)
 	return r->txn_seq;
 }
 
+/* The open transaction committed; end_lsn is where its commit record
+ * ends, the position that confirms it. */
 static void
-commit_txn(relay *r)
+commit_txn(relay *r, ob_lsn end_lsn)
 {
 	bool skipped = r->replay.skip_txn;
 
@@ -530,9 +535,9 @@ commit_txn(relay *r)
 	if (skipped)
 		return;
 	if (r->txn_tracked)
-		ob_acktrack_commit(&r->ack, r->txn_seq);
+		ob_acktrack_commit(&r->ack, r->txn_seq, end_lsn);
 	else
-		ob_acktrack_empty(&r->ack, r->replay.txn_end);
+		ob_acktrack_empty(&r->ack, end_lsn);
 	ob_metrics_transaction();
 }
 
@@ -574,16 +579,17 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 	return true;
 }
 
-/* A record wal2json sent that did not parse (malformed, or an outbox row
- * wider than OB_W2J_MAX_COLUMNS). Inside a transaction it can only be an
- * outbox change: dead-letter its raw text. */
+/* A record the decoder sent that did not parse (malformed, or with
+ * wal2json an outbox row wider than OB_W2J_MAX_COLUMNS). Inside a
+ * transaction it can only be an outbox change: dead-letter its raw bytes. */
 static bool
 handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *out)
 {
 	ob_record_view view;
 	char error[512];
 
-	snprintf(error, sizeof(error), "could not parse wal2json record: %s", err);
+	snprintf(error, sizeof(error), "could not parse %s record: %s",
+		 ob_plugin_name(r->cfg->pg.plugin), err);
 	if (!r->replay.in_txn) {
 		/* A B or C record we cannot read: going on could skip a whole
 		 * transaction, so stop before confirming anything past it. */
@@ -602,64 +608,164 @@ handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *
 	return handle_event(r, OB_MAP_DLQ, msg->data_start, out);
 }
 
+/* A Begin: a transaction named by txn_lsn (replay.h) starts. */
 static bool
-handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
+handle_begin(relay *r, ob_lsn txn_lsn, int64_t commit_us, outcome *out)
+{
+	if (r->replay.in_txn) {
+		ob_error("transaction " OB_LSN_FMT " began before " OB_LSN_FMT " ended",
+			 OB_LSN_ARGS(txn_lsn), OB_LSN_ARGS(r->replay.txn_end));
+		*out = OUTCOME_LOST;
+		return false;
+	}
+	begin_txn(r, txn_lsn, commit_us);
+	return true;
+}
+
+/* A logical message, inside the open transaction or standing alone. */
+static bool
+handle_message(relay *r, const ob_logical_message *lm, outcome *out)
+{
+	int64_t now_us;
+	bool ok;
+
+	if (r->replay.in_txn)
+		return handle_event(r,
+				    ob_mapper_map_logical_message(&r->mapper, lm,
+								  r->txn_commit_us / 1000, &r->ev),
+				    lm->lsn, out);
+	/* A non-transactional message stands alone. Its end is unknown; one
+	 * past its start keeps it from being sent again once confirmed. */
+	now_us = ob_now_us();
+	begin_txn(r, lm->lsn + 1, now_us);
+	ok = handle_event(r, ob_mapper_map_logical_message(&r->mapper, lm, now_us / 1000, &r->ev),
+			  lm->lsn, out);
+	if (ok)
+		commit_txn(r, lm->lsn + 1);
+	return ok;
+}
+
+/* One wal2json record (wal2json.h). */
+static bool
+handle_wal2json(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 {
 	char err[256];
-	bool ok = true;
 
-	if (msg->data_start > r->received)
-		r->received = msg->data_start;
 	if (!ob_w2j_parse(msg->data, msg->len, &r->rec, err, sizeof(err)))
 		return handle_unparsable(r, msg, err, out);
-
 	switch (r->rec.action) {
 	case OB_W2J_BEGIN:
-		if (r->replay.in_txn) {
-			ob_error("transaction " OB_LSN_FMT " began before " OB_LSN_FMT " ended",
-				 OB_LSN_ARGS(r->rec.nextlsn), OB_LSN_ARGS(r->replay.txn_end));
-			*out = OUTCOME_LOST;
-			ok = false;
-			break;
-		}
-		begin_txn(r, r->rec.nextlsn,
-			  r->rec.has_timestamp ? r->rec.timestamp_us : ob_now_us());
-		break;
+		return handle_begin(r, r->rec.nextlsn,
+				    r->rec.has_timestamp ? r->rec.timestamp_us : ob_now_us(), out);
 	case OB_W2J_COMMIT:
 		if (r->replay.in_txn)
-			commit_txn(r);
-		break;
+			commit_txn(r, r->rec.nextlsn);
+		return true;
 	case OB_W2J_INSERT:
-		if (r->replay.in_txn)
-			ok = handle_event(r,
-					  ob_mapper_map_insert(&r->mapper, &r->rec,
-							       r->txn_commit_us / 1000, &r->ev),
-					  r->rec.lsn, out);
-		break;
-	case OB_W2J_MESSAGE:
-		if (r->replay.in_txn) {
-			ok = handle_event(r,
-					  ob_mapper_map_message(&r->mapper, &r->rec,
-								r->txn_commit_us / 1000, &r->ev),
-					  r->rec.lsn, out);
-		} else {
-			/* A non-transactional message stands alone. Its end is
-			 * unknown; one past its start keeps it from being sent
-			 * again once confirmed. */
-			int64_t now_us = ob_now_us();
+		if (!r->replay.in_txn)
+			return true;
+		return handle_event(r,
+				    ob_mapper_map_insert(&r->mapper, &r->rec,
+							 r->txn_commit_us / 1000, &r->ev),
+				    r->rec.lsn, out);
+	case OB_W2J_MESSAGE: {
+		ob_logical_message lm = {
+		    .lsn = r->rec.lsn,
+		    .transactional = r->rec.transactional,
+		    .prefix = r->rec.prefix,
+		    .prefix_too_long = r->rec.prefix_too_long,
+		    .content = r->rec.content,
+		    .content_len = r->rec.content_len,
+		    .content_escaped = r->rec.content_escaped,
+		};
 
-			begin_txn(r, r->rec.lsn + 1, now_us);
-			ok = handle_event(
-			    r, ob_mapper_map_message(&r->mapper, &r->rec, now_us / 1000, &r->ev),
-			    r->rec.lsn, out);
-			if (ok)
-				commit_txn(r);
-		}
-		break;
+		return handle_message(r, &lm, out);
+	}
 	case OB_W2J_OTHER:
 		break;
 	}
-	return ok;
+	return true;
+}
+
+/* An Insert of pgoutput: a row of the outbox table (published under the
+ * partitioned table when it went to a partition), or of another table the
+ * publication holds, which is skipped. */
+static bool
+handle_pgoutput_insert(relay *r, const ob_pgrepl_msg *msg, outcome *out)
+{
+	const ob_config *cfg = r->cfg;
+	const ob_pgo_relation *rel;
+	ob_text_row row;
+	char err[256];
+
+	if (!r->replay.in_txn)
+		return true;
+	if (!ob_pgo_row(&r->relcache, &r->pgo, &rel, &row, err, sizeof(err)))
+		return handle_unparsable(r, msg, err, out);
+	if (strcmp(rel->schema, cfg->outbox.schema) != 0 ||
+	    strcmp(rel->name, cfg->outbox.table_name) != 0)
+		return true;
+	return handle_event(r,
+			    ob_mapper_map_text_row(&r->mapper, &row, msg->data_start,
+						   r->txn_commit_us / 1000, &r->ev),
+			    msg->data_start, out);
+}
+
+/* One pgoutput message (pgoutput.h). */
+static bool
+handle_pgoutput(relay *r, const ob_pgrepl_msg *msg, outcome *out)
+{
+	const ob_pgo_msg *m = &r->pgo;
+	char err[256];
+
+	if (!ob_pgo_parse(msg->data, msg->len, &r->pgo, err, sizeof(err)))
+		return handle_unparsable(r, msg, err, out);
+	switch (m->kind) {
+	case OB_PGO_BEGIN:
+		/* Begin tells where the commit record starts, not where it
+		 * ends: one past the start names the transaction (the LSNs
+		 * confirmed before it are at most its start), and Commit says
+		 * what it confirms. */
+		return handle_begin(r, m->commit_lsn + 1, m->commit_us, out);
+	case OB_PGO_COMMIT:
+		if (r->replay.in_txn)
+			commit_txn(r, m->end_lsn);
+		return true;
+	case OB_PGO_RELATION:
+		if (ob_pgo_relcache_put(&r->relcache, msg->data, msg->len, err, sizeof(err)))
+			return true;
+		/* Every row of the table would be unreadable. */
+		log_at(OB_LOG_ERROR, msg->data_start, NULL, 0,
+		       "could not read a pgoutput Relation message: %s; stopping", err);
+		*out = OUTCOME_HALT;
+		return false;
+	case OB_PGO_INSERT:
+		return handle_pgoutput_insert(r, msg, out);
+	case OB_PGO_MESSAGE: {
+		ob_logical_message lm = {
+		    .lsn = m->message_lsn,
+		    .transactional = m->transactional,
+		    .prefix = m->prefix,
+		    .content = m->content,
+		    .content_len = m->content_len,
+		};
+
+		return handle_message(r, &lm, out);
+	}
+	case OB_PGO_OTHER:
+		break;
+	}
+	return true;
+}
+
+static bool
+handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
+{
+	if (msg->data_start > r->received)
+		r->received = msg->data_start;
+	if (r->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT)
+		return handle_pgoutput(r, msg, out);
+	return handle_wal2json(r, msg, out);
 }
 
 /* Read the stream until something ends it. */
@@ -862,6 +968,7 @@ connect_stream(relay *r)
 	}
 	r->streamed = true;
 	r->server = sys;
+	ob_pgo_relcache_clear(&r->relcache); /* a new session describes them again */
 	r->sent_flush = 0;
 	r->last_status_ms = 0;
 	return OB_PG_OK;
@@ -1083,8 +1190,8 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		goto close;
 	}
 	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());
-	switch (ob_pgrepl_create_exported_slot(tmp, tmp_slot, &consistent, snapshot,
-					       sizeof(snapshot))) {
+	switch (ob_pgrepl_create_exported_slot(tmp, tmp_slot, cfg->pg.plugin, &consistent,
+					       snapshot, sizeof(snapshot))) {
 	case OB_PG_OK:
 		break;
 	case OB_PG_FATAL:
@@ -1219,6 +1326,7 @@ relay_init(relay *r, const ob_config *cfg)
 	ob_mapper_init(&r->mapper, cfg);
 	ob_acktrack_init(&r->ack, 0);
 	ob_replay_init(&r->replay);
+	ob_pgo_relcache_init(&r->relcache);
 	ob_event_init(&r->ev);
 	ob_event_init(&r->dlq_ev);
 	ob_event_init(&r->small_ev);
@@ -1238,6 +1346,7 @@ relay_free(relay *r)
 	ob_event_free(&r->small_ev);
 	ob_mapper_free(&r->mapper);
 	ob_replay_free(&r->replay);
+	ob_pgo_relcache_free(&r->relcache);
 	ob_acktrack_free(&r->ack);
 }
 

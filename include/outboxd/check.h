@@ -14,8 +14,9 @@
 #include "outboxd/config.h"
 #include "outboxd/pgrepl.h"
 
-/* Check wal_level, the outbox table (which must not be partitioned) and
- * its mapped columns on an open connection. Without out, failures are
+/* Check wal_level, the outbox table (partitioned only with pgoutput), its
+ * mapped columns and, with pgoutput, the publication on an open
+ * connection; without out, a missing publication is created. Without out, failures are
  * logged as errors; with out, every result is printed as a line. Returns
  * OB_PG_OK when all passed, OB_PG_FATAL when a check said no, and
  * OB_PG_RETRY when a query failed (the connection broke: try again). */

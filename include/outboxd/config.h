@@ -23,6 +23,15 @@ typedef enum ob_bad_event_policy {
 	OB_BAD_EVENT_HALT,
 } ob_bad_event_policy;
 
+/* The logical decoding plugin the slot uses (README, "Choosing a decoder"). */
+typedef enum ob_plugin {
+	OB_PLUGIN_WAL2JSON = 0,
+	OB_PLUGIN_PGOUTPUT,
+} ob_plugin;
+
+/* The plugin's name as Postgres knows it. */
+const char *ob_plugin_name(ob_plugin plugin);
+
 /* A librdkafka property in a table of outboxd's own (string constants). */
 typedef struct ob_kafka_setting {
 	const char *key;
@@ -51,6 +60,8 @@ typedef struct ob_config {
 		char *conninfo;
 		char *slot;
 		bool create_slot;
+		ob_plugin plugin;
+		char *publication; /* pgoutput only: the publication the slot streams */
 		int status_interval_ms;
 		int reconnect_max_backoff_ms;
 		int standby_retry_ms;

@@ -3,7 +3,7 @@
  *
  * One connection with replication=database serves both the few SQL queries
  * outboxd needs (slot state, wal_level, the outbox table) and the
- * replication stream (START_REPLICATION with wal2json). Errors are logged
+ * replication stream (START_REPLICATION with wal2json or pgoutput). Errors are logged
  * here, once, and classified so the caller knows whether to retry, wait as
  * a standby, or stop (README, "Failure modes"). No librdkafka type appears here.
  */
@@ -93,14 +93,14 @@ char *ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s);
 int ob_pgrepl_server_version(const ob_pgrepl *p);
 
 bool ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info) OB_MUST_CHECK;
-/* CREATE_REPLICATION_SLOT for wal2json; OB_PG_FATAL names the fix. */
-ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot);
+/* CREATE_REPLICATION_SLOT for plugin; OB_PG_FATAL names the fix. */
+ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin);
 /* CREATE_REPLICATION_SLOT ... TEMPORARY ... EXPORT_SNAPSHOT: a temporary
  * slot that lives as long as this connection, its consistent point in
  * *consistent and the exported snapshot's name in snapshot. The snapshot
  * stays importable until the next command on this connection. */
-ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_lsn *consistent,
-					    char *snapshot, size_t snapshot_len);
+ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
+					    ob_lsn *consistent, char *snapshot, size_t snapshot_len);
 /* Copy the logical slot from (a temporary slot another session holds)
  * into the new permanent slot to, at the same confirmed position (run it
  * on a plain connection: an error on a replication connection drops that
@@ -131,7 +131,8 @@ const char *ob_pgrepl_error_state(const ob_pgrepl *p);
 const char *ob_pgrepl_error_message(const ob_pgrepl *p);
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
- * wal2json options outboxd needs. */
+ * options outboxd needs from postgres.plugin (README, "Choosing a
+ * decoder"). */
 ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start);
 
 int ob_pgrepl_socket(const ob_pgrepl *p);

@@ -5,6 +5,11 @@ serve the whole session; every test gets its own replication slot, its own
 aggregate types (so its own topics) and its own daemon instances, which are
 stopped, and their slots dropped, when the test ends.
 
+A module that sets DECODERS = ("wal2json", "pgoutput") runs each of its
+tests that starts a daemon once per decoder (the `decoder` fixture, which
+sets postgres.plugin; with pgoutput each test streams a publication of its
+own, which the daemon creates); other modules use wal2json.
+
 Binaries come from $OUTBOXD_BUILD (default: <repo>/build; a relative path
 is taken from the repo root): $OUTBOXD_BUILD/outboxd and
 $OUTBOXD_BUILD/tests/ob-mockbroker. Anything missing makes the tests fail.
@@ -85,6 +90,12 @@ def slot_name(request, test_id):
     return ("it_%s_%s" % (test_id, base))[:63]
 
 
+def pytest_generate_tests(metafunc):
+    if "decoder" in metafunc.fixturenames:
+        metafunc.parametrize("decoder",
+                             getattr(metafunc.module, "DECODERS", ("wal2json",)))
+
+
 @pytest.fixture
 def consumer(broker):
     c = harness.Consumer(broker.bootstraps)
@@ -92,13 +103,15 @@ def consumer(broker):
     c.close()
 
 
-def default_config(pg, broker, slot_name, test_id):
+def default_config(pg, broker, slot_name, test_id, decoder="wal2json"):
     """The daemon settings every test starts from."""
     return {
         "postgres": {
             "conninfo": pg.conninfo(),
             "slot": slot_name,
             "create_slot": True,
+            "plugin": decoder,
+            "publication": "pub_%s" % test_id,
             "status_interval_ms": 500,
             "reconnect_max_backoff_ms": 2000,
         },
@@ -120,7 +133,8 @@ def default_config(pg, broker, slot_name, test_id):
 
 
 @pytest.fixture
-def outboxd_factory(request, pg, broker, slot_name, test_id, tmp_path):
+def outboxd_factory(request, pg, broker, slot_name, test_id, tmp_path,
+                    decoder):
     """outboxd_factory(overrides=None, start=True, extra_args=()) -> a new
     harness.Outboxd with the default config merged with overrides
     ({section: {key: value}}; a value of harness.UNSET removes the key).
@@ -129,7 +143,7 @@ def outboxd_factory(request, pg, broker, slot_name, test_id, tmp_path):
     instances = []
 
     def make(overrides=None, start=True, extra_args=(), env=None):
-        cfg = default_config(pg, broker, slot_name, test_id)
+        cfg = default_config(pg, broker, slot_name, test_id, decoder)
         for section, items in (overrides or {}).items():
             sec = cfg.setdefault(section, {})
             for k, v in items.items():

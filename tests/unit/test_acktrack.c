@@ -76,6 +76,18 @@ typedef struct scenario {
 		OP_END, -1, 0, 0, 0                                                                \
 	}
 
+/* The LSN transaction seq was opened with: the LSN it confirms when, as
+ * with wal2json, that is already its commit end. */
+static ob_lsn
+end_of(ob_acktrack *t, uint64_t seq)
+{
+	ob_lsn lsn = 0;
+	int64_t us;
+
+	assert_true(ob_acktrack_txn_info(t, seq, &lsn, &us));
+	return lsn;
+}
+
 static const scenario scenarios[] = {
     {"in-order acks",
      0x100,
@@ -266,7 +278,7 @@ run_scenario(const scenario *sc)
 			ob_acktrack_add(&t, seqs[s->txn]);
 			break;
 		case OP_COMMIT:
-			ob_acktrack_commit(&t, seqs[s->txn]);
+			ob_acktrack_commit(&t, seqs[s->txn], end_of(&t, seqs[s->txn]));
 			break;
 		case OP_ABORT:
 			ob_acktrack_abort(&t, seqs[s->txn]);
@@ -321,7 +333,7 @@ test_txn_info(void **state)
 	ob_acktrack_init(&t, 0);
 	s0 = ob_acktrack_begin(&t, 0x100, INT64_C(1795316831206737));
 	ob_acktrack_add(&t, s0);
-	ob_acktrack_commit(&t, s0);
+	ob_acktrack_commit(&t, s0, end_of(&t, s0));
 	s1 = ob_acktrack_begin(&t, 0x200, 222);
 	ob_acktrack_add(&t, s1);
 	ob_acktrack_abort(&t, s1);
@@ -366,10 +378,10 @@ test_reset_counts_acks_not_yet_asked_for(void **state)
 	ob_acktrack_init(&t, 0x100);
 	s0 = ob_acktrack_begin(&t, 0x200, 1);
 	ob_acktrack_add(&t, s0);
-	ob_acktrack_commit(&t, s0);
+	ob_acktrack_commit(&t, s0, end_of(&t, s0));
 	s1 = ob_acktrack_begin(&t, 0x300, 2);
 	ob_acktrack_add(&t, s1);
-	ob_acktrack_commit(&t, s1);
+	ob_acktrack_commit(&t, s1, end_of(&t, s1));
 	assert_int_equal(ob_acktrack_confirmable(&t), 0x100);
 	ob_acktrack_ack(&t, s0); /* served during teardown: nobody asks */
 	ob_acktrack_reset(&t);
@@ -446,7 +458,7 @@ test_random_against_model(void **state)
 		uint64_t s = ob_acktrack_begin(&t, lsn += 0x10, 0);
 
 		ob_acktrack_add(&t, s);
-		ob_acktrack_commit(&t, s);
+		ob_acktrack_commit(&t, s, end_of(&t, s));
 		ob_acktrack_ack(&t, s);
 	}
 	assert_int_equal(ob_acktrack_confirmable(&t), lsn);
@@ -459,7 +471,7 @@ test_random_against_model(void **state)
 
 		if (m.open && (r % 3 == 0 || n_pending == 0)) {
 			/* Close the open transaction. */
-			ob_acktrack_commit(&t, seqs[begun - 1]);
+			ob_acktrack_commit(&t, seqs[begun - 1], m.txns[begun - 1].end);
 			m.txns[begun - 1].committed = true;
 			m.open = false;
 		} else if (may_begin && (begun < PREFILL || r % 2 == 0 || n_pending == 0)) {
@@ -482,7 +494,7 @@ test_random_against_model(void **state)
 			begun++;
 			/* Most transactions close at once; some stay open a while. */
 			if (next_random(&rng) % 4 != 0) {
-				ob_acktrack_commit(&t, seqs[begun - 1]);
+				ob_acktrack_commit(&t, seqs[begun - 1], m.txns[begun - 1].end);
 				m.txns[begun - 1].committed = true;
 				m.open = false;
 			}
@@ -545,7 +557,7 @@ test_growth_reverse_acks(void **state)
 		uint64_t s = ob_acktrack_begin(&t, 1, 0);
 
 		ob_acktrack_add(&t, s);
-		ob_acktrack_commit(&t, s);
+		ob_acktrack_commit(&t, s, end_of(&t, s));
 		ob_acktrack_ack(&t, s);
 		assert_int_equal(ob_acktrack_confirmable(&t), 1);
 	}
@@ -553,7 +565,7 @@ test_growth_reverse_acks(void **state)
 		seqs[i] = ob_acktrack_begin(&t, 100 + 10 * i, 0);
 		ob_acktrack_add(&t, seqs[i]);
 		ob_acktrack_add(&t, seqs[i]);
-		ob_acktrack_commit(&t, seqs[i]);
+		ob_acktrack_commit(&t, seqs[i], end_of(&t, seqs[i]));
 	}
 	assert_int_equal(ob_acktrack_inflight(&t), 2 * N);
 	for (size_t i = N; i-- > 1;) {
@@ -588,7 +600,7 @@ test_empty_transactions_take_no_entry(void **state)
 
 	a = ob_acktrack_begin(&t, 0x30, 0);
 	ob_acktrack_add(&t, a);
-	ob_acktrack_commit(&t, a);
+	ob_acktrack_commit(&t, a, end_of(&t, a));
 	for (ob_lsn l = 0x40; l < 0x40 + 10000; l++)
 		ob_acktrack_empty(&t, l);
 	assert_int_equal(t.cap, 64);
@@ -603,7 +615,7 @@ test_empty_transactions_take_no_entry(void **state)
 		uint64_t c = ob_acktrack_begin(&t, 0x8000, 7);
 
 		ob_acktrack_add(&t, c);
-		ob_acktrack_commit(&t, c);
+		ob_acktrack_commit(&t, c, 0x8000);
 		ob_acktrack_empty(&t, 0x8800);
 		assert_true(ob_acktrack_txn_info(&t, c, &end, &us));
 		assert_int_equal(end, 0x8000);
@@ -622,6 +634,31 @@ test_empty_transactions_take_no_entry(void **state)
 	ob_acktrack_free(&t);
 }
 
+/* pgoutput names a transaction by one past where its commit record starts
+ * and learns the LSN it confirms only at the commit: the entry confirms
+ * that, and reports still find it by the LSN it was opened with. */
+static void
+test_commit_moves_the_confirmed_end(void **state)
+{
+	ob_acktrack t;
+	ob_lsn lsn;
+	int64_t us;
+	uint64_t s;
+
+	(void)state;
+	ob_acktrack_init(&t, 0x100);
+	s = ob_acktrack_begin(&t, 0x201, 7);
+	ob_acktrack_add(&t, s);
+	ob_acktrack_commit(&t, s, 0x258);
+	assert_true(ob_acktrack_txn_info(&t, s, &lsn, &us));
+	assert_int_equal(lsn, 0x201);
+	assert_int_equal(us, 7);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x100);
+	ob_acktrack_ack(&t, s);
+	assert_int_equal(ob_acktrack_confirmable(&t), 0x258);
+	ob_acktrack_free(&t);
+}
+
 int
 main(void)
 {
@@ -632,6 +669,7 @@ main(void)
 	    cmocka_unit_test(test_random_against_model),
 	    cmocka_unit_test(test_growth_reverse_acks),
 	    cmocka_unit_test(test_empty_transactions_take_no_entry),
+	    cmocka_unit_test(test_commit_moves_the_confirmed_end),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,41 @@
+/*
+ * publication.h: the publication pgoutput streams (README, "Choosing a
+ * decoder").
+ *
+ * pgoutput sends the changes of the tables of the publications named at
+ * START_REPLICATION. outboxd's publication holds the outbox table, publishes
+ * inserts, and publishes a partition's rows under the partitioned table
+ * (publish_via_partition_root), so partitions created or attached later are
+ * covered without any change:
+ *
+ *   CREATE PUBLICATION outboxd FOR TABLE public.outbox
+ *     WITH (publish = 'insert', publish_via_partition_root = true);
+ *
+ * A publication that leaves rows out (no inserts, another table, a
+ * partition's rows under the partition's name, a row filter or a column
+ * list) would make outboxd skip events without a word, so it is refused
+ * with the statement that fixes it.
+ */
+#ifndef OUTBOXD_PUBLICATION_H
+#define OUTBOXD_PUBLICATION_H
+
+#include "outboxd/config.h"
+#include "outboxd/pgrepl.h"
+
+/* The oldest server pgoutput is supported on: logical messages in
+ * pgoutput came with PostgreSQL 14. */
+#define OB_PGOUTPUT_MIN_SERVER 140000
+
+/* Check postgres.publication on an open connection (the outbox table
+ * exists). When it is missing and create is set, create it; without
+ * create, say whether outboxd could. detail gets one line for the
+ * operator: what was found and, on OB_PG_FATAL, the statements that fix it.
+ * OB_PG_RETRY when a query failed (nothing is known). */
+ob_pg_status ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create,
+				    char *detail, size_t detail_len) OB_MUST_CHECK;
+
+/* The CREATE PUBLICATION statement for cfg (README, sql/publication.sql);
+ * the caller frees. */
+char *ob_publication_create_sql(const ob_config *cfg);
+
+#endif

@@ -1,0 +1,186 @@
+/*
+ * publication.c: check, and create when missing, the publication pgoutput
+ * streams (publication.h).
+ */
+#include "outboxd/publication.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outboxd/log.h"
+
+/* Append name to buf as an SQL identifier, quoted unless it is plain. */
+static void
+append_ident(char *buf, size_t size, const char *name)
+{
+	size_t len = strlen(buf);
+	bool plain = name[0] != '\0' && strchr("0123456789", name[0]) == NULL &&
+		     strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(name);
+
+	if (plain) {
+		snprintf(buf + len, size - len, "%s", name);
+		return;
+	}
+	if (len + 1 < size)
+		buf[len++] = '"';
+	for (const char *s = name; *s != '\0' && len + 3 < size; s++) {
+		if (*s == '"')
+			buf[len++] = '"';
+		buf[len++] = *s;
+	}
+	if (len + 1 < size)
+		buf[len++] = '"';
+	buf[len] = '\0';
+}
+
+/* schema.table as SQL. */
+static void
+table_sql(const ob_config *cfg, char *buf, size_t size)
+{
+	buf[0] = '\0';
+	append_ident(buf, size, cfg->outbox.schema);
+	strncat(buf, ".", size - strlen(buf) - 1);
+	append_ident(buf, size, cfg->outbox.table_name);
+}
+
+char *
+ob_publication_create_sql(const ob_config *cfg)
+{
+	char table[300];
+
+	table_sql(cfg, table, sizeof(table));
+	/* config.c allows only [a-z0-9_] in publication names. */
+	return ob_xasprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', "
+			    "publish_via_partition_root = true);",
+			    cfg->pg.publication, table);
+}
+
+/* What pg_publication and pg_publication_tables say of the publication
+ * and the outbox table. */
+typedef struct pub_state {
+	bool exists;
+	bool inserts;  /* it publishes inserts */
+	bool via_root; /* publish_via_partition_root */
+	bool has_table; /* the outbox table is in it, under its own name */
+	bool whole;     /* with every column and no row filter */
+	bool may_create; /* the role owns the table and may create in the database */
+	bool partitioned; /* the outbox table is partitioned */
+} pub_state;
+
+static bool
+field_true(const PGresult *res, int col)
+{
+	return !PQgetisnull(res, 0, col) && strcmp(PQgetvalue(res, 0, col), "t") == 0;
+}
+
+/* Read pub_state; false (logged) when the query failed. */
+static bool
+read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
+{
+	char *pub = ob_pgrepl_quote_literal(pg, cfg->pg.publication);
+	char *schema = ob_pgrepl_quote_literal(pg, cfg->outbox.schema);
+	char *table = ob_pgrepl_quote_literal(pg, cfg->outbox.table_name);
+	/* Row filters and column lists came with PostgreSQL 15. */
+	const char *whole = ob_pgrepl_server_version(pg) >= 150000
+				? "t.rowfilter IS NULL AND cardinality(t.attnames) = (SELECT "
+				  "count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND "
+				  "a.attnum > 0 AND NOT a.attisdropped)"
+				: "true";
+	char *sql = ob_xasprintf(
+	    "SELECT p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s, "
+	    "pg_has_role(c.relowner, 'USAGE') AND has_database_privilege(current_database(), "
+	    "'CREATE'), c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+	    "LEFT JOIN pg_publication p ON p.pubname = %s "
+	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
+	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
+	    whole, pub, schema, table);
+	PGresult *res = ob_pgrepl_exec(pg, sql);
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+
+	memset(st, 0, sizeof(*st));
+	if (!ok) {
+		ob_error("could not read publication %s: %s", cfg->pg.publication,
+			 PQresultStatus(res) == PGRES_TUPLES_OK ? "the outbox table is gone"
+								: PQresultErrorMessage(res));
+	} else {
+		st->exists = field_true(res, 0);
+		st->inserts = field_true(res, 1);
+		st->via_root = field_true(res, 2);
+		st->has_table = field_true(res, 3);
+		st->whole = field_true(res, 4);
+		st->may_create = field_true(res, 5);
+		st->partitioned = field_true(res, 6);
+	}
+	PQclear(res);
+	free(sql);
+	free(table);
+	free(schema);
+	free(pub);
+	return ok;
+}
+
+/* CREATE PUBLICATION; false (logged) on failure. */
+static bool
+create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)
+{
+	PGresult *res = ob_pgrepl_exec(pg, sql);
+	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	if (ok)
+		ob_info("created publication %s: %s", cfg->pg.publication, sql);
+	else
+		ob_error("could not create publication %s: %s", cfg->pg.publication,
+			 PQresultErrorMessage(res));
+	PQclear(res);
+	return ok;
+}
+
+ob_pg_status
+ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create_missing, char *detail,
+		       size_t detail_len)
+{
+	const char *name = cfg->pg.publication;
+	char *create_sql = ob_publication_create_sql(cfg);
+	char table[300];
+	pub_state st;
+	ob_pg_status result = OB_PG_FATAL;
+
+	table_sql(cfg, table, sizeof(table));
+	if (!read_state(pg, cfg, &st)) {
+		snprintf(detail, detail_len, "could not read publication %s (see the log)", name);
+		result = OB_PG_RETRY;
+	} else if (!st.exists && create_missing && st.may_create) {
+		if (create(pg, cfg, create_sql)) {
+			snprintf(detail, detail_len, "%s created", name);
+			result = OB_PG_OK;
+		} else {
+			snprintf(detail, detail_len, "could not create publication %s (see the log); "
+				 "have the table's owner run: %s", name, create_sql);
+		}
+	} else if (!st.exists) {
+		snprintf(detail, detail_len,
+			 st.may_create ? "%s does not exist yet; outboxd will create it: %s"
+				       : "%s does not exist and this role may not create it (it must "
+					 "own the table); have the table's owner run: %s",
+			 name, create_sql);
+		result = st.may_create ? OB_PG_OK : OB_PG_FATAL;
+	} else if (!st.inserts || (st.partitioned && !st.via_root)) {
+		snprintf(detail, detail_len,
+			 "%s does not publish every insert under the table's name; run: ALTER "
+			 "PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true);",
+			 name, name);
+	} else if (!st.has_table) {
+		snprintf(detail, detail_len, "%s does not include %s; run: ALTER PUBLICATION %s ADD "
+			 "TABLE %s;", name, table, name, table);
+	} else if (!st.whole) {
+		snprintf(detail, detail_len, "%s publishes %s with a row filter or a column list, "
+			 "which would leave events out; run: ALTER PUBLICATION %s SET TABLE %s;",
+			 name, table, name, table);
+	} else {
+		snprintf(detail, detail_len, "%s publishes the inserts of %s", name, table);
+		result = OB_PG_OK;
+	}
+	free(create_sql);
+	return result;
+}
