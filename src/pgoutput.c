@@ -1,0 +1,539 @@
+/*
+ * pgoutput.c: reading pgoutput's logical replication messages (pgoutput.h).
+ *
+ * A reader walks one message front to back; every read states how many
+ * bytes it takes and fails, without reading, when fewer are left, so no
+ * read goes past the length the caller gave. Integers are big-endian and
+ * assembled byte by byte, strings must end with a NUL inside the message,
+ * and a message that has bytes left over after its last field is refused
+ * like one that ends too early.
+ *
+ * ob_pgo_parse() allocates nothing: what it returns points into the
+ * message. The relation cache copies what Relation messages say (names,
+ * type oids, column kinds) into memory it owns, so it outlives the
+ * messages, and keeps the value and length arrays that ob_pgo_row() fills,
+ * grown to the widest relation it has seen.
+ */
+#include "outboxd/pgoutput.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Postgres' MaxTupleAttributeNumber: no table or tuple has more columns. */
+#define MAX_COLUMNS 1664
+
+/* The fixed sizes of Begin and Commit, type byte included. */
+#define BEGIN_LEN  21
+#define COMMIT_LEN 26
+
+/* The part of a message not read yet. */
+typedef struct reader {
+	const unsigned char *p;
+	size_t left;
+} reader;
+
+static void
+reader_init(reader *r, const char *data, size_t len)
+{
+	r->p = (const unsigned char *)data;
+	r->left = len;
+}
+
+/* Take n bytes: *out points at them. False, taking nothing, if fewer than
+ * n are left. */
+static bool
+read_bytes(reader *r, size_t n, const char **out)
+{
+	if (r->left < n)
+		return false;
+	*out = (const char *)r->p;
+	r->p += n;
+	r->left -= n;
+	return true;
+}
+
+/* The big-endian unsigned integer of width bytes (at most 8) at p. */
+static uint64_t
+be_at(const unsigned char *p, size_t width)
+{
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < width; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Take a big-endian unsigned integer of width bytes (at most 8). */
+static bool
+read_be(reader *r, size_t width, uint64_t *out)
+{
+	if (r->left < width)
+		return false;
+	*out = be_at(r->p, width);
+	r->p += width;
+	r->left -= width;
+	return true;
+}
+
+static bool
+read_u8(reader *r, uint8_t *out)
+{
+	uint64_t v;
+
+	if (!read_be(r, 1, &v))
+		return false;
+	*out = (uint8_t)v;
+	return true;
+}
+
+static bool
+read_u16(reader *r, uint16_t *out)
+{
+	uint64_t v;
+
+	if (!read_be(r, 2, &v))
+		return false;
+	*out = (uint16_t)v;
+	return true;
+}
+
+static bool
+read_u32(reader *r, uint32_t *out)
+{
+	uint64_t v;
+
+	if (!read_be(r, 4, &v))
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* Take a NUL-terminated string: *s points at it inside the message, *len
+ * is its length without the NUL (which is taken too). False, taking
+ * nothing, if no NUL is left in the message. */
+static bool
+read_string(reader *r, const char **s, size_t *len)
+{
+	const unsigned char *nul;
+
+	if (r->left == 0)
+		return false;
+	nul = memchr(r->p, '\0', r->left);
+	if (nul == NULL)
+		return false;
+	*s = (const char *)r->p;
+	*len = (size_t)(nul - r->p);
+	r->p = nul + 1;
+	r->left -= *len + 1;
+	return true;
+}
+
+/* Take an Int32 length that must not be negative. */
+static bool
+read_length(reader *r, size_t *out)
+{
+	uint32_t v;
+
+	if (!read_u32(r, &v) || v > INT32_MAX)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool OB_PRINTF(3, 4) fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return false;
+}
+
+/* Refuse a message that has bytes after its last field. */
+static bool
+check_end(const reader *r, const char *what, char *err, size_t errlen)
+{
+	if (r->left == 0)
+		return true;
+	return fail(err, errlen, "%s message has %zu bytes after its last field", what, r->left);
+}
+
+/* A commit time in µs since 2000-01-01 as µs since the Unix epoch; false
+ * if it does not fit in an int64_t. */
+static bool
+unix_time_us(uint64_t pg_us, int64_t *out)
+{
+	int64_t t = (int64_t)pg_us;
+
+	if (t > INT64_MAX - OB_PGO_EPOCH_OFFSET_US)
+		return false;
+	*out = t + OB_PGO_EPOCH_OFFSET_US;
+	return true;
+}
+
+/* Begin and Commit have a fixed size; their fields are read from p, the
+ * bytes after the type, once the size is checked. */
+static bool
+parse_begin(const reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
+{
+	const unsigned char *p = r->p;
+	uint64_t final_lsn;
+
+	if (r->left != BEGIN_LEN - 1)
+		return fail(err, errlen, "Begin message is %zu bytes long, not %d", r->left + 1,
+			    BEGIN_LEN);
+	final_lsn = be_at(p, 8);
+	if (final_lsn == 0)
+		return fail(err, errlen, "Begin message has final LSN 0/0");
+	if (!unix_time_us(be_at(p + 8, 8), &msg->commit_us))
+		return fail(err, errlen, "Begin message has a commit time out of range");
+	msg->kind = OB_PGO_BEGIN;
+	msg->commit_lsn = final_lsn;
+	msg->xid = (uint32_t)be_at(p + 16, 4);
+	return true;
+}
+
+static bool
+parse_commit(const reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
+{
+	const unsigned char *p = r->p;
+	uint64_t commit_lsn, end_lsn;
+
+	if (r->left != COMMIT_LEN - 1)
+		return fail(err, errlen, "Commit message is %zu bytes long, not %d", r->left + 1,
+			    COMMIT_LEN);
+	/* p[0] is the flags byte, unused: Postgres sends 0. */
+	commit_lsn = be_at(p + 1, 8);
+	end_lsn = be_at(p + 9, 8);
+	if (end_lsn <= commit_lsn)
+		return fail(err, errlen,
+			    "Commit message has end LSN " OB_LSN_FMT
+			    " not after commit LSN " OB_LSN_FMT,
+			    OB_LSN_ARGS(end_lsn), OB_LSN_ARGS(commit_lsn));
+	if (!unix_time_us(be_at(p + 17, 8), &msg->commit_us))
+		return fail(err, errlen, "Commit message has a commit time out of range");
+	msg->kind = OB_PGO_COMMIT;
+	msg->commit_lsn = commit_lsn;
+	msg->end_lsn = end_lsn;
+	return true;
+}
+
+/* One column of TupleData. */
+typedef struct tuple_column {
+	char kind;         /* 'n', 'u', 't' or 'b' */
+	const char *value; /* 't' and 'b': the value's bytes; else NULL */
+	size_t len;
+} tuple_column;
+
+/* Read column i (counted from 0, for the error text) of TupleData. */
+static bool
+read_column(reader *r, size_t i, tuple_column *col, char *err, size_t errlen)
+{
+	uint8_t kind;
+
+	col->value = NULL;
+	col->len = 0;
+	if (!read_u8(r, &kind))
+		return fail(err, errlen, "tuple data ends before column %zu", i + 1);
+	col->kind = (char)kind;
+	switch (kind) {
+	case 'n':
+	case 'u':
+		return true;
+	case 't':
+	case 'b':
+		if (!read_length(r, &col->len) || !read_bytes(r, col->len, &col->value))
+			return fail(err, errlen, "tuple data ends inside column %zu", i + 1);
+		return true;
+	default:
+		return fail(err, errlen, "tuple data has unknown kind 0x%02x in column %zu", kind,
+			    i + 1);
+	}
+}
+
+/* Check that tuple (len bytes) holds exactly columns well-formed columns. */
+static bool
+check_tuple(const char *tuple, size_t len, uint16_t columns, char *err, size_t errlen)
+{
+	tuple_column col;
+	reader r;
+
+	reader_init(&r, tuple, len);
+	for (size_t i = 0; i < columns; i++) {
+		if (!read_column(&r, i, &col, err, errlen))
+			return false;
+	}
+	return check_end(&r, "Insert", err, errlen);
+}
+
+static bool
+parse_insert(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
+{
+	uint8_t marker;
+
+	if (!read_u32(r, &msg->relid) || !read_u8(r, &marker) || !read_u16(r, &msg->tuple_columns))
+		return fail(err, errlen, "Insert message ends before its tuple data");
+	if (marker != 'N')
+		return fail(err, errlen, "Insert message has 0x%02x where 'N' was expected",
+			    marker);
+	msg->kind = OB_PGO_INSERT;
+	msg->tuple = (const char *)r->p;
+	msg->tuple_len = r->left;
+	return check_tuple(msg->tuple, msg->tuple_len, msg->tuple_columns, err, errlen);
+}
+
+static bool
+parse_message(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
+{
+	uint8_t flags;
+	uint64_t lsn;
+
+	if (!read_u8(r, &flags) || !read_be(r, 8, &lsn))
+		return fail(err, errlen, "Message message ends before its prefix");
+	if (flags > 1)
+		return fail(err, errlen, "Message message has unknown flags 0x%02x", flags);
+	if (!read_string(r, &msg->prefix, &msg->prefix_len))
+		return fail(err, errlen, "Message message's prefix is not NUL-terminated");
+	if (!read_length(r, &msg->content_len))
+		return fail(err, errlen, "Message message ends before its content length");
+	if (!read_bytes(r, msg->content_len, &msg->content))
+		return fail(err, errlen, "Message message has %zu content bytes of the %zu it says",
+			    r->left, msg->content_len);
+	msg->kind = OB_PGO_MESSAGE;
+	msg->transactional = flags == 1;
+	msg->message_lsn = lsn;
+	return check_end(r, "Message", err, errlen);
+}
+
+bool
+ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t errlen)
+{
+	reader r;
+	uint8_t type;
+
+	memset(msg, 0, sizeof(*msg));
+	reader_init(&r, data, len);
+	if (!read_u8(&r, &type))
+		return fail(err, errlen, "empty message");
+	switch (type) {
+	case 'B':
+		return parse_begin(&r, msg, err, errlen);
+	case 'C':
+		return parse_commit(&r, msg, err, errlen);
+	case 'R':
+		msg->kind = OB_PGO_RELATION;
+		if (!read_u32(&r, &msg->relid))
+			return fail(err, errlen, "Relation message ends before its relation id");
+		return true;
+	case 'I':
+		return parse_insert(&r, msg, err, errlen);
+	case 'M':
+		return parse_message(&r, msg, err, errlen);
+	case 'Y':
+	case 'O':
+	case 'U':
+	case 'D':
+	case 'T':
+		msg->kind = OB_PGO_OTHER;
+		return true;
+	default:
+		return fail(err, errlen, "unknown message type 0x%02x", type);
+	}
+}
+
+/* --- the relation cache --------------------------------------------------- */
+
+static void
+relation_free(ob_pgo_relation *rel)
+{
+	for (size_t i = 0; i < rel->columns_len; i++)
+		free(rel->column_names[i]);
+	free(rel->column_names);
+	free(rel->type_oids);
+	free(rel->column_kinds);
+	free(rel->schema);
+	free(rel->name);
+	memset(rel, 0, sizeof(*rel));
+}
+
+void
+ob_pgo_relcache_init(ob_pgo_relcache *c)
+{
+	memset(c, 0, sizeof(*c));
+}
+
+void
+ob_pgo_relcache_clear(ob_pgo_relcache *c)
+{
+	for (size_t i = 0; i < c->len; i++)
+		relation_free(&c->rels[i]);
+	c->len = 0;
+}
+
+void
+ob_pgo_relcache_free(ob_pgo_relcache *c)
+{
+	ob_pgo_relcache_clear(c);
+	free(c->rels);
+	free(c->values);
+	free(c->lengths);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Read a Relation message's columns into rel, whose columns_len counts
+ * the ones read so far (relation_free() releases them on failure). */
+static bool
+read_relation_columns(reader *r, ob_pgo_relation *rel, uint16_t columns, char *err, size_t errlen)
+{
+	/* Each column takes at least 10 bytes: flags, an empty name's NUL,
+	 * the type oid and the type modifier. Checked before allocating, so
+	 * a short message cannot make the arrays large. */
+	if (r->left / 10 < columns)
+		return fail(err, errlen, "Relation message is too short for %u columns", columns);
+	rel->column_names = ob_xcalloc(columns, sizeof(*rel->column_names));
+	rel->type_oids = ob_xcalloc(columns, sizeof(*rel->type_oids));
+	rel->column_kinds = ob_xcalloc(columns, sizeof(*rel->column_kinds));
+	for (size_t i = 0; i < columns; i++) {
+		const char *name, *unused;
+		size_t name_len;
+		uint8_t flags;
+		uint32_t oid;
+
+		/* The flags (1: part of the key) and the type modifier are
+		 * not kept: a row is read the same either way. */
+		if (!read_u8(r, &flags) || !read_string(r, &name, &name_len) ||
+		    !read_u32(r, &oid) || !read_bytes(r, 4, &unused))
+			return fail(err, errlen, "Relation message ends inside column %zu", i + 1);
+		rel->column_names[i] = ob_xstrndup(name, name_len);
+		rel->type_oids[i] = oid;
+		rel->column_kinds[i] = ob_text_kind_for_type(oid);
+		rel->columns_len = i + 1;
+	}
+	return check_end(r, "Relation", err, errlen);
+}
+
+/* Read a whole Relation message into rel (zeroed by the caller). */
+static bool
+read_relation(const char *data, size_t len, ob_pgo_relation *rel, char *err, size_t errlen)
+{
+	const char *schema, *name, *unused;
+	size_t schema_len, name_len;
+	uint16_t columns;
+	uint8_t type;
+	reader r;
+
+	reader_init(&r, data, len);
+	if (!read_u8(&r, &type) || type != 'R')
+		return fail(err, errlen, "not a Relation message");
+	if (!read_u32(&r, &rel->relid) || !read_string(&r, &schema, &schema_len) ||
+	    !read_string(&r, &name, &name_len))
+		return fail(err, errlen, "Relation message ends inside its names");
+	/* The replica identity setting (Int8) matters only to updates and
+	 * deletes. */
+	if (!read_bytes(&r, 1, &unused) || !read_u16(&r, &columns))
+		return fail(err, errlen, "Relation message ends before its column count");
+	if (columns > MAX_COLUMNS)
+		return fail(err, errlen, "Relation message claims %u columns, more than %d",
+			    columns, MAX_COLUMNS);
+	rel->schema = schema_len == 0 ? ob_xstrdup("pg_catalog") : ob_xstrndup(schema, schema_len);
+	rel->name = ob_xstrndup(name, name_len);
+	return read_relation_columns(&r, rel, columns, err, errlen);
+}
+
+/* The cache's entry for relid; NULL if there is none. */
+static ob_pgo_relation *
+find_relation(const ob_pgo_relcache *c, uint32_t relid)
+{
+	for (size_t i = 0; i < c->len; i++) {
+		if (c->rels[i].relid == relid)
+			return &c->rels[i];
+	}
+	return NULL;
+}
+
+bool
+ob_pgo_relcache_put(ob_pgo_relcache *c, const char *data, size_t len, char *err, size_t errlen)
+{
+	ob_pgo_relation rel, *slot;
+
+	memset(&rel, 0, sizeof(rel));
+	if (!read_relation(data, len, &rel, err, errlen)) {
+		relation_free(&rel);
+		return false;
+	}
+	slot = find_relation(c, rel.relid);
+	if (slot != NULL) {
+		relation_free(slot);
+	} else {
+		if (c->len == c->cap) {
+			c->cap = c->cap == 0 ? 8 : c->cap * 2;
+			c->rels = ob_xrealloc(c->rels, c->cap * sizeof(*c->rels));
+		}
+		slot = &c->rels[c->len++];
+	}
+	*slot = rel;
+	if (rel.columns_len > c->row_cap) {
+		c->row_cap = rel.columns_len;
+		c->values = ob_xrealloc(c->values, c->row_cap * sizeof(*c->values));
+		c->lengths = ob_xrealloc(c->lengths, c->row_cap * sizeof(*c->lengths));
+	}
+	return true;
+}
+
+const ob_pgo_relation *
+ob_pgo_relcache_get(const ob_pgo_relcache *c, uint32_t relid)
+{
+	return find_relation(c, relid);
+}
+
+/*
+ * On success row's names and kinds are the relation's (valid until the
+ * relation is replaced or the cache cleared) and its values point into
+ * the message's tuple data. On failure *rel is still the relation when one
+ * is known, so the caller can name the table, and NULL otherwise.
+ */
+bool
+ob_pgo_row(ob_pgo_relcache *c, const ob_pgo_msg *msg, const ob_pgo_relation **rel, ob_text_row *row,
+	   char *err, size_t errlen)
+{
+	const ob_pgo_relation *r;
+	tuple_column col;
+	reader tuple;
+
+	*rel = NULL;
+	if (msg->kind != OB_PGO_INSERT)
+		return fail(err, errlen, "not an Insert message");
+	r = find_relation(c, msg->relid);
+	if (r == NULL)
+		return fail(err, errlen,
+			    "Insert into relation %u, which no Relation message described",
+			    msg->relid);
+	*rel = r;
+	if (msg->tuple_columns != r->columns_len)
+		return fail(err, errlen,
+			    "Insert into %s.%s has %u columns, its Relation message %zu", r->schema,
+			    r->name, msg->tuple_columns, r->columns_len);
+	reader_init(&tuple, msg->tuple, msg->tuple_len);
+	for (size_t i = 0; i < r->columns_len; i++) {
+		if (!read_column(&tuple, i, &col, err, errlen))
+			return false;
+		if (col.kind == 'u' || col.kind == 'b')
+			return fail(err, errlen, "Insert into %s.%s: column %s is %s", r->schema,
+				    r->name, r->column_names[i],
+				    col.kind == 'u' ? "an unchanged TOAST value"
+						    : "in binary format");
+		c->values[i] = col.value;
+		c->lengths[i] = col.len;
+	}
+	if (!check_end(&tuple, "Insert", err, errlen))
+		return false;
+	row->names = (const char *const *)r->column_names;
+	row->kinds = r->column_kinds;
+	row->values = c->values;
+	row->lengths = c->lengths;
+	row->columns_len = r->columns_len;
+	return true;
+}
