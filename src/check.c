@@ -197,6 +197,7 @@ check_publication(checker *c)
 {
 	int v = ob_pgrepl_server_version(c->pg);
 	char detail[1024];
+	ob_slot_info slot;
 	ob_pg_status st;
 
 	if (c->cfg->pg.plugin != OB_PLUGIN_PGOUTPUT || c->table_oid == NULL)
@@ -208,7 +209,16 @@ check_publication(checker *c)
 		       v / 10000, v % 10000);
 		return;
 	}
-	st = ob_publication_prepare(c->pg, c->cfg, c->out == NULL, detail, sizeof(detail));
+	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &slot)) {
+		c->query_failed = true;
+		report(c, "publication", false, "could not read pg_replication_slots (see the log)");
+		return;
+	}
+	/* A slot of the other plugin is the slot check's to name. */
+	if (slot.exists && strcmp(slot.plugin, "pgoutput") != 0)
+		return;
+	st = ob_publication_prepare(c->pg, c->cfg, slot.exists, c->out == NULL, detail,
+				    sizeof(detail));
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	report(c, "publication", st == OB_PG_OK, "%s", detail);

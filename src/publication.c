@@ -137,8 +137,8 @@ create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)
 }
 
 ob_pg_status
-ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create_missing, char *detail,
-		       size_t detail_len)
+ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bool create_missing,
+		       char *detail, size_t detail_len)
 {
 	const char *name = cfg->pg.publication;
 	char *create_sql = ob_publication_create_sql(cfg);
@@ -150,6 +150,16 @@ ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create_missing,
 	if (!read_state(pg, cfg, &st)) {
 		snprintf(detail, detail_len, "could not read publication %s (see the log)", name);
 		result = OB_PG_RETRY;
+	} else if (!st.exists && slot_exists) {
+		/* Postgres decodes the slot's changes with the publications of
+		 * their time: one created now does not cover what the slot
+		 * already holds. */
+		snprintf(detail, detail_len,
+			 "%s does not exist but replication slot %s does: a publication made now "
+			 "would not cover the changes the slot already holds; run %s then drop the "
+			 "slot (\"outboxd slot drop\") and start outboxd with outbox.backlog_where "
+			 "to publish the rows written since the slot was made",
+			 name, cfg->pg.slot, create_sql);
 	} else if (!st.exists && create_missing && st.may_create) {
 		if (create(pg, cfg, create_sql)) {
 			snprintf(detail, detail_len, "%s created", name);
