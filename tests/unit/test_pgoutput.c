@@ -88,44 +88,17 @@ static const char msg_insert_nulls[] =
     "\005ordert\000\000\000\003o-2t\000\000\000\007deletednnt\000\000\000\0262026-11-22 03:07"
     ":12+00";
 
-static const char msg_insert_long[] =
+/* The 3 kB payload {"text": "0123456789..."}: the captured message is
+ * long_insert_head, 300 times the ten digits, long_insert_tail (put
+ * together by build_long_insert() before the tests run). */
+static const char long_insert_head[] =
     "I\000\000@\000N\000\007t\000\000\000$c3d4e5f6-0000-4000-8000-000000000003t\000\000\000"
-    "\004blobt\000\000\000\003o-3t\000\000\000\003bigt\000\000\013\304{\"text\": \"0123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "4567890123456789012345678901234567890123456789012345678901234567890123456789012345678901"
-    "2345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "4567890123456789012345678901234567890123456789012345678901234567890123456789012345678901"
-    "2345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "4567890123456789012345678901234567890123456789012345678901234567890123456789012345678901"
-    "2345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "4567890123456789012345678901234567890123456789012345678901234567890123456789012345678901"
-    "2345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "4567890123456789012345678901234567890123456789012345678901234567890123456789012345678901"
-    "2345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "4567890123456789012345678901234567890123456789012345678901234567890123456789012345678901"
-    "2345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
-    "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567"
-    "8901234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
-    "6789012345678901234567890123456789012345678901234567890123456789012345678901234567890123"
-    "45678901234567890123456789012345678901234567890123456789012345678901234567890123456789\""
-    "}nt\000\000\000\0262026-11-22 03:07:13+00";
+    "\004blobt\000\000\000\003o-3t\000\000\000\003bigt\000\000\013\304{\"text\": \"";
+static const char long_insert_tail[] = "\"}nt\000\000\000\0262026-11-22 03:07:13+00";
+static char msg_insert_long[3119 + 1];
+_Static_assert(sizeof(long_insert_head) - 1 + 3000 + sizeof(long_insert_tail) ==
+		   sizeof(msg_insert_long),
+	       "the long Insert is 3119 bytes");
 
 static const char msg_message_other[] =
     "M\001\000\000\000\000\001Td\230other\000\000\000\000\017not for outboxd";
@@ -521,7 +494,7 @@ static const bad_case bad_cases[] = {
     BAD("message with a byte after its content",
 	"M\001\000\000\000\000\001Tb\200p\000\000\000"
 	"\000\001ab",
-	"1 bytes after its last field"),
+	"trailing bytes after its last field (1)"),
 };
 
 static void
@@ -627,16 +600,21 @@ typedef struct relation_case {
 	ob_text_kind kinds[10];
 } relation_case;
 
+/* The columns of public.outbox (sql/outbox.sql) and of public.outbox_part,
+ * and their types: uuid, text, jsonb and timestamptz, all read as they
+ * are (OB_TEXT_PLAIN, 0). */
+#define OUTBOX_COLUMNS                                                                             \
+	{                                                                                          \
+		"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers",        \
+		    "created_at"                                                                   \
+	}
+#define OUTBOX_TYPES                                                                               \
+	{                                                                                          \
+		2950, 25, 25, 25, 3802, 3802, 1184                                                 \
+	}
+
 static const relation_case relation_cases[] = {
-    {DATA(msg_relation_outbox),
-     RELID_OUTBOX,
-     "public",
-     "outbox",
-     7,
-     {"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "created_at"},
-     {2950, 25, 25, 25, 3802, 3802, 1184},
-     {OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN,
-      OB_TEXT_PLAIN}},
+    {DATA(msg_relation_outbox), RELID_OUTBOX, "public", "outbox", 7, OUTBOX_COLUMNS, OUTBOX_TYPES},
     {DATA(msg_relation_raw),
      RELID_RAW_OUTBOX,
      "public",
@@ -647,13 +625,8 @@ static const relation_case relation_cases[] = {
      {20, 25, 1700, 25, 17, 3802, 20, 16, 701, 21},
      {OB_TEXT_NUMBER, OB_TEXT_PLAIN, OB_TEXT_NUMBER, OB_TEXT_PLAIN, OB_TEXT_BYTEA, OB_TEXT_PLAIN,
       OB_TEXT_NUMBER, OB_TEXT_BOOLEAN, OB_TEXT_NUMBER, OB_TEXT_NUMBER}},
-    {DATA(msg_relation_part),
-     RELID_OUTBOX_PART,
-     "public",
-     "outbox_part",
-     7,
-     {"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "created_at"},
-     {2950, 25, 25, 25, 3802, 3802, 1184}},
+    {DATA(msg_relation_part), RELID_OUTBOX_PART, "public", "outbox_part", 7, OUTBOX_COLUMNS,
+     OUTBOX_TYPES},
     {DATA(msg_relation_part_leaf),
      RELID_PARTITION,
      "public",
@@ -761,7 +734,7 @@ test_relcache_column_bound(void **state)
 	    {65535, 0, "claims 65535 columns"},
 	    {1664, 100, "too short for 1664 columns"},
 	    {3, 2, "too short for 3 columns"},
-	    {1, 2, "after its last field"},
+	    {1, 2, "trailing bytes after its last field"},
 	};
 	ob_pgo_relcache c;
 
@@ -868,6 +841,18 @@ test_relcache_replacement(void **state)
 
 /* --- rows ------------------------------------------------------------------------ */
 
+/* The values of the row of records.h, as text: in msg_insert_outbox and,
+ * through the partition, in msg_insert_part. */
+static const char *const outbox_row[] = {
+    "38a18a3a-8de4-4a2c-8a64-91f9bf2d053a",
+    "order",
+    "o-1",
+    "created",
+    "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}",
+    "{\"n\": 5, \"tr\": \"abc\"}",
+    "2026-11-22 03:07:11.205762+00",
+};
+
 /* Check row column i: NULL when text is NULL, else exactly text. */
 static void
 check_value(const ob_text_row *row, size_t i, const char *text)
@@ -882,95 +867,119 @@ check_value(const ob_text_row *row, size_t i, const char *text)
 	assert_memory_equal(row->values[i], text, row->lengths[i]);
 }
 
+static const char *const nulls_row[] = {
+    "0b7e5f8e-2f52-4c1a-9d7e-1f6f3d9c2a11",
+    "order",
+    "o-2",
+    "deleted",
+    NULL,
+    NULL,
+    "2026-11-22 03:07:12+00",
+};
+
+/* The 3 kB payload of msg_insert_long, {"text": "0123456789..."}, is put
+ * together by build_long_insert() before the tests run. */
+static char long_payload[3012 + 1];
+
+static const char *const long_row[] = {
+    "c3d4e5f6-0000-4000-8000-000000000003",
+    "blob",
+    "o-3",
+    "big",
+    long_payload,
+    NULL,
+    "2026-11-22 03:07:13+00",
+};
+
+static const char *const raw_row[] = {
+    "12345678901234", "raw",           "1.50", "made", "\\x00ff41",
+    "{\"k\": \"v\"}", "1700000000000", "t",    "NaN",  "-7",
+};
+
+/* Relation messages, then an Insert, and the row it must give. */
+typedef struct row_case {
+	const char *name;
+	msg_bytes relations[2]; /* the second may be left out */
+	msg_bytes insert;
+	uint32_t relid;
+	const char *table; /* in schema public */
+	const char *const *values;
+	size_t columns_len;
+} row_case;
+
+static const row_case row_cases[] = {
+    {"outbox row",
+     {MSG(msg_relation_outbox)},
+     MSG(msg_insert_outbox),
+     RELID_OUTBOX,
+     "outbox",
+     outbox_row,
+     7},
+    {"NULL payload and headers",
+     {MSG(msg_relation_outbox)},
+     MSG(msg_insert_nulls),
+     RELID_OUTBOX,
+     "outbox",
+     nulls_row,
+     7},
+    {"3 kB payload",
+     {MSG(msg_relation_outbox)},
+     MSG(msg_insert_long),
+     RELID_OUTBOX,
+     "outbox",
+     long_row,
+     7},
+    /* A row inserted into a partition arrives under the root's id, in the
+     * root's column order, though the partition's own Relation came too. */
+    {"partition row under its root",
+     {MSG(msg_relation_part), MSG(msg_relation_part_leaf)},
+     MSG(msg_insert_part),
+     RELID_OUTBOX_PART,
+     "outbox_part",
+     outbox_row,
+     7},
+    {"bigint, numeric, bytea, boolean, NaN, smallint",
+     {MSG(msg_relation_raw)},
+     MSG(msg_insert_raw),
+     RELID_RAW_OUTBOX,
+     "raw_outbox",
+     raw_row,
+     10},
+};
+
 static void
-test_row_values(void **state)
+test_row_table(void **state)
 {
-	static const char *const outbox_row[] = {"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a",
-						 "order",
-						 "o-1",
-						 "created",
-						 "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}",
-						 "{\"n\": 5, \"tr\": \"abc\"}",
-						 "2026-11-22 03:07:11.205762+00"};
-	static const char *const nulls_row[] = {"0b7e5f8e-2f52-4c1a-9d7e-1f6f3d9c2a11",
-						"order",
-						"o-2",
-						"deleted",
-						NULL,
-						NULL,
-						"2026-11-22 03:07:12+00"};
-	static const char *const raw_row[] = {
-	    "12345678901234", "raw",           "1.50", "made", "\\x00ff41",
-	    "{\"k\": \"v\"}", "1700000000000", "t",    "NaN",  "-7"};
-	const ob_pgo_relation *rel;
-	ob_pgo_relcache c;
-	ob_pgo_msg msg;
-	ob_text_row row;
-
 	(void)state;
-	ob_pgo_relcache_init(&c);
-	PUT_OK(&c, msg_relation_outbox);
-	PUT_OK(&c, msg_relation_raw);
+	for (size_t i = 0; i < OB_ARRAY_LEN(row_cases); i++) {
+		const row_case *rc = &row_cases[i];
+		const char *end = rc->insert.data + rc->insert.len;
+		const ob_pgo_relation *rel;
+		ob_pgo_relcache c;
+		ob_pgo_msg msg;
+		ob_text_row row;
 
-	rel = ROW_OK(&c, msg_insert_outbox, &msg, &row);
-	assert_ptr_equal(rel, ob_pgo_relcache_get(&c, RELID_OUTBOX));
-	assert_int_equal(row.columns_len, 7);
-	for (size_t i = 0; i < 7; i++) {
-		assert_ptr_equal(row.names[i], rel->column_names[i]);
-		assert_int_equal(row.kinds[i], rel->column_kinds[i]);
-		check_value(&row, i, outbox_row[i]);
-		/* Values point into the message. */
-		assert_true(row.values[i] > msg_insert_outbox &&
-			    row.values[i] + row.lengths[i] <=
-				msg_insert_outbox + msg.tuple_len + 8);
+		print_message("row: %s\n", rc->name);
+		ob_pgo_relcache_init(&c);
+		for (size_t j = 0; j < 2 && rc->relations[j].data != NULL; j++)
+			put_ok(&c, rc->relations[j].data, rc->relations[j].len);
+		rel = row_ok(&c, rc->insert.data, rc->insert.len, &msg, &row);
+		assert_int_equal(msg.relid, rc->relid);
+		assert_ptr_equal(rel, ob_pgo_relcache_get(&c, rc->relid));
+		assert_string_equal(rel->schema, "public");
+		assert_string_equal(rel->name, rc->table);
+		assert_int_equal(row.columns_len, rc->columns_len);
+		for (size_t j = 0; j < rc->columns_len; j++) {
+			assert_ptr_equal(row.names[j], rel->column_names[j]);
+			assert_int_equal(row.kinds[j], rel->column_kinds[j]);
+			check_value(&row, j, rc->values[j]);
+			/* Values point into the message. */
+			assert_true(row.values[j] == NULL ||
+				    (row.values[j] > rc->insert.data &&
+				     row.values[j] + row.lengths[j] <= end));
+		}
+		ob_pgo_relcache_free(&c);
 	}
-
-	ROW_OK(&c, msg_insert_nulls, &msg, &row);
-	for (size_t i = 0; i < 7; i++)
-		check_value(&row, i, nulls_row[i]);
-
-	ROW_OK(&c, msg_insert_long, &msg, &row);
-	assert_int_equal(row.lengths[4], 3012);
-	assert_memory_equal(row.values[4], "{\"text\": \"0123456789", 20);
-	assert_memory_equal(row.values[4] + 3000, "0123456789\"}", 12);
-
-	ROW_OK(&c, msg_insert_raw, &msg, &row);
-	assert_int_equal(row.columns_len, 10);
-	for (size_t i = 0; i < 10; i++)
-		check_value(&row, i, raw_row[i]);
-	ob_pgo_relcache_free(&c);
-}
-
-/* A row inserted into a partition arrives under the root's id, in the
- * root's column order, though the partition's own Relation came too. */
-static void
-test_partition_row_under_root(void **state)
-{
-	static const char *const root_order[] = {"38a18a3a-8de4-4a2c-8a64-91f9bf2d053a",
-						 "order",
-						 "o-1",
-						 "created",
-						 "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}",
-						 "{\"n\": 5, \"tr\": \"abc\"}",
-						 "2026-11-22 03:07:11.205762+00"};
-	const ob_pgo_relation *rel;
-	ob_pgo_relcache c;
-	ob_pgo_msg msg;
-	ob_text_row row;
-
-	(void)state;
-	ob_pgo_relcache_init(&c);
-	PUT_OK(&c, msg_relation_part);
-	PUT_OK(&c, msg_relation_part_leaf);
-	rel = ROW_OK(&c, msg_insert_part, &msg, &row);
-	assert_int_equal(msg.relid, RELID_OUTBOX_PART);
-	assert_string_equal(rel->schema, "public");
-	assert_string_equal(rel->name, "outbox_part");
-	for (size_t i = 0; i < 7; i++) {
-		assert_string_equal(row.names[i], relation_cases[2].column_names[i]);
-		check_value(&row, i, root_order[i]);
-	}
-	ob_pgo_relcache_free(&c);
 }
 
 /* Inserts that give no row. */
@@ -1023,32 +1032,21 @@ test_row_refused(void **state)
 	msg.tuple_columns = 7;
 	msg.tuple = "nnnnnnnn";
 	msg.tuple_len = 8;
-	row_refused(&c, &msg, "1 bytes after its last field");
+	row_refused(&c, &msg, "trailing bytes after its last field (1)");
 	ob_pgo_relcache_free(&c);
 }
 
 /* --- mapping ---------------------------------------------------------------------- */
 
-static ob_config *
-make_config(const char *const *overrides, size_t n)
-{
-	ob_config *cfg = malloc(sizeof(*cfg));
-
-	ob_config_init(cfg);
-	for (size_t i = 0; i < n && overrides[i] != NULL; i++) {
-		if (!ob_config_set_override(cfg, overrides[i]))
-			fail_msg("bad test override %s", overrides[i]);
-	}
-	if (!ob_config_finish(cfg))
-		fail_msg("test configuration refused");
-	return cfg;
-}
-
+/* Load the defaults and the overrides (up to n, or to a NULL) into cfg;
+ * the caller releases it with ob_config_free(). */
 static void
-free_config(ob_config *cfg)
+load_config(ob_config *cfg, const char *const *overrides, size_t n)
 {
-	ob_config_free(cfg);
-	free(cfg);
+	ob_config_init(cfg);
+	for (size_t i = 0; i < n && overrides[i] != NULL; i++)
+		assert_true(ob_config_set_override(cfg, overrides[i]));
+	assert_true(ob_config_finish(cfg));
 }
 
 /* Assert that two byte ranges are equal. */
@@ -1151,7 +1149,7 @@ test_row_maps_like_wal2json(void **state)
 	(void)state;
 	for (size_t i = 0; i < OB_ARRAY_LEN(same_row_cases); i++) {
 		const same_row_case *rc = &same_row_cases[i];
-		ob_config *cfg = make_config(rc->overrides, OB_ARRAY_LEN(rc->overrides));
+		ob_config cfg;
 		ob_pgo_relcache c;
 		ob_pgo_msg msg;
 		ob_text_row row;
@@ -1161,11 +1159,12 @@ test_row_maps_like_wal2json(void **state)
 		char err[256];
 
 		print_message("row: %s\n", rc->name);
+		load_config(&cfg, rc->overrides, OB_ARRAY_LEN(rc->overrides));
 		ob_pgo_relcache_init(&c);
 		put_ok(&c, rc->relation, rc->relation_len);
 		row_ok(&c, rc->insert, rc->insert_len, &msg, &row);
 		assert_true(ob_w2j_parse(rc->w2j, strlen(rc->w2j), &rec, err, sizeof(err)));
-		ob_mapper_init(&m, cfg);
+		ob_mapper_init(&m, &cfg);
 		ob_event_init(&a);
 		ob_event_init(&b);
 		assert_int_equal(ob_mapper_map_insert(&m, &rec, COMMIT_MS, &a), rc->result);
@@ -1179,7 +1178,7 @@ test_row_maps_like_wal2json(void **state)
 		ob_mapper_free(&m);
 		ob_w2j_record_clear(&rec);
 		ob_pgo_relcache_free(&c);
-		free_config(cfg);
+		ob_config_free(&cfg);
 	}
 }
 
@@ -1194,7 +1193,7 @@ test_row_record(void **state)
 	    {"tr", "abc"},
 	};
 	static const char payload[] = "{\"a\": \"x\\\"y\", \"b\": [1, 2.50]}";
-	ob_config *cfg = make_config(NULL, 0);
+	ob_config cfg;
 	ob_pgo_relcache c;
 	ob_pgo_msg msg;
 	ob_text_row row;
@@ -1202,10 +1201,11 @@ test_row_record(void **state)
 	ob_event ev;
 
 	(void)state;
+	load_config(&cfg, NULL, 0);
 	ob_pgo_relcache_init(&c);
 	PUT_OK(&c, msg_relation_outbox);
 	ROW_OK(&c, msg_insert_outbox, &msg, &row);
-	ob_mapper_init(&m, cfg);
+	ob_mapper_init(&m, &cfg);
 	ob_event_init(&ev);
 	assert_int_equal(ob_mapper_map_text_row(&m, &row, 0x1546070, COMMIT_MS, &ev), OB_MAP_EVENT);
 	assert_bytes(ob_event_ptr(&ev, ev.value), ev.value.len, payload, sizeof(payload) - 1);
@@ -1220,46 +1220,45 @@ test_row_record(void **state)
 	ob_event_free(&ev);
 	ob_mapper_free(&m);
 	ob_pgo_relcache_free(&c);
-	free_config(cfg);
+	ob_config_free(&cfg);
 }
 
-/* A Message as the mapper takes it: content raw, not escaped. */
-static ob_logical_message
-logical_message(const ob_pgo_msg *msg)
+/* Parse a captured Message and map it as the relay will: the content is
+ * the bytes as they were emitted, not escaped. */
+static ob_map_result
+map_message(ob_mapper *m, const char *data, size_t len, ob_event *ev)
 {
-	ob_logical_message lm = {
-	    .lsn = msg->message_lsn,
-	    .transactional = msg->transactional,
-	    .prefix = msg->prefix,
-	    .content = msg->content,
-	    .content_len = msg->content_len,
-	    .content_escaped = false,
-	};
+	ob_logical_message lm;
+	ob_pgo_msg msg;
 
-	return lm;
+	parse_ok(data, len, &msg);
+	memset(&lm, 0, sizeof(lm));
+	lm.lsn = msg.message_lsn;
+	lm.transactional = msg.transactional;
+	lm.prefix = msg.prefix;
+	lm.content = msg.content;
+	lm.content_len = msg.content_len;
+	return ob_mapper_map_logical_message(m, &lm, COMMIT_MS, ev);
 }
 
 static void
 test_message_maps_like_wal2json(void **state)
 {
-	ob_config *cfg = make_config(NULL, 0);
-	ob_logical_message lm;
+	ob_config cfg;
 	ob_w2j_record rec;
-	ob_pgo_msg msg;
 	ob_mapper m;
 	ob_event a, b;
 	char err[256];
 
 	(void)state;
-	ob_mapper_init(&m, cfg);
+	load_config(&cfg, NULL, 0);
+	ob_mapper_init(&m, &cfg);
 	ob_event_init(&a);
 	ob_event_init(&b);
-	parse_ok(DATA(msg_message_outbox), &msg);
-	lm = logical_message(&msg);
 	assert_true(
 	    ob_w2j_parse(w2j_message_outbox, strlen(w2j_message_outbox), &rec, err, sizeof(err)));
 	assert_int_equal(ob_mapper_map_message(&m, &rec, COMMIT_MS, &a), OB_MAP_EVENT);
-	assert_int_equal(ob_mapper_map_logical_message(&m, &lm, COMMIT_MS, &b), OB_MAP_EVENT);
+	assert_int_equal(map_message(&m, DATA(msg_message_outbox), &b), OB_MAP_EVENT);
 	assert_same_record(&a, &b);
 	assert_bytes(ob_event_ptr(&b, b.topic), b.topic.len, "outbox.event.order", 18);
 	assert_bytes(ob_event_ptr(&b, b.value), b.value.len, "{\"a\":1}", 7);
@@ -1268,18 +1267,30 @@ test_message_maps_like_wal2json(void **state)
 
 	/* Another prefix is not outboxd's; a non-transactional message with
 	 * the outbox prefix is a dead letter whose value is the content. */
-	parse_ok(DATA(msg_message_other), &msg);
-	lm = logical_message(&msg);
-	assert_int_equal(ob_mapper_map_logical_message(&m, &lm, COMMIT_MS, &b), OB_MAP_SKIP);
-	parse_ok(DATA(msg_message_nontx), &msg);
-	lm = logical_message(&msg);
-	assert_int_equal(ob_mapper_map_logical_message(&m, &lm, COMMIT_MS, &b), OB_MAP_DLQ);
+	assert_int_equal(map_message(&m, DATA(msg_message_other), &b), OB_MAP_SKIP);
+	assert_int_equal(map_message(&m, DATA(msg_message_nontx), &b), OB_MAP_DLQ);
 	assert_string_equal(b.dlq_reason, "non-transactional-message");
 	assert_bytes(ob_event_ptr(&b, b.value), b.value.len, "nt", 2);
 	ob_event_free(&a);
 	ob_event_free(&b);
 	ob_mapper_free(&m);
-	free_config(cfg);
+	ob_config_free(&cfg);
+}
+
+static void
+build_long_insert(void)
+{
+	size_t head = sizeof(long_insert_head) - 1;
+
+	memcpy(long_payload, "{\"text\": \"", 10);
+	for (size_t i = 0; i < 300; i++)
+		memcpy(long_payload + 10 + i * 10, "0123456789", 10);
+	memcpy(long_payload + 3010, "\"}", 3);
+	/* The head ends with the payload's first 10 bytes, the tail starts
+	 * with its last 2. */
+	memcpy(msg_insert_long, long_insert_head, head);
+	memcpy(msg_insert_long + head, long_payload + 10, 3000);
+	memcpy(msg_insert_long + head + 3000, long_insert_tail, sizeof(long_insert_tail));
 }
 
 int
@@ -1294,13 +1305,13 @@ main(void)
 	    cmocka_unit_test(test_relcache_column_bound),
 	    cmocka_unit_test(test_relcache_bad_relation),
 	    cmocka_unit_test(test_relcache_replacement),
-	    cmocka_unit_test(test_row_values),
-	    cmocka_unit_test(test_partition_row_under_root),
+	    cmocka_unit_test(test_row_table),
 	    cmocka_unit_test(test_row_refused),
 	    cmocka_unit_test(test_row_maps_like_wal2json),
 	    cmocka_unit_test(test_row_record),
 	    cmocka_unit_test(test_message_maps_like_wal2json),
 	};
 
+	build_long_insert();
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
