@@ -112,6 +112,8 @@ take_string(reader *r, size_t *len)
 	return take_bytes(r, *len + 1);
 }
 
+/* Write the reason a message is refused to err; false, so that a parser
+ * can return fail(...). */
 static bool OB_PRINTF(3, 4) fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
@@ -286,6 +288,8 @@ parse_message(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
 	return check_end(r, "logical", err, errlen);
 }
 
+/* On failure *msg holds whatever was read before the fault: the caller
+ * uses none of it. */
 bool
 ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t errlen)
 {
@@ -325,6 +329,17 @@ ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t er
 }
 
 /* --- the relation cache --------------------------------------------------- */
+
+/*
+ * The relations are kept in one array, looked up by id one by one (a
+ * publication has a handful of tables). A Relation message is read whole
+ * into a new entry before anything is replaced, so a malformed one leaves
+ * the cache as it was. Putting a relation may move the array and replaces
+ * the names of an entry with the same id: a relation returned by
+ * ob_pgo_relcache_get() or ob_pgo_row(), and a row's names and kinds, are
+ * valid until the next ob_pgo_relcache_put(), ob_pgo_relcache_clear() or
+ * ob_pgo_relcache_free().
+ */
 
 static void
 relation_free(ob_pgo_relation *rel)
@@ -475,10 +490,11 @@ ob_pgo_relcache_get(const ob_pgo_relcache *c, uint32_t relid)
 }
 
 /*
- * On success row's names and kinds are the relation's (valid until the
- * relation is replaced or the cache cleared) and its values point into
- * the message's tuple data. On failure *rel is still the relation when one
- * is known, so the caller can name the table, and NULL otherwise.
+ * On success row's names and kinds are the relation's, and its values
+ * point into the message's tuple data (the value and length arrays are
+ * the cache's, overwritten by the next call). On failure *rel is still
+ * the relation when one is known, so the caller can name the table, and
+ * NULL otherwise.
  */
 bool
 ob_pgo_row(ob_pgo_relcache *c, const ob_pgo_msg *msg, const ob_pgo_relation **rel, ob_text_row *row,

@@ -2,7 +2,7 @@
  * test_pgoutput.c: the pgoutput message parser, the relation cache and the
  * rows they give the outbox mapper (pgoutput.h).
  *
- * The messages are byte for byte what PostgreSQL 15.x's pgoutput sent
+ * The messages are byte for byte what PostgreSQL 15.18's pgoutput sent
  * (proto_version '1', publication_names 'outboxd', messages 'true') for
  * the public.outbox table of sql/outbox.sql, a table public.raw_outbox
  * with bytea, numeric, bigint, boolean, double precision and smallint
