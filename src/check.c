@@ -198,6 +198,7 @@ check_publication(checker *c)
 	int v = ob_pgrepl_server_version(c->pg);
 	char detail[1024];
 	ob_slot_info slot;
+	ob_pgrepl *plain = NULL;
 	ob_pg_status st;
 
 	if (c->cfg->pg.plugin != OB_PLUGIN_PGOUTPUT || c->table_oid == NULL)
@@ -217,8 +218,19 @@ check_publication(checker *c)
 	/* A slot of the other plugin is the slot check's to name. */
 	if (slot.exists && strcmp(slot.plugin, "pgoutput") != 0)
 		return;
-	st = ob_publication_prepare(c->pg, c->cfg, slot.exists, c->out == NULL, detail,
+	/* Not on the replication connection: the walsender then decodes with
+	 * what such a query left in its catalog caches (seen on PostgreSQL 15:
+	 * after reading a publication that a slot's first transaction
+	 * predates, that transaction's rows were passed over instead of
+	 * failing with "publication does not exist"). */
+	if (ob_pgrepl_connect_plain(c->cfg, &plain) != OB_PG_OK) {
+		c->query_failed = true;
+		report(c, "publication", false, "could not connect to check it (see the log)");
+		return;
+	}
+	st = ob_publication_prepare(plain, c->cfg, slot.exists, c->out == NULL, detail,
 				    sizeof(detail));
+	ob_pgrepl_close(plain, false);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	report(c, "publication", st == OB_PG_OK, "%s", detail);

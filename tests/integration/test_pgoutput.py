@@ -225,6 +225,30 @@ def test_existing_slot_without_publication_exits_1(pg, outboxd_factory,
     assert pg.slot(slot_name)["confirmed_flush_lsn_int"] == before
 
 
+def test_publication_made_after_the_slot_is_never_passed_over(
+        pg, outboxd_factory, test_id, slot_name):
+    """A publication made by hand after the slot: the rows in between
+    cannot be decoded ("publication does not exist"), and outboxd must stop
+    on that, never move the slot past them. It checks the publication on a
+    plain connection: run on the replication connection, the query left
+    the walsender's caches such that Postgres 15 passed those rows over
+    without a word."""
+    pg.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+           (slot_name,))
+    before = pg.slot(slot_name)["confirmed_flush_lsn_int"]
+    insert(pg, "outbox", "%s_early" % test_id, 3)
+    pg.sql("CREATE PUBLICATION pub_%s FOR TABLE public.outbox WITH "
+           "(publish = 'insert', publish_via_partition_root = true)" % test_id)
+    d = outboxd_factory(pgoutput({"postgres": {
+        "reconnect_max_backoff_ms": 200}}))
+    assert d.wait(60) == 1
+    log = d.log_text()
+    assert "the publication must exist from the slot's position on" in log, \
+        d.log_tail()
+    assert "failed 5 times in a row" in log, d.log_tail()
+    assert pg.slot(slot_name)["confirmed_flush_lsn_int"] == before
+
+
 def test_partitioned_table_with_partitions_added_while_streaming(
         pg, broker, consumer, outboxd_factory, test_id, slot_name):
     """Rows inserted into any partition, including partitions created (with
