@@ -212,7 +212,8 @@ check_publication(checker *c)
 	}
 	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &slot)) {
 		c->query_failed = true;
-		report(c, "publication", false, "could not read pg_replication_slots (see the log)");
+		report(c, "publication", false,
+		       "could not read pg_replication_slots (see the log)");
 		return;
 	}
 	/* A slot of the other plugin is the slot check's to name. */

@@ -438,8 +438,8 @@ ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin)
 }
 
 ob_pg_status
-ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
-			       ob_lsn *consistent, char *snapshot, size_t snapshot_len)
+ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, ob_lsn *consistent,
+			       char *snapshot, size_t snapshot_len)
 {
 	return create_slot(p, slot, plugin, true, consistent, snapshot, snapshot_len);
 }
@@ -602,8 +602,8 @@ pgoutput_options(const ob_config *cfg)
 ob_pg_status
 ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
 {
-	char *options = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg)
-							      : wal2json_options(p, cfg);
+	char *options =
+	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg) : wal2json_options(p, cfg);
 	char *sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
 				 cfg->pg.slot, OB_LSN_ARGS(start), options);
 	PGresult *res;
@@ -715,11 +715,12 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 
 		/* pgoutput reads its publication as of each change it decodes. */
 		if (state_is(res, "42704"))
-			ob_error("replication stream ended: %s; the publication must exist from "
-				 "the slot's position on: drop the slot (\"outboxd slot drop\") "
-				 "and start outboxd again, with outbox.backlog_where to publish the "
-				 "rows written meanwhile",
-				 why);
+			ob_error(
+			    "replication stream ended: %s; the publication must exist from "
+			    "the slot's position on: drop the slot (\"outboxd slot drop\") "
+			    "and start outboxd again, with outbox.backlog_where to publish the "
+			    "rows written meanwhile",
+			    why);
 		else
 			ob_error("replication stream ended: %s", why);
 		PQclear(res);

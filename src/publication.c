@@ -60,11 +60,11 @@ ob_publication_create_sql(const ob_config *cfg)
  * and the outbox table. */
 typedef struct pub_state {
 	bool exists;
-	bool inserts;  /* it publishes inserts */
-	bool via_root; /* publish_via_partition_root */
-	bool has_table; /* the outbox table is in it, under its own name */
-	bool whole;     /* with every column and no row filter */
-	bool may_create; /* the role owns the table and may create in the database */
+	bool inserts;     /* it publishes inserts */
+	bool via_root;    /* publish_via_partition_root */
+	bool has_table;   /* the outbox table is in it, under its own name */
+	bool whole;       /* with every column and no row filter */
+	bool may_create;  /* the role owns the table and may create in the database */
 	bool partitioned; /* the outbox table is partitioned */
 } pub_state;
 
@@ -90,7 +90,8 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 	char *sql = ob_xasprintf(
 	    "SELECT p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s, "
 	    "pg_has_role(c.relowner, 'USAGE') AND has_database_privilege(current_database(), "
-	    "'CREATE'), c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+	    "'CREATE'), c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = "
+	    "c.relnamespace "
 	    "LEFT JOIN pg_publication p ON p.pubname = %s "
 	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
 	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
@@ -165,26 +166,33 @@ ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bo
 			snprintf(detail, detail_len, "%s created", name);
 			result = OB_PG_OK;
 		} else {
-			snprintf(detail, detail_len, "could not create publication %s (see the log); "
-				 "have the table's owner run: %s", name, create_sql);
+			snprintf(detail, detail_len,
+				 "could not create publication %s (see the log); "
+				 "have the table's owner run: %s",
+				 name, create_sql);
 		}
 	} else if (!st.exists) {
 		snprintf(detail, detail_len,
-			 st.may_create ? "%s does not exist yet; outboxd will create it: %s"
-				       : "%s does not exist and this role may not create it (it must "
-					 "own the table); have the table's owner run: %s",
+			 st.may_create
+			     ? "%s does not exist yet; outboxd will create it: %s"
+			     : "%s does not exist and this role may not create it (it must "
+			       "own the table); have the table's owner run: %s",
 			 name, create_sql);
 		result = st.may_create ? OB_PG_OK : OB_PG_FATAL;
 	} else if (!st.inserts || (st.partitioned && !st.via_root)) {
-		snprintf(detail, detail_len,
-			 "%s does not publish every insert under the table's name; run: ALTER "
-			 "PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true);",
-			 name, name);
+		snprintf(
+		    detail, detail_len,
+		    "%s does not publish every insert under the table's name; run: ALTER "
+		    "PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true);",
+		    name, name);
 	} else if (!st.has_table) {
-		snprintf(detail, detail_len, "%s does not include %s; run: ALTER PUBLICATION %s ADD "
-			 "TABLE %s;", name, table, name, table);
+		snprintf(detail, detail_len,
+			 "%s does not include %s; run: ALTER PUBLICATION %s ADD "
+			 "TABLE %s;",
+			 name, table, name, table);
 	} else if (!st.whole) {
-		snprintf(detail, detail_len, "%s publishes %s with a row filter or a column list, "
+		snprintf(detail, detail_len,
+			 "%s publishes %s with a row filter or a column list, "
 			 "which would leave events out; run: ALTER PUBLICATION %s SET TABLE %s;",
 			 name, table, name, table);
 	} else {

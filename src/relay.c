@@ -91,11 +91,11 @@ typedef struct relay {
 	ob_replay replay;
 	ob_producer *producer;
 	ob_pgrepl *pg;
-	ob_event ev;       /* the event being mapped, reused */
-	ob_event dlq_ev;   /* a dead-letter record built for a refused record, reused */
-	ob_event small_ev; /* a dead-letter record cut down to headers, reused */
-	ob_w2j_record rec; /* wal2json: points into the message being handled */
-	ob_pgo_msg pgo;    /* pgoutput: points into the message being handled */
+	ob_event ev;              /* the event being mapped, reused */
+	ob_event dlq_ev;          /* a dead-letter record built for a refused record, reused */
+	ob_event small_ev;        /* a dead-letter record cut down to headers, reused */
+	ob_w2j_record rec;        /* wal2json: points into the message being handled */
+	ob_pgo_msg pgo;           /* pgoutput: points into the message being handled */
 	ob_pgo_relcache relcache; /* pgoutput: the relations of this session */
 	ob_dlqueue refused;
 	bool draining; /* drain_refused() is running: do not re-enter it */
@@ -630,10 +630,10 @@ handle_message(relay *r, const ob_logical_message *lm, outcome *out)
 	bool ok;
 
 	if (r->replay.in_txn)
-		return handle_event(r,
-				    ob_mapper_map_logical_message(&r->mapper, lm,
-								  r->txn_commit_us / 1000, &r->ev),
-				    lm->lsn, out);
+		return handle_event(
+		    r,
+		    ob_mapper_map_logical_message(&r->mapper, lm, r->txn_commit_us / 1000, &r->ev),
+		    lm->lsn, out);
 	/* A non-transactional message stands alone. Its end is unknown; one
 	 * past its start keeps it from being sent again once confirmed. */
 	now_us = ob_now_us();
@@ -664,10 +664,9 @@ handle_wal2json(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	case OB_W2J_INSERT:
 		if (!r->replay.in_txn)
 			return true;
-		return handle_event(r,
-				    ob_mapper_map_insert(&r->mapper, &r->rec,
-							 r->txn_commit_us / 1000, &r->ev),
-				    r->rec.lsn, out);
+		return handle_event(
+		    r, ob_mapper_map_insert(&r->mapper, &r->rec, r->txn_commit_us / 1000, &r->ev),
+		    r->rec.lsn, out);
 	case OB_W2J_MESSAGE: {
 		ob_logical_message lm = {
 		    .lsn = r->rec.lsn,
@@ -1193,8 +1192,8 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		goto close;
 	}
 	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());
-	switch (ob_pgrepl_create_exported_slot(tmp, tmp_slot, cfg->pg.plugin, &consistent,
-					       snapshot, sizeof(snapshot))) {
+	switch (ob_pgrepl_create_exported_slot(tmp, tmp_slot, cfg->pg.plugin, &consistent, snapshot,
+					       sizeof(snapshot))) {
 	case OB_PG_OK:
 		break;
 	case OB_PG_FATAL:

@@ -100,7 +100,8 @@ ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plu
  * *consistent and the exported snapshot's name in snapshot. The snapshot
  * stays importable until the next command on this connection. */
 ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
-					    ob_lsn *consistent, char *snapshot, size_t snapshot_len);
+					    ob_lsn *consistent, char *snapshot,
+					    size_t snapshot_len);
 /* Copy the logical slot from (a temporary slot another session holds)
  * into the new permanent slot to, at the same confirmed position (run it
  * on a plain connection: an error on a replication connection drops that
