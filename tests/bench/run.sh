@@ -53,7 +53,9 @@
 #
 # Needs what tests/run.sh needs (deploy/deps.sh installs it); --profile also
 # needs linux-perf. A default run takes about 3 minutes on 2 cores (the
-# sporadic phase about 30 s of it).
+# sporadic phase about 30 s of it), plus about 30 s for the pgoutput drains
+# (their drains and slots at 200,000 events, measured without the phases
+# after the drains).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
