@@ -14,6 +14,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
+#include "outboxd/leafset.h"
 #include "outboxd/lsn.h"
 
 typedef struct ob_pgrepl ob_pgrepl;
@@ -100,7 +101,8 @@ ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plu
  * *consistent and the exported snapshot's name in snapshot. The snapshot
  * stays importable until the next command on this connection. */
 ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
-					    ob_lsn *consistent, char *snapshot, size_t snapshot_len);
+					    ob_lsn *consistent, char *snapshot,
+					    size_t snapshot_len);
 /* Copy the logical slot from (a temporary slot another session holds)
  * into the new permanent slot to, at the same confirmed position (run it
  * on a plain connection: an error on a replication connection drops that
@@ -132,8 +134,11 @@ const char *ob_pgrepl_error_message(const ob_pgrepl *p);
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
  * options outboxd needs from postgres.plugin (README, "Choosing a
- * decoder"). */
-ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start);
+ * decoder"). With wal2json, tables are the ones whose inserts it sends
+ * (add-tables: the outbox table, or its leaf partitions); pgoutput takes
+ * them from its publication and ignores tables. */
+ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start,
+			     const ob_leafset *tables);
 
 int ob_pgrepl_socket(const ob_pgrepl *p);
 ob_read_result ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg);

@@ -294,9 +294,9 @@ static const scenario scenarios[] = {
 	 COMMIT(0, 0x100, 1),
 	 ACK(0, 0x200, 0),
 	 KEEPALIVE(0x500, 0x500, 0),
-	 REWIND(0x180, 0x180, 0),    /* drops to the rewind point ... */
-	 REWIND(0x400, 0x180, 0),    /* ... and never rises by one */
-	 BEGIN(1, 0x200, 0x180, 0),  /* txn 0 again */
+	 REWIND(0x180, 0x180, 0),   /* drops to the rewind point ... */
+	 REWIND(0x400, 0x180, 0),   /* ... and never rises by one */
+	 BEGIN(1, 0x200, 0x180, 0), /* txn 0 again */
 	 ADD(1, 0x180, 1),
 	 COMMIT(1, 0x180, 1),
 	 KEEPALIVE(0x300, 0x180, 1), /* the old keepalive was forgotten */
