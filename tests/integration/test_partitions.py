@@ -72,6 +72,19 @@ def config(table):
     return {"outbox": {"table": table, "timestamp_column": ""}}
 
 
+def start_outboxd(pg, broker, outboxd_factory, test_id, aggs, keys=7):
+    """A partitioned outbox table of the test's own, one Feed into it (and
+    its topic) per aggregate-type prefix in aggs, and outboxd on the table:
+    (table name, feeds, daemon)."""
+    name = "pobx_%s" % test_id
+    table = make_table(pg, name)
+    feeds = [Feed(pg, "%s_%s" % (a, test_id), table=table, keys=keys)
+             for a in aggs]
+    for f in feeds:
+        make_topic(broker, f.agg)
+    return name, feeds, outboxd_factory(config(table))
+
+
 def check_feeds(consumer, feeds, exactly_once):
     """Every row of every feed published (exactly once if asked), nothing
     else, and per key the first deliveries in commit order."""
@@ -129,13 +142,8 @@ def test_partitions_created_while_streaming(pg, broker, consumer,
     is published at least once, nothing else, per key first deliveries in
     commit order, each new partition is noticed, and the slot ends
     confirmed past the last row."""
-    name = "pobx_%s" % test_id
-    table = make_table(pg, name)
-    old = Feed(pg, "pold_%s" % test_id, table=table)
-    new = Feed(pg, "pnew_%s" % test_id, table=table)
-    for f in (old, new):
-        make_topic(broker, f.agg)
-    d = outboxd_factory(config(table))
+    name, (old, new), d = start_outboxd(pg, broker, outboxd_factory, test_id,
+                                        ("pold", "pnew"))
     wait_streaming(pg, slot_name)
     with Writer(old, rows=4, pause=0.01) as w:
         w.wait_txns(10)
@@ -162,16 +170,11 @@ def test_partition_attached_while_streaming(pg, broker, consumer,
     inserted through the parent, in the attaching transaction and after
     it, and straight into the partition) is read like the others, while a
     writer keeps inserting into the present partition."""
-    name = "pobx_%s" % test_id
-    table = make_table(pg, name)
-    old = Feed(pg, "aold_%s" % test_id, table=table)
-    new = Feed(pg, "anew_%s" % test_id, table=table)
-    direct = Feed(pg, "adir_%s" % test_id, table="public.%s_d5" % name)
-    for f in (old, new, direct):
-        make_topic(broker, f.agg)
+    name, (old, new, direct), d = start_outboxd(
+        pg, broker, outboxd_factory, test_id, ("aold", "anew", "adir"))
     pg.sql("CREATE TABLE public.%s_d5 (LIKE public.%s INCLUDING DEFAULTS)"
            % (name, name))
-    d = outboxd_factory(config(table))
+    direct.table = "public.%s_d5" % name  # straight into the partition
     wait_streaming(pg, slot_name)
 
     def attach(cur):
@@ -202,13 +205,8 @@ def test_connection_dropped_before_a_new_partition_is_noticed(
     partition: the next stream reads the new partition and the
     transactions it had already read without it again, so nothing is
     lost."""
-    name = "pobx_%s" % test_id
-    table = make_table(pg, name)
-    old = Feed(pg, "dold_%s" % test_id, table=table)
-    new = Feed(pg, "dnew_%s" % test_id, table=table)
-    for f in (old, new):
-        make_topic(broker, f.agg)
-    d = outboxd_factory(config(table))
+    name, (old, new), d = start_outboxd(pg, broker, outboxd_factory, test_id,
+                                        ("dold", "dnew"))
     pid = wait_streaming(pg, slot_name)
     with Writer(old, rows=4, pause=0.005) as w:
         for n in range(1, 5):
@@ -231,14 +229,9 @@ def test_kill9_while_partitions_are_created(pg, broker, consumer,
     (each in the transaction that creates it and right after), and
     restarted each time: nothing is lost, per key first deliveries stay in
     commit order."""
-    name = "pobx_%s" % test_id
-    table = make_table(pg, name)
-    old = Feed(pg, "kold_%s" % test_id, table=table, keys=11)
-    new = Feed(pg, "knew_%s" % test_id, table=table)
-    for f in (old, new):
-        make_topic(broker, f.agg)
     broker.cmd("rtt all 10")  # keep records in flight at the kills
-    d = outboxd_factory(config(table))
+    name, (old, new), d = start_outboxd(pg, broker, outboxd_factory, test_id,
+                                        ("kold", "knew"), keys=11)
     pid = wait_streaming(pg, slot_name)
     rng = random.Random(test_id)
     n = 0
@@ -272,11 +265,9 @@ def test_slot_never_confirmed_past_a_row_of_a_new_partition(
     transaction as empty; still the slot is never confirmed up to its
     commit until the row was delivered (after `up all`), and then it
     is."""
-    name = "pobx_%s" % test_id
-    table = make_table(pg, name)
-    feed = Feed(pg, "conf_%s" % test_id, table=table)
-    topic = make_topic(broker, feed.agg)
-    d = outboxd_factory(config(table))
+    name, (feed,), d = start_outboxd(pg, broker, outboxd_factory, test_id,
+                                     ("conf",))
+    topic = "outbox.event.%s" % feed.agg
     wait_streaming(pg, slot_name)
     feed.commit(3)
     collect_all(consumer, topic, feed.ids)
