@@ -42,7 +42,9 @@ read_position(ob_pgrepl *p, ob_lsn *lsn, char *err, size_t errlen)
 	return ok;
 }
 
-/* The leaves, and the table itself (level 0), in a statement of its own. */
+/* The leaves and the table itself, in a statement of its own. A table
+ * that is neither partitioned nor a partition has no partition tree: it
+ * is added by name. */
 static bool
 read_leaves(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
 {
@@ -59,6 +61,7 @@ read_leaves(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size
 
 	if (!ok)
 		result_error(res, "could not read the partitions", err, errlen);
+	ob_leafset_add(set, cfg->outbox.schema, cfg->outbox.table_name);
 	for (int i = 0; ok && i < PQntuples(res); i++) {
 		bool leaf = strcmp(PQgetvalue(res, i, 2), "t") == 0;
 		bool root = strcmp(PQgetvalue(res, i, 3), "t") == 0;
