@@ -142,6 +142,24 @@ ob_acktrack_ack(ob_acktrack *t, uint64_t seq)
 	t->inflight--;
 }
 
+void
+ob_acktrack_rewind(ob_acktrack *t, ob_lsn lsn)
+{
+	assert(!t->open);
+	/* The acknowledged prefix counts up to where it ends; what follows
+	 * is cut at lsn. */
+	(void)ob_acktrack_confirmable(t);
+	for (uint64_t s = t->head_seq; s < t->tail_seq; s++) {
+		ob_acktrack_txn *e = entry(t, s);
+
+		if (e->end_lsn > lsn)
+			e->end_lsn = 0;
+	}
+	if (t->confirmable > lsn)
+		t->confirmable = lsn;
+	t->idle_lsn = 0;
+}
+
 bool
 ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_us)
 {

@@ -77,6 +77,22 @@ check_wal_level(checker *c)
 	free(level);
 }
 
+/* A partitioned outbox table, with the number of its leaf partitions
+ * (README, "Partitioned outbox tables"). */
+static void
+report_partitions(checker *c)
+{
+	char *sql = ob_xasprintf(
+	    "SELECT count(*) FROM pg_partition_tree(%s::oid::regclass) WHERE isleaf", c->table_oid);
+	char *count = NULL;
+
+	if (query(c, "outbox table", sql, &count))
+		report(c, "outbox table", true, "%s.%s (partitioned, %s partitions)",
+		       c->cfg->outbox.schema, c->cfg->outbox.table_name, count ? count : "0");
+	free(count);
+	free(sql);
+}
+
 static void
 check_table(checker *c)
 {
@@ -98,18 +114,14 @@ check_table(checker *c)
 			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
 			       "outbox.table",
 			       cfg->outbox.schema, cfg->outbox.table_name);
-		} else if (comma[1] == 'p' && cfg->pg.plugin == OB_PLUGIN_WAL2JSON) {
-			/* wal2json names the partition a row went to, so a filter
-			 * on the parent would see nothing. */
-			report(c, "outbox table", false,
-			       "table %s.%s is partitioned; wal2json reports rows under their "
-			       "partition's name: use postgres.plugin = pgoutput or a plain table",
-			       cfg->outbox.schema, cfg->outbox.table_name);
 		} else {
 			*comma = '\0';
 			c->table_oid = ob_xstrdup(row);
-			report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
-			       cfg->outbox.table_name);
+			if (comma[1] == 'p')
+				report_partitions(c);
+			else
+				report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
+				       cfg->outbox.table_name);
 		}
 	}
 	free(row);

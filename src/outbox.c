@@ -514,15 +514,24 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 }
 
 ob_map_result
+ob_mapper_map_row(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
+{
+	field_source src = {.row = rec};
+
+	if (rec->action != OB_W2J_INSERT)
+		return OB_MAP_SKIP;
+	return map_fields(m, &src, rec->lsn, commit_ms, ev);
+}
+
+ob_map_result
 ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, ob_event *ev)
 {
 	const ob_config *cfg = m->cfg;
-	field_source src = {.row = rec};
 
-	if (rec->action != OB_W2J_INSERT || strcmp(rec->table, cfg->outbox.table_name) != 0 ||
+	if (strcmp(rec->table, cfg->outbox.table_name) != 0 ||
 	    (rec->schema[0] != '\0' && strcmp(rec->schema, cfg->outbox.schema) != 0))
 		return OB_MAP_SKIP;
-	return map_fields(m, &src, rec->lsn, commit_ms, ev);
+	return ob_mapper_map_row(m, rec, commit_ms, ev);
 }
 
 ob_map_result

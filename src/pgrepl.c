@@ -544,48 +544,30 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 	return OB_PG_OK;
 }
 
-/* Escape a name for wal2json's add-tables list: backslash before the
- * characters it treats specially. */
-static void
-append_table_name(char *dst, size_t dstlen, const char *name)
-{
-	size_t len = strlen(dst);
-
-	for (const char *s = name; *s && len + 3 < dstlen; s++) {
-		if (strchr(" ',.*\\", *s) != NULL)
-			dst[len++] = '\\';
-		/* A single quote is also doubled for the SQL-style literal. */
-		if (*s == '\'')
-			dst[len++] = '\'';
-		dst[len++] = *s;
-	}
-	dst[len] = '\0';
-}
-
 /* The options of START_REPLICATION for wal2json: format 2 with what the
- * parser reads, only inserts of the outbox table and messages with the
- * outbox prefix. */
+ * parser reads, only inserts of the tables named (the outbox table, or its
+ * leaf partitions) and messages with the outbox prefix. */
 static char *
-wal2json_options(ob_pgrepl *p, const ob_config *cfg)
+wal2json_options(ob_pgrepl *p, const ob_config *cfg, const ob_leafset *tables)
 {
-	char tables[1024] = "";
+	char *list = ob_leafset_add_tables(tables);
 	char prefix_opt[512] = "";
+	char *out;
 
-	append_table_name(tables, sizeof(tables), cfg->outbox.schema);
-	strncat(tables, ".", sizeof(tables) - strlen(tables) - 1);
-	append_table_name(tables, sizeof(tables), cfg->outbox.table_name);
 	if (cfg->outbox.message_prefix[0] != '\0') {
 		char *lit = ob_pgrepl_quote_literal(p, cfg->outbox.message_prefix);
 
 		snprintf(prefix_opt, sizeof(prefix_opt), ", \"add-msg-prefixes\" %s", lit);
 		free(lit);
 	}
-	return ob_xasprintf("\"format-version\" '2', \"include-xids\" '1', "
-			    "\"include-timestamp\" '1', \"include-lsn\" '1', "
-			    "\"include-types\" '1', \"include-typmod\" '0', "
-			    "\"include-transaction\" '1', \"add-tables\" '%s', "
-			    "\"actions\" 'insert'%s",
-			    tables, prefix_opt);
+	out = ob_xasprintf("\"format-version\" '2', \"include-xids\" '1', "
+			   "\"include-timestamp\" '1', \"include-lsn\" '1', "
+			   "\"include-types\" '1', \"include-typmod\" '0', "
+			   "\"include-transaction\" '1', \"add-tables\" '%s', "
+			   "\"actions\" 'insert'%s",
+			   list, prefix_opt);
+	free(list);
+	return out;
 }
 
 /* The options of START_REPLICATION for pgoutput (pgoutput.h): protocol 1
@@ -600,10 +582,10 @@ pgoutput_options(const ob_config *cfg)
 }
 
 ob_pg_status
-ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start)
+ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start, const ob_leafset *tables)
 {
-	char *options =
-	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg) : wal2json_options(p, cfg);
+	char *options = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg)
+							     : wal2json_options(p, cfg, tables);
 	char *sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
 				 cfg->pg.slot, OB_LSN_ARGS(start), options);
 	PGresult *res;

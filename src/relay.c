@@ -10,9 +10,18 @@
  *
  * State that outlives one connection: the producer, the ack tracker (what
  * may be confirmed), the replay state (what was already handed to the
- * producer, and which suspect records to produce alone), and who the
- * server is (a slot is created only before the first stream, and a
- * different server or a vanished slot later is an operator's matter).
+ * producer, and which suspect records to produce alone), who the server
+ * is (a slot is created only before the first stream, and a different
+ * server or a vanished slot later is an operator's matter), and, with
+ * wal2json, the tables the last stream read.
+ *
+ * A partitioned outbox table with wal2json (README, "Partitioned outbox
+ * tables"): each stream reads the leaf partitions named when it started
+ * (partitions.h), and reads the set again about every second. The ceiling
+ * is the verified position of the latest set its tables cover; nothing
+ * above it is confirmed or streamed from. A set with a leaf the stream
+ * does not read ends the stream; the next one reads it, and what was read
+ * after the ceiling is read again.
  */
 #include "outboxd/relay.h"
 
@@ -32,6 +41,7 @@
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
 #include "outboxd/outbox.h"
+#include "outboxd/partitions.h"
 #include "outboxd/pgoutput.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
@@ -54,6 +64,8 @@
 /* A server error met this many times in a row at one position is not
  * going away by itself. */
 #define REPEATED_ERROR_LIMIT    5
+/* The ceiling when there is none: a plain outbox table, or pgoutput. */
+#define NO_CEILING              UINT64_MAX
 
 /*
  * A record's tag, which its delivery report carries back: its ack tracker
@@ -82,6 +94,7 @@ typedef enum outcome {
 	OUTCOME_STANDBY,   /* another process holds the slot: wait */
 	OUTCOME_REPRODUCE, /* recreate the producer and read the slot again */
 	OUTCOME_CONFIG,    /* exit 2: the configuration is wrong */
+	OUTCOME_REFILTER,  /* a partition the stream does not read: reconnect */
 } outcome;
 
 typedef struct relay {
@@ -137,6 +150,15 @@ typedef struct relay {
 	/* Producers keep failing with the slot no further on: /readyz says
 	 * kafka-down until a record is delivered again. */
 	bool kafka_failing;
+
+	/* wal2json: the tables the stream reads (add-tables), kept after it
+	 * ends to compare the next stream's with; the latest set read; the
+	 * ceiling (see the top of this file); and the reads while streaming. */
+	ob_leafset tables;
+	bool have_tables;
+	ob_leafset latest;
+	ob_lsn ceiling;
+	ob_partwatch watch;
 
 	/* The backlog (backlog.h): publishing it now, and whether this relay
 	 * only creates the slot (`slot create`) and has created it. */
@@ -300,13 +322,23 @@ drain_refused(relay *r, outcome *out)
 	return ok;
 }
 
+/* The highest position that may be confirmed or streamed from: the ack
+ * tracker's, held at the ceiling. */
+static ob_lsn
+confirmable(relay *r)
+{
+	ob_lsn lsn = ob_acktrack_confirmable(&r->ack);
+
+	return lsn < r->ceiling ? lsn : r->ceiling;
+}
+
 /* Send a status update if one is due: always when forced or asked for,
  * at least every status_interval_ms, and when the confirmable position
  * moved, at most every STATUS_MIN_INTERVAL_MS. */
 static bool
 send_status(relay *r, bool force)
 {
-	ob_lsn flush = ob_acktrack_confirmable(&r->ack);
+	ob_lsn flush = confirmable(r);
 	int64_t now = ob_mono_ms();
 	int64_t since = now - r->last_status_ms;
 	bool due = force || r->reply_due || since >= r->cfg->pg.status_interval_ms ||
@@ -645,6 +677,20 @@ handle_message(relay *r, const ob_logical_message *lm, outcome *out)
 	return ok;
 }
 
+/* Map an I record: a row of the outbox table, or, when it is
+ * partitioned, of one of the leaves the stream reads. */
+static ob_map_result
+map_w2j_insert(relay *r)
+{
+	int64_t commit_ms = r->txn_commit_us / 1000;
+
+	if (!r->tables.partitioned)
+		return ob_mapper_map_insert(&r->mapper, &r->rec, commit_ms, &r->ev);
+	if (!ob_leafset_has(&r->tables, r->rec.schema, r->rec.table))
+		return OB_MAP_SKIP;
+	return ob_mapper_map_row(&r->mapper, &r->rec, commit_ms, &r->ev);
+}
+
 /* One wal2json record (wal2json.h). */
 static bool
 handle_wal2json(relay *r, const ob_pgrepl_msg *msg, outcome *out)
@@ -664,9 +710,7 @@ handle_wal2json(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	case OB_W2J_INSERT:
 		if (!r->replay.in_txn)
 			return true;
-		return handle_event(
-		    r, ob_mapper_map_insert(&r->mapper, &r->rec, r->txn_commit_us / 1000, &r->ev),
-		    r->rec.lsn, out);
+		return handle_event(r, map_w2j_insert(r), r->rec.lsn, out);
 	case OB_W2J_MESSAGE: {
 		ob_logical_message lm = {
 		    .lsn = r->rec.lsn,
@@ -770,6 +814,25 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	return handle_wal2json(r, msg, out);
 }
 
+/* With a partitioned outbox table, read its leaf set again when due:
+ * while the stream's tables cover it, the ceiling moves up to its
+ * verified position; a leaf the stream does not read ends the stream
+ * (false, *out set), and the next stream reads it. A failed read leaves
+ * the ceiling where it is. */
+static bool
+watch_tables(relay *r, outcome *out)
+{
+	if (!r->tables.partitioned || !ob_partwatch_poll(&r->watch, &r->latest))
+		return true;
+	if (ob_leafset_missing(&r->latest, &r->tables, NULL, 0) > 0) {
+		*out = OUTCOME_REFILTER;
+		return false;
+	}
+	if (r->latest.verified > r->ceiling)
+		r->ceiling = r->latest.verified;
+	return true;
+}
+
 /* Read the stream until something ends it. */
 static outcome
 stream(relay *r)
@@ -783,7 +846,7 @@ stream(relay *r)
 		report_alive(r, true);
 		if (ob_signals_stop_requested())
 			return OUTCOME_STOP;
-		if (!serve_producer(r, 0, &out))
+		if (!serve_producer(r, 0, &out) || !watch_tables(r, &out))
 			return out;
 
 		/* Read what is there, up to READ_BATCH records; drained says
@@ -819,7 +882,7 @@ stream(relay *r)
 		fds[0] = (struct pollfd){ob_pgrepl_socket(r->pg), POLLIN, 0};
 		fds[1] = (struct pollfd){ob_producer_wake_fd(r->producer), POLLIN, 0};
 		wait_ms = r->cfg->pg.status_interval_ms - (ob_mono_ms() - r->last_status_ms);
-		if (ob_acktrack_confirmable(&r->ack) != r->sent_flush)
+		if (confirmable(r) != r->sent_flush)
 			wait_ms = STATUS_MIN_INTERVAL_MS;
 		if (wait_ms > 1000)
 			wait_ms = 1000;
@@ -862,6 +925,7 @@ disconnect(relay *r, bool graceful)
 	ob_replay_cut(&r->replay);
 	ob_pgrepl_close(r->pg, graceful);
 	r->pg = NULL;
+	ob_partwatch_close(&r->watch);
 	r->reply_due = false;
 	ob_metrics_set_connected(false, ob_producer_connected(r->producer));
 }
@@ -933,12 +997,47 @@ check_server(relay *r, ob_pg_system *sys)
 			 "original server, or create the slot on this one and republish the outbox "
 			 "rows written since then",
 			 sys->system_id, r->server.system_id, r->cfg->pg.slot,
-			 OB_LSN_ARGS(ob_acktrack_confirmable(&r->ack)));
+			 OB_LSN_ARGS(confirmable(r)));
 		return OB_PG_FATAL;
 	}
 	if (sys->timeline != r->server.timeline)
 		ob_info("the server is on timeline %d now (was %d): a standby was promoted",
 			sys->timeline, r->server.timeline);
+	return OB_PG_OK;
+}
+
+/* Read the tables the stream will read (wal2json's add-tables: the
+ * outbox table's leaf set, partitions.h) on the replication connection,
+ * before it streams. When they include one the last stream did not read,
+ * what that stream read after its ceiling may lack rows of it: the ack
+ * tracker and the replay go back to that ceiling, so it is read and
+ * handed over again (published twice where it was published already). */
+static ob_pg_status
+read_tables(relay *r)
+{
+	char err[512], added[512];
+
+	if (!ob_partitions_read(r->pg, r->cfg, &r->latest, err, sizeof(err))) {
+		ob_error("%s of %s.%s", err, r->cfg->outbox.schema, r->cfg->outbox.table_name);
+		return OB_PG_RETRY;
+	}
+	if (r->have_tables &&
+	    ob_leafset_missing(&r->latest, &r->tables, added, sizeof(added)) > 0) {
+		ob_acktrack_rewind(&r->ack, r->ceiling);
+		ob_replay_rewind(&r->replay, r->ceiling);
+		log_at(OB_LOG_INFO, confirmable(r), NULL, 0,
+		       "new partitions of %s.%s: %s; reading the slot again from " OB_LSN_FMT
+		       " with them (events committed after it are published again)",
+		       r->cfg->outbox.schema, r->cfg->outbox.table_name, added,
+		       OB_LSN_ARGS(confirmable(r)));
+	}
+	ob_leafset_swap(&r->tables, &r->latest);
+	r->have_tables = true;
+	r->ceiling = r->tables.partitioned ? r->tables.verified : NO_CEILING;
+	if (r->tables.partitioned)
+		ob_debug("streaming %zu tables of partitioned %s.%s (verified at " OB_LSN_FMT ")",
+			 r->tables.len, r->cfg->outbox.schema, r->cfg->outbox.table_name,
+			 OB_LSN_ARGS(r->tables.verified));
 	return OB_PG_OK;
 }
 
@@ -957,11 +1056,13 @@ connect_stream(relay *r)
 	st = check_server(r, &sys);
 	if (st == OB_PG_OK)
 		st = ob_check_database(r->pg, r->cfg, NULL);
-	start = ob_acktrack_confirmable(&r->ack);
+	if (st == OB_PG_OK && r->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
+		st = read_tables(r);
+	start = confirmable(r);
 	if (st == OB_PG_OK)
 		st = ob_pgrepl_prepare_slot(r->pg, r->cfg, r->streamed, start);
 	if (st == OB_PG_OK)
-		st = ob_pgrepl_start(r->pg, r->cfg, start);
+		st = ob_pgrepl_start(r->pg, r->cfg, start, &r->tables);
 	if (st != OB_PG_OK) {
 		keep_error(r);
 		ob_pgrepl_close(r->pg, false);
@@ -1252,6 +1353,12 @@ run_connection(relay *r)
 	ob_metrics_set_ready(OB_READY_STREAMING);
 	ob_notify_ready("streaming");
 	out = stream(r);
+	if (out == OUTCOME_REFILTER) {
+		/* Confirm what may be before the next stream reads more. */
+		if (!send_status(r, true))
+			out = OUTCOME_LOST;
+		disconnect(r, out == OUTCOME_REFILTER);
+	}
 	if (out == OUTCOME_LOST || out == OUTCOME_REPRODUCE) {
 		keep_error(r);
 		disconnect(r, false);
@@ -1274,7 +1381,7 @@ reproduce(relay *r)
 		(void)ob_producer_failed(r->producer, &why);
 	snprintf(reason, sizeof(reason), "%s", why); /* why dies with the producer */
 	ob_warn("recreating the kafka producer (%s); re-reading the slot from " OB_LSN_FMT, reason,
-		OB_LSN_ARGS(ob_acktrack_confirmable(&r->ack)));
+		OB_LSN_ARGS(confirmable(r)));
 	ob_producer_free(r->producer); /* serves the reports already waiting */
 	r->producer = NULL;
 	ob_acktrack_reset(&r->ack);
@@ -1332,6 +1439,10 @@ relay_init(relay *r, const ob_config *cfg)
 	ob_event_init(&r->ev);
 	ob_event_init(&r->dlq_ev);
 	ob_event_init(&r->small_ev);
+	ob_leafset_init(&r->tables);
+	ob_leafset_init(&r->latest);
+	r->ceiling = NO_CEILING;
+	ob_partwatch_init(&r->watch, cfg, on_query_tick, r);
 	r->backoff = BACKOFF_START_MS;
 	r->reproduce_backoff = BACKOFF_START_MS;
 	r->last_reproduced = (ob_lsn)-1;
@@ -1350,6 +1461,8 @@ relay_free(relay *r)
 	ob_replay_free(&r->replay);
 	ob_pgo_relcache_free(&r->relcache);
 	ob_acktrack_free(&r->ack);
+	ob_leafset_free(&r->tables);
+	ob_leafset_free(&r->latest);
 }
 
 /* The slot is active in another process: say so (at most every
@@ -1439,6 +1552,8 @@ relay_main(const ob_config *cfg, bool create_only)
 		case OUTCOME_STANDBY:
 			running = wait_as_standby(&r);
 			break;
+		case OUTCOME_REFILTER:
+			break; /* the next stream reads the new partitions */
 		case OUTCOME_REPRODUCE:
 			if (!reproduce(&r)) {
 				exit_code = 1; /* the same settings worked at start */

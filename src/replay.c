@@ -115,6 +115,18 @@ ob_replay_reset(ob_replay *r, ob_lsn confirmed)
 }
 
 void
+ob_replay_rewind(ob_replay *r, ob_lsn lsn)
+{
+	if (r->handed_lsn > lsn)
+		r->handed_lsn = lsn;
+	if (r->partial_lsn > lsn) {
+		r->partial_lsn = 0;
+		r->partial_events = 0;
+	}
+	r->in_txn = false;
+}
+
+void
 ob_replay_suspect(ob_replay *r, ob_event_pos pos)
 {
 	size_t i = r->suspects_len;

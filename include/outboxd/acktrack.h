@@ -71,6 +71,14 @@ void ob_acktrack_empty(ob_acktrack *t, ob_lsn end_lsn);
 void ob_acktrack_abort(ob_acktrack *t, uint64_t seq);
 /* One event of transaction seq was acknowledged (or dead-lettered). */
 void ob_acktrack_ack(ob_acktrack *t, uint64_t seq);
+/* The stream is read again from lsn with more tables than before (a
+ * partition wal2json was not told about): a transaction ending after lsn
+ * may have had events that were never read, so none of those confirms its
+ * end any more. Their entries stay, and their events, still in flight,
+ * hold back every later transaction until acknowledged; the confirmable
+ * LSN drops to lsn when it is above it, and the latest keepalive is
+ * forgotten. No transaction may be open. */
+void ob_acktrack_rewind(ob_acktrack *t, ob_lsn lsn);
 /* The LSN transaction seq was opened with (its own, even when empty
  * transactions after it were merged into its entry) and its commit time;
  * false if it is no longer tracked. */
@@ -78,7 +86,8 @@ bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t
 /* A keepalive said the server's WAL ends at wal_end. */
 void ob_acktrack_keepalive(ob_acktrack *t, ob_lsn wal_end);
 
-/* The highest LSN that may be confirmed now. Never decreases. It also
+/* The highest LSN that may be confirmed now. Never decreases, except by
+ * ob_acktrack_rewind(). It also
  * removes the acknowledged prefix of the FIFO: the sequence numbers of
  * those transactions are no longer tracked afterwards. */
 ob_lsn ob_acktrack_confirmable(ob_acktrack *t);

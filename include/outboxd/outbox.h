@@ -74,6 +74,11 @@ void ob_mapper_free(ob_mapper *m);
  * timestamp column is configured. */
 ob_map_result ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				   ob_event *ev);
+/* Map an I record as a row of the outbox table whatever table it names:
+ * the caller knows it is one (a partition of a partitioned outbox table,
+ * leafset.h). Other records give OB_MAP_SKIP. */
+ob_map_result ob_mapper_map_row(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
+				ob_event *ev);
 
 /* A logical message, as either decoder reads it. The prefix is
  * NUL-terminated; content points at content_len bytes: the message's

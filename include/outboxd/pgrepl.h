@@ -14,6 +14,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
+#include "outboxd/leafset.h"
 #include "outboxd/lsn.h"
 
 typedef struct ob_pgrepl ob_pgrepl;
@@ -133,8 +134,11 @@ const char *ob_pgrepl_error_message(const ob_pgrepl *p);
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
  * options outboxd needs from postgres.plugin (README, "Choosing a
- * decoder"). */
-ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start);
+ * decoder"). With wal2json, tables are the ones whose inserts it sends
+ * (add-tables: the outbox table, or its leaf partitions); pgoutput takes
+ * them from its publication and ignores tables. */
+ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start,
+			     const ob_leafset *tables);
 
 int ob_pgrepl_socket(const ob_pgrepl *p);
 ob_read_result ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg);

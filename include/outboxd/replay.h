@@ -82,6 +82,12 @@ void ob_replay_cut(ob_replay *r);
 /* The producer was recreated: nothing is handed over past confirmed, the
  * position the slot is read again from. Suspects are kept. */
 void ob_replay_reset(ob_replay *r, ob_lsn confirmed);
+/* The stream is read again from lsn (at most the confirmed position)
+ * with more tables than before: a transaction that ended after lsn may
+ * have events that were never read, and its events are numbered anew, so
+ * it is handed over again, whole; what ended at or before lsn is still
+ * skipped. Suspects are kept. */
+void ob_replay_rewind(ob_replay *r, ob_lsn lsn);
 
 /* The record at pos failed in a batch: isolate it when it is read again.
  * Adding a position twice keeps one. */

@@ -26,6 +26,7 @@ typedef enum op {
 	OP_ACK,       /* ack one event of txn index */
 	OP_KEEPALIVE, /* keepalive(arg) */
 	OP_RESET,     /* reset() */
+	OP_REWIND,    /* rewind(arg) */
 	OP_END,
 } op;
 
@@ -70,6 +71,10 @@ typedef struct scenario {
 #define RESET(c)                                                                                   \
 	{                                                                                          \
 		OP_RESET, -1, 0, c, 0                                                              \
+	}
+#define REWIND(l, c, n)                                                                            \
+	{                                                                                          \
+		OP_REWIND, -1, l, c, n                                                             \
 	}
 #define END                                                                                        \
 	{                                                                                          \
@@ -253,6 +258,52 @@ static const scenario scenarios[] = {
 	 ACK(1, 0x200, 0),
 	 END,
      }},
+    /* A partition was found that the stream did not read: txns 1 and 2
+     * end after the rewind point and are read again (as txn 3, 4); their
+     * old entries confirm nothing, but their events in flight still hold
+     * back what follows. */
+    {"rewind keeps events in flight but not their ends",
+     0x100,
+     {
+	 BEGIN(0, 0x200, 0x100, 0),
+	 ADD(0, 0x100, 1),
+	 COMMIT(0, 0x100, 1),
+	 BEGIN(1, 0x300, 0x100, 1),
+	 ADD(1, 0x100, 2),
+	 COMMIT(1, 0x100, 2),
+	 BEGIN(2, 0x400, 0x100, 2),
+	 ADD(2, 0x100, 3),
+	 COMMIT(2, 0x100, 3),
+	 ACK(1, 0x100, 2),
+	 REWIND(0x250, 0x100, 2),
+	 ACK(0, 0x200, 1), /* txn 0 ends before the rewind point: it counts */
+	 BEGIN(3, 0x300, 0x200, 1),
+	 ADD(3, 0x200, 2),
+	 COMMIT(3, 0x200, 2),
+	 BEGIN(4, 0x400, 0x200, 2),
+	 COMMIT(4, 0x200, 2), /* no events now: behind txn 3 */
+	 ACK(3, 0x200, 1),    /* txn 2's old event holds back txns 3 and 4 */
+	 ACK(2, 0x400, 0),
+	 END,
+     }},
+    {"rewind below the confirmable position",
+     0x100,
+     {
+	 BEGIN(0, 0x200, 0x100, 0),
+	 ADD(0, 0x100, 1),
+	 COMMIT(0, 0x100, 1),
+	 ACK(0, 0x200, 0),
+	 KEEPALIVE(0x500, 0x500, 0),
+	 REWIND(0x180, 0x180, 0),   /* drops to the rewind point ... */
+	 REWIND(0x400, 0x180, 0),   /* ... and never rises by one */
+	 BEGIN(1, 0x200, 0x180, 0), /* txn 0 again */
+	 ADD(1, 0x180, 1),
+	 COMMIT(1, 0x180, 1),
+	 KEEPALIVE(0x300, 0x180, 1), /* the old keepalive was forgotten */
+	 ACK(1, 0x300, 0),
+	 KEEPALIVE(0x600, 0x600, 0),
+	 END,
+     }},
 };
 
 static void
@@ -291,6 +342,9 @@ run_scenario(const scenario *sc)
 			break;
 		case OP_RESET:
 			ob_acktrack_reset(&t);
+			break;
+		case OP_REWIND:
+			ob_acktrack_rewind(&t, s->arg);
 			break;
 		case OP_END:
 			break;

@@ -26,6 +26,7 @@ typedef enum op {
 	OP_COMMIT,   /* commit() */
 	OP_CUT,      /* cut() */
 	OP_RESET,    /* reset(lsn = confirmed) */
+	OP_REWIND,   /* rewind(lsn) */
 	OP_SUSPECT,  /* suspect({lsn, index}) */
 	OP_SETTLED,  /* settled({lsn, index}) */
 	OP_SUSPECTS, /* suspects() must be index */
@@ -72,6 +73,10 @@ typedef struct scenario {
 #define RESET(confirmed)                                                                           \
 	{                                                                                          \
 		OP_RESET, confirmed, 0, 0                                                          \
+	}
+#define REWIND(lsn)                                                                                \
+	{                                                                                          \
+		OP_REWIND, lsn, 0, 0                                                               \
 	}
 #define SUSPECT(end, i)                                                                            \
 	{                                                                                          \
@@ -277,6 +282,42 @@ static const scenario scenarios[] = {
 	BEGIN(0x100, 1), SKIP(0), SKIP(1), SUSPECTS(1), HAND(2), SUSPECTS(0), COMMIT,
 	END,
     }},
+    /* A new partition was found with 0x100 confirmed and the stream read
+     * up to 0x300 (0x300 cut off): 0x200 ends before the rewind point and
+     * is still skipped; 0x300 and 0x400 are handed over again, whole,
+     * since they may now hold more events. */
+    {"rewind for a new partition", {
+	BEGIN(0x100, 1), HAND(0), COMMIT,
+	BEGIN(0x200, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x280, 1), HAND(0), COMMIT,
+	BEGIN(0x300, 1), HAND(0), HAND(1),
+	CUT,
+	REWIND(0x250),
+	BEGIN(0x200, 0), SKIP(0), SKIP(1), COMMIT,
+	BEGIN(0x280, 1), HAND(0), HAND(1), COMMIT,
+	BEGIN(0x300, 1), HAND(0), HAND(1), HAND(2), COMMIT,
+	END,
+    }},
+    /* Rewinding to a point past everything handed over changes nothing:
+     * the cut-off transaction ends before it and still skips its first
+     * events. */
+    {"rewind past what was handed over", {
+	BEGIN(0x100, 1), HAND(0), COMMIT,
+	BEGIN(0x200, 1), HAND(0),
+	CUT,
+	REWIND(0x300),
+	BEGIN(0x100, 0), SKIP(0), COMMIT,
+	BEGIN(0x200, 1), SKIP(0), HAND(1), COMMIT,
+	END,
+    }},
+    {"rewind keeps suspects", {
+	BEGIN(0x100, 1), HAND(0), HAND(1), COMMIT,
+	CUT,
+	SUSPECT(0x100, 1),
+	REWIND(0x80), SUSPECTS(1),
+	BEGIN(0x100, 1), HAND(0), ISOL(1), HANDED, SETTLED(0x100, 1), COMMIT,
+	END,
+    }},
     {"settling what is no suspect changes nothing", {
 	SUSPECT(0x100, 1),
 	SETTLED(0x100, 2), SETTLED(0x200, 1), SETTLED(0x80, 1), SUSPECTS(1),
@@ -347,6 +388,9 @@ run_scenario(const scenario *sc)
 		case OP_RESET:
 			ob_replay_reset(&r, s->lsn);
 			break;
+		case OP_REWIND:
+			ob_replay_rewind(&r, s->lsn);
+			break;
 		case OP_SUSPECT:
 			ob_replay_suspect(&r, (ob_event_pos){s->lsn, s->index});
 			break;
@@ -366,7 +410,8 @@ run_scenario(const scenario *sc)
 			assert_true(r.in_txn);
 			assert_int_equal(r.txn_end, txn_end);
 			assert_int_equal(r.skip_txn, !fresh);
-		} else if (s->op == OP_COMMIT || s->op == OP_CUT || s->op == OP_RESET) {
+		} else if (s->op == OP_COMMIT || s->op == OP_CUT || s->op == OP_RESET ||
+			   s->op == OP_REWIND) {
 			assert_false(r.in_txn);
 		}
 	}

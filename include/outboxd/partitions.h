@@ -1,0 +1,56 @@
+/*
+ * partitions.h: the leaf partitions of the outbox table, read from the
+ * server when a wal2json stream starts and about every second while it
+ * runs (README, "Partitioned outbox tables").
+ *
+ * A read is two statements: SELECT pg_current_wal_insert_lsn() first, then
+ * the leaves, in a statement of its own and so in a later snapshot. A
+ * transaction that inserts into a partition the set lacks must have seen
+ * that partition, which became visible only after the set's snapshot was
+ * taken, so after the position was read: its commit record starts at or
+ * after that position. The position is the set's verified position
+ * (leafset.h): every transaction whose commit record starts before it
+ * wrote only into partitions of the set.
+ */
+#ifndef OUTBOXD_PARTITIONS_H
+#define OUTBOXD_PARTITIONS_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/leafset.h"
+#include "outboxd/pgrepl.h"
+
+/* How often a stream's set is read again. */
+#define OB_PARTITIONS_INTERVAL_MS 1000
+
+/* Read the set of the outbox table on p into set (emptied first): the
+ * table itself, so that the set is never empty, and its leaf partitions
+ * when it is partitioned; whether it is; and the verified position. False
+ * on failure, with the reason in err (the caller logs it). */
+bool ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err,
+			size_t errlen) OB_MUST_CHECK;
+
+/* The reads while a stream runs, on a plain connection of their own
+ * (a replication connection that streams takes no SQL), opened on first
+ * use and closed with the stream. */
+typedef struct ob_partwatch {
+	const ob_config *cfg;
+	ob_pgrepl_tick_fn tick; /* kept running while a read waits */
+	void *tick_ctx;
+	ob_pgrepl *conn;    /* NULL until the first read, and after a failure */
+	int64_t next_ms;    /* when the next read is due */
+	int64_t backoff_ms; /* the wait after a failed read; doubles */
+	bool failing;       /* the latest read failed (said once) */
+} ob_partwatch;
+
+void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx);
+/* Read the set into *set when a read is due: OB_PARTITIONS_INTERVAL_MS
+ * after the last one, or, after a failure, after a wait that doubles up to
+ * postgres.reconnect_max_backoff_ms. True when *set was read now. A failed
+ * read leaves *set undefined and its connection closed; the first of a
+ * run of failures is logged, and so is the read that ends it. */
+bool ob_partwatch_poll(ob_partwatch *w, ob_leafset *set) OB_MUST_CHECK;
+/* Close the connection: the stream ended. The next read is due at once. */
+void ob_partwatch_close(ob_partwatch *w);
+
+#endif
