@@ -24,6 +24,7 @@ ob_leafset_clear(ob_leafset *s)
 	s->len = 0;
 	s->verified = 0;
 	s->partitioned = false;
+	s->stamp[0] = '\0';
 }
 
 void

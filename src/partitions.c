@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "outboxd/log.h"
+#include "outboxd/publication.h"
 
 /* The message of a failed result, without libpq's trailing newline. */
 static void
@@ -84,8 +85,17 @@ ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *er
 
 	ob_leafset_clear(set);
 	/* Two statements, in this order: see partitions.h. */
-	if (!read_position(p, &verified, err, errlen) || !read_leaves(p, cfg, set, err, errlen))
+	if (!read_position(p, &verified, err, errlen))
 		return false;
+	if (cfg->pg.plugin == OB_PLUGIN_PGOUTPUT) {
+		/* pgoutput follows partitions itself; what can change under
+		 * it is the publication. */
+		ob_leafset_add(set, cfg->outbox.schema, cfg->outbox.table_name);
+		if (!ob_publication_stamp(p, cfg, set->stamp, sizeof(set->stamp), err, errlen))
+			return false;
+	} else if (!read_leaves(p, cfg, set, err, errlen)) {
+		return false;
+	}
 	set->verified = verified;
 	return true;
 }
@@ -108,9 +118,8 @@ ob_partwatch_close(ob_partwatch *w)
 	w->next_ms = 0;
 }
 
-/* One read on the watch's connection, opened when there is none. */
-static bool
-read_once(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen)
+bool
+ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen)
 {
 	if (w->conn == NULL) {
 		if (ob_pgrepl_connect_plain(w->cfg, &w->conn) != OB_PG_OK) {
@@ -130,7 +139,7 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 
 	if (now < w->next_ms)
 		return false;
-	if (read_once(w, set, err, sizeof(err))) {
+	if (ob_partwatch_read(w, set, err, sizeof(err))) {
 		if (w->failing)
 			ob_info("read the partitions of %s.%s again", w->cfg->outbox.schema,
 				w->cfg->outbox.table_name);

@@ -121,6 +121,46 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 	return ok;
 }
 
+bool
+ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t stamp_len, char *err,
+		     size_t errlen)
+{
+	char *pub = ob_pgrepl_quote_literal(pg, cfg->pg.publication);
+	char *schema = ob_pgrepl_quote_literal(pg, cfg->outbox.schema);
+	char *table = ob_pgrepl_quote_literal(pg, cfg->outbox.table_name);
+	/* Row filters and column lists came with PostgreSQL 15; a column
+	 * list counts only when it leaves a column out (without one, the
+	 * published columns follow the table's). */
+	const char *filters =
+	    ob_pgrepl_server_version(pg) >= 150000
+		? ", t.rowfilter, cardinality(t.attnames) = (SELECT count(*) FROM pg_attribute a "
+		  "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)"
+		: "";
+	char *sql =
+	    ob_xasprintf("SELECT concat_ws('/', p.pubinsert, p.pubviaroot, t.pubname IS NOT "
+			 "NULL%s) FROM pg_publication p JOIN pg_namespace n ON n.nspname = "
+			 "%s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = %s "
+			 "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND "
+			 "t.schemaname = n.nspname AND t.tablename = c.relname WHERE "
+			 "p.pubname = %s",
+			 filters, schema, table, pub);
+	PGresult *res = ob_pgrepl_exec(pg, sql);
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	if (!ok)
+		snprintf(err, errlen, "could not read publication %s: %s", cfg->pg.publication,
+			 PQresultErrorMessage(res));
+	else
+		snprintf(stamp, stamp_len, "%s",
+			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "missing");
+	PQclear(res);
+	free(sql);
+	free(table);
+	free(schema);
+	free(pub);
+	return ok;
+}
+
 /* CREATE PUBLICATION; false (logged) on failure. */
 static bool
 create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)

@@ -814,16 +814,45 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	return handle_wal2json(r, msg, out);
 }
 
-/* With a partitioned outbox table, read its leaf set again when due:
- * while the stream's tables cover it, the ceiling moves up to its
- * verified position; a leaf the stream does not read ends the stream
- * (false, *out set), and the next stream reads it. A failed read leaves
- * the ceiling where it is. */
+/* Whether the stream's tables are read again while it runs: a
+ * partitioned table's leaves with wal2json, the publication with
+ * pgoutput. */
+static bool
+watched(const relay *r)
+{
+	return r->tables.partitioned || r->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT;
+}
+
+/* pgoutput decodes each change with the publication of its time: rows
+ * written while it left the outbox's inserts out are never sent. Nothing
+ * after the last position it was seen unchanged at is confirmed. */
+static void
+log_publication_changed(relay *r)
+{
+	log_at(OB_LOG_ERROR, confirmable(r), NULL, 0,
+	       "publication %s changed while outboxd streamed it (now: %s; was: %s): rows "
+	       "written after " OB_LSN_FMT " may not have been sent by Postgres; stopping "
+	       "without confirming past it. Restore the publication, then drop the slot "
+	       "(\"outboxd slot drop\") and start outboxd with outbox.backlog_where to publish "
+	       "the rows written since then",
+	       r->cfg->pg.publication, r->latest.stamp, r->tables.stamp, OB_LSN_ARGS(r->ceiling));
+}
+
+/* Read the stream's tables again when due (watched()): while they are
+ * unchanged, the ceiling moves up to their verified position; a leaf the
+ * stream does not read ends the stream (false, *out set), and the next
+ * stream reads it; a changed publication halts. A failed read leaves the
+ * ceiling where it is. */
 static bool
 watch_tables(relay *r, outcome *out)
 {
-	if (!r->tables.partitioned || !ob_partwatch_poll(&r->watch, &r->latest))
+	if (!watched(r) || !ob_partwatch_poll(&r->watch, &r->latest))
 		return true;
+	if (strcmp(r->latest.stamp, r->tables.stamp) != 0) {
+		log_publication_changed(r);
+		*out = OUTCOME_HALT;
+		return false;
+	}
 	if (ob_leafset_missing(&r->latest, &r->tables, NULL, 0) > 0) {
 		*out = OUTCOME_REFILTER;
 		return false;
@@ -1016,10 +1045,22 @@ static ob_pg_status
 read_tables(relay *r)
 {
 	char err[512], added[512];
+	bool ok;
 
-	if (!ob_partitions_read(r->pg, r->cfg, &r->latest, err, sizeof(err))) {
+	/* pgoutput's publication is never read on the replication
+	 * connection (see check.c). */
+	if (r->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT)
+		ok = ob_partwatch_read(&r->watch, &r->latest, err, sizeof(err));
+	else
+		ok = ob_partitions_read(r->pg, r->cfg, &r->latest, err, sizeof(err));
+	if (!ok) {
 		ob_error("%s of %s.%s", err, r->cfg->outbox.schema, r->cfg->outbox.table_name);
+		ob_partwatch_close(&r->watch);
 		return OB_PG_RETRY;
+	}
+	if (r->have_tables && strcmp(r->latest.stamp, r->tables.stamp) != 0) {
+		log_publication_changed(r);
+		return OB_PG_FATAL;
 	}
 	if (r->have_tables &&
 	    ob_leafset_missing(&r->latest, &r->tables, added, sizeof(added)) > 0) {
@@ -1033,7 +1074,7 @@ read_tables(relay *r)
 	}
 	ob_leafset_swap(&r->tables, &r->latest);
 	r->have_tables = true;
-	r->ceiling = r->tables.partitioned ? r->tables.verified : NO_CEILING;
+	r->ceiling = watched(r) ? r->tables.verified : NO_CEILING;
 	if (r->tables.partitioned)
 		ob_debug("streaming %zu tables of partitioned %s.%s (verified at " OB_LSN_FMT ")",
 			 r->tables.len, r->cfg->outbox.schema, r->cfg->outbox.table_name,
@@ -1056,7 +1097,7 @@ connect_stream(relay *r)
 	st = check_server(r, &sys);
 	if (st == OB_PG_OK)
 		st = ob_check_database(r->pg, r->cfg, NULL);
-	if (st == OB_PG_OK && r->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
+	if (st == OB_PG_OK)
 		st = read_tables(r);
 	start = confirmable(r);
 	if (st == OB_PG_OK)

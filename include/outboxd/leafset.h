@@ -29,7 +29,11 @@ typedef struct ob_leaf {
 typedef struct ob_leafset {
 	ob_lsn verified;  /* see above; 0 when unknown */
 	bool partitioned; /* the outbox table is partitioned */
-	ob_leaf *leaves;  /* owned, sorted by schema then table, no duplicates */
+	/* pgoutput: what the publication says of the outbox table
+	 * (ob_publication_stamp()), read like the set and verified at the
+	 * same position; empty with wal2json. */
+	char stamp[512];
+	ob_leaf *leaves; /* owned, sorted by schema then table, no duplicates */
 	size_t len;
 	size_t cap;
 } ob_leafset;

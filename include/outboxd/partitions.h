@@ -11,6 +11,11 @@
  * after that position. The position is the set's verified position
  * (leafset.h): every transaction whose commit record starts before it
  * wrote only into partitions of the set.
+ *
+ * With pgoutput the set is the table alone (pgoutput sends a partition's
+ * rows under it) and the second statement reads the publication's stamp
+ * instead (publication.h): a change of the publication committed after
+ * the position was read, so rows it left out come after that position.
  */
 #ifndef OUTBOXD_PARTITIONS_H
 #define OUTBOXD_PARTITIONS_H
@@ -50,6 +55,9 @@ void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn 
  * read leaves *set undefined and its connection closed; the first of a
  * run of failures is logged, and so is the read that ends it. */
 bool ob_partwatch_poll(ob_partwatch *w, ob_leafset *set) OB_MUST_CHECK;
+/* Read the set into *set now, on the watch's connection (opened when
+ * there is none). False, with err, on failure. */
+bool ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen) OB_MUST_CHECK;
 /* Close the connection: the stream ended. The next read is due at once. */
 void ob_partwatch_close(ob_partwatch *w);
 

@@ -37,6 +37,14 @@
 ob_pg_status ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists,
 				    bool create, char *detail, size_t detail_len) OB_MUST_CHECK;
 
+/* What the publication says of the outbox table now, as text that
+ * changes whenever that does (it publishes inserts, via the partition
+ * root, includes the table, with which row filter and columns); "missing"
+ * when there is no publication. A table added to or dropped from it
+ * changes nothing here. False (err set) when the query failed. */
+bool ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t stamp_len,
+			  char *err, size_t errlen) OB_MUST_CHECK;
+
 /* The CREATE PUBLICATION statement for cfg (README, sql/publication.sql);
  * the caller frees. */
 char *ob_publication_create_sql(const ob_config *cfg);
