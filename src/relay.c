@@ -1015,7 +1015,8 @@ read_tables(relay *r)
 	char err[512], added[512];
 
 	if (!ob_partitions_read(r->pg, r->cfg, &r->latest, err, sizeof(err))) {
-		ob_error("%s of %s.%s", err, r->cfg->outbox.schema, r->cfg->outbox.table_name);
+		ob_error("could not read the partitions of %s.%s: %s", r->cfg->outbox.schema,
+			 r->cfg->outbox.table_name, err);
 		return OB_PG_RETRY;
 	}
 	if (r->have_tables &&
