@@ -209,6 +209,8 @@ check_publication(checker *c)
 {
 	int v = ob_pgrepl_server_version(c->pg);
 	char detail[1024];
+	ob_slot_info slot;
+	ob_pgrepl *plain = NULL;
 	ob_pg_status st;
 
 	if (c->cfg->pg.plugin != OB_PLUGIN_PGOUTPUT || c->table_oid == NULL)
@@ -220,7 +222,28 @@ check_publication(checker *c)
 		       v / 10000, v % 10000);
 		return;
 	}
-	st = ob_publication_prepare(c->pg, c->cfg, c->out == NULL, detail, sizeof(detail));
+	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &slot)) {
+		c->query_failed = true;
+		report(c, "publication", false,
+		       "could not read pg_replication_slots (see the log)");
+		return;
+	}
+	/* A slot of the other plugin is the slot check's to name. */
+	if (slot.exists && strcmp(slot.plugin, "pgoutput") != 0)
+		return;
+	/* Not on the replication connection: the walsender then decodes with
+	 * what such a query left in its catalog caches (seen on PostgreSQL 15:
+	 * after reading a publication that a slot's first transaction
+	 * predates, that transaction's rows were passed over instead of
+	 * failing with "publication does not exist"). */
+	if (ob_pgrepl_connect_plain(c->cfg, &plain) != OB_PG_OK) {
+		c->query_failed = true;
+		report(c, "publication", false, "could not connect to check it (see the log)");
+		return;
+	}
+	st = ob_publication_prepare(plain, c->cfg, slot.exists, c->out == NULL, detail,
+				    sizeof(detail));
+	ob_pgrepl_close(plain, false);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	report(c, "publication", st == OB_PG_OK, "%s", detail);

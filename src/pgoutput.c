@@ -28,10 +28,13 @@
 #define BEGIN_LEN  21
 #define COMMIT_LEN 26
 
-/* The part of a message not read yet. */
+/* The part of a message not read yet. A read that wants more bytes than
+ * are left takes nothing and sets short_read, which stays set: a parser
+ * reads a group of fields, then checks short_read once. */
 typedef struct reader {
 	const unsigned char *p;
 	size_t left;
+	bool short_read;
 } reader;
 
 static void
@@ -39,19 +42,7 @@ reader_init(reader *r, const char *data, size_t len)
 {
 	r->p = (const unsigned char *)data;
 	r->left = len;
-}
-
-/* Take n bytes: *out points at them. False, taking nothing, if fewer than
- * n are left. */
-static bool
-read_bytes(reader *r, size_t n, const char **out)
-{
-	if (r->left < n)
-		return false;
-	*out = (const char *)r->p;
-	r->p += n;
-	r->left -= n;
-	return true;
+	r->short_read = false;
 }
 
 /* The big-endian unsigned integer of width bytes (at most 8) at p. */
@@ -65,83 +56,64 @@ be_at(const unsigned char *p, size_t width)
 	return v;
 }
 
-/* Take a big-endian unsigned integer of width bytes (at most 8). */
-static bool
-read_be(reader *r, size_t width, uint64_t *out)
+/* Take n bytes and return where they start; NULL on a short read. */
+static const char *
+take_bytes(reader *r, size_t n)
 {
-	if (r->left < width)
-		return false;
-	*out = be_at(r->p, width);
-	r->p += width;
-	r->left -= width;
-	return true;
+	const unsigned char *start = r->p;
+
+	if (r->left < n) {
+		r->short_read = true;
+		return NULL;
+	}
+	r->p += n;
+	r->left -= n;
+	return (const char *)start;
 }
 
-static bool
-read_u8(reader *r, uint8_t *out)
+/* Take a big-endian unsigned integer of width bytes (at most 8); 0 on a
+ * short read. */
+static uint64_t
+take_uint(reader *r, size_t width)
 {
-	uint64_t v;
+	const char *p = take_bytes(r, width);
 
-	if (!read_be(r, 1, &v))
-		return false;
-	*out = (uint8_t)v;
-	return true;
+	return p != NULL ? be_at((const unsigned char *)p, width) : 0;
 }
 
-static bool
-read_u16(reader *r, uint16_t *out)
+/* Take an Int32 length. A negative one is a short read: it is the length
+ * of nothing that can follow. */
+static size_t
+take_length(reader *r)
 {
-	uint64_t v;
+	uint64_t v = take_uint(r, 4);
 
-	if (!read_be(r, 2, &v))
-		return false;
-	*out = (uint16_t)v;
-	return true;
+	if (v > INT32_MAX) {
+		r->short_read = true;
+		return 0;
+	}
+	return (size_t)v;
 }
 
-static bool
-read_u32(reader *r, uint32_t *out)
+/* Take a NUL-terminated string and return it (it points into the
+ * message); *len is its length without the NUL, which is taken too. NULL,
+ * as a short read, if no NUL is left in the message. */
+static const char *
+take_string(reader *r, size_t *len)
 {
-	uint64_t v;
+	const unsigned char *nul = r->left > 0 ? memchr(r->p, '\0', r->left) : NULL;
 
-	if (!read_be(r, 4, &v))
-		return false;
-	*out = (uint32_t)v;
-	return true;
-}
-
-/* Take a NUL-terminated string: *s points at it inside the message, *len
- * is its length without the NUL (which is taken too). False, taking
- * nothing, if no NUL is left in the message. */
-static bool
-read_string(reader *r, const char **s, size_t *len)
-{
-	const unsigned char *nul;
-
-	if (r->left == 0)
-		return false;
-	nul = memchr(r->p, '\0', r->left);
-	if (nul == NULL)
-		return false;
-	*s = (const char *)r->p;
+	*len = 0;
+	if (nul == NULL) {
+		r->short_read = true;
+		return NULL;
+	}
 	*len = (size_t)(nul - r->p);
-	r->p = nul + 1;
-	r->left -= *len + 1;
-	return true;
+	return take_bytes(r, *len + 1);
 }
 
-/* Take an Int32 length that must not be negative. */
-static bool
-read_length(reader *r, size_t *out)
-{
-	uint32_t v;
-
-	if (!read_u32(r, &v) || v > INT32_MAX)
-		return false;
-	*out = v;
-	return true;
-}
-
+/* Write the reason a message is refused to err; false, so that a parser
+ * can return fail(...). */
 static bool OB_PRINTF(3, 4) fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
@@ -158,7 +130,8 @@ check_end(const reader *r, const char *what, char *err, size_t errlen)
 {
 	if (r->left == 0)
 		return true;
-	return fail(err, errlen, "%s message has %zu bytes after its last field", what, r->left);
+	return fail(err, errlen, "%s message has trailing bytes after its last field (%zu)", what,
+		    r->left);
 }
 
 /* A commit time in µs since 2000-01-01 as µs since the Unix epoch; false
@@ -232,11 +205,11 @@ typedef struct tuple_column {
 static bool
 read_column(reader *r, size_t i, tuple_column *col, char *err, size_t errlen)
 {
-	uint8_t kind;
+	uint8_t kind = (uint8_t)take_uint(r, 1);
 
 	col->value = NULL;
 	col->len = 0;
-	if (!read_u8(r, &kind))
+	if (r->short_read)
 		return fail(err, errlen, "tuple data ends before column %zu", i + 1);
 	col->kind = (char)kind;
 	switch (kind) {
@@ -245,7 +218,9 @@ read_column(reader *r, size_t i, tuple_column *col, char *err, size_t errlen)
 		return true;
 	case 't':
 	case 'b':
-		if (!read_length(r, &col->len) || !read_bytes(r, col->len, &col->value))
+		col->len = take_length(r);
+		col->value = take_bytes(r, col->len);
+		if (r->short_read)
 			return fail(err, errlen, "tuple data ends inside column %zu", i + 1);
 		return true;
 	default:
@@ -274,7 +249,10 @@ parse_insert(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
 {
 	uint8_t marker;
 
-	if (!read_u32(r, &msg->relid) || !read_u8(r, &marker) || !read_u16(r, &msg->tuple_columns))
+	msg->relid = (uint32_t)take_uint(r, 4);
+	marker = (uint8_t)take_uint(r, 1);
+	msg->tuple_columns = (uint16_t)take_uint(r, 2);
+	if (r->short_read)
 		return fail(err, errlen, "Insert message ends before its tuple data");
 	if (marker != 'N')
 		return fail(err, errlen, "Insert message has 0x%02x where 'N' was expected",
@@ -288,26 +266,30 @@ parse_insert(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
 static bool
 parse_message(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
 {
-	uint8_t flags;
-	uint64_t lsn;
+	uint8_t flags = (uint8_t)take_uint(r, 1);
 
-	if (!read_u8(r, &flags) || !read_be(r, 8, &lsn))
-		return fail(err, errlen, "Message message ends before its prefix");
+	msg->message_lsn = take_uint(r, 8);
+	if (r->short_read)
+		return fail(err, errlen, "logical message ends before its prefix");
 	if (flags > 1)
-		return fail(err, errlen, "Message message has unknown flags 0x%02x", flags);
-	if (!read_string(r, &msg->prefix, &msg->prefix_len))
-		return fail(err, errlen, "Message message's prefix is not NUL-terminated");
-	if (!read_length(r, &msg->content_len))
-		return fail(err, errlen, "Message message ends before its content length");
-	if (!read_bytes(r, msg->content_len, &msg->content))
-		return fail(err, errlen, "Message message has %zu content bytes of the %zu it says",
+		return fail(err, errlen, "logical message has unknown flags 0x%02x", flags);
+	msg->prefix = take_string(r, &msg->prefix_len);
+	if (r->short_read)
+		return fail(err, errlen, "logical message's prefix is not NUL-terminated");
+	msg->content_len = take_length(r);
+	if (r->short_read)
+		return fail(err, errlen, "logical message ends before its content length");
+	msg->content = take_bytes(r, msg->content_len);
+	if (r->short_read)
+		return fail(err, errlen, "logical message has %zu content bytes of the %zu it says",
 			    r->left, msg->content_len);
 	msg->kind = OB_PGO_MESSAGE;
 	msg->transactional = flags == 1;
-	msg->message_lsn = lsn;
-	return check_end(r, "Message", err, errlen);
+	return check_end(r, "logical", err, errlen);
 }
 
+/* On failure *msg holds whatever was read before the fault: the caller
+ * uses none of it. */
 bool
 ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t errlen)
 {
@@ -316,7 +298,8 @@ ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t er
 
 	memset(msg, 0, sizeof(*msg));
 	reader_init(&r, data, len);
-	if (!read_u8(&r, &type))
+	type = (uint8_t)take_uint(&r, 1);
+	if (r.short_read)
 		return fail(err, errlen, "empty message");
 	switch (type) {
 	case 'B':
@@ -325,7 +308,8 @@ ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t er
 		return parse_commit(&r, msg, err, errlen);
 	case 'R':
 		msg->kind = OB_PGO_RELATION;
-		if (!read_u32(&r, &msg->relid))
+		msg->relid = (uint32_t)take_uint(&r, 4);
+		if (r.short_read)
 			return fail(err, errlen, "Relation message ends before its relation id");
 		return true;
 	case 'I':
@@ -345,6 +329,17 @@ ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t er
 }
 
 /* --- the relation cache --------------------------------------------------- */
+
+/*
+ * The relations are kept in one array, looked up by id one by one (a
+ * publication has a handful of tables). A Relation message is read whole
+ * into a new entry before anything is replaced, so a malformed one leaves
+ * the cache as it was. Putting a relation may move the array and replaces
+ * the names of an entry with the same id: a relation returned by
+ * ob_pgo_relcache_get() or ob_pgo_row(), and a row's names and kinds, are
+ * valid until the next ob_pgo_relcache_put(), ob_pgo_relcache_clear() or
+ * ob_pgo_relcache_free().
+ */
 
 static void
 relation_free(ob_pgo_relation *rel)
@@ -397,15 +392,17 @@ read_relation_columns(reader *r, ob_pgo_relation *rel, uint16_t columns, char *e
 	rel->type_oids = ob_xcalloc(columns, sizeof(*rel->type_oids));
 	rel->column_kinds = ob_xcalloc(columns, sizeof(*rel->column_kinds));
 	for (size_t i = 0; i < columns; i++) {
-		const char *name, *unused;
+		const char *name;
 		size_t name_len;
-		uint8_t flags;
 		uint32_t oid;
 
 		/* The flags (1: part of the key) and the type modifier are
 		 * not kept: a row is read the same either way. */
-		if (!read_u8(r, &flags) || !read_string(r, &name, &name_len) ||
-		    !read_u32(r, &oid) || !read_bytes(r, 4, &unused))
+		(void)take_uint(r, 1);
+		name = take_string(r, &name_len);
+		oid = (uint32_t)take_uint(r, 4);
+		(void)take_uint(r, 4);
+		if (r->short_read)
 			return fail(err, errlen, "Relation message ends inside column %zu", i + 1);
 		rel->column_names[i] = ob_xstrndup(name, name_len);
 		rel->type_oids[i] = oid;
@@ -419,21 +416,24 @@ read_relation_columns(reader *r, ob_pgo_relation *rel, uint16_t columns, char *e
 static bool
 read_relation(const char *data, size_t len, ob_pgo_relation *rel, char *err, size_t errlen)
 {
-	const char *schema, *name, *unused;
+	const char *schema, *name;
 	size_t schema_len, name_len;
 	uint16_t columns;
-	uint8_t type;
 	reader r;
 
 	reader_init(&r, data, len);
-	if (!read_u8(&r, &type) || type != 'R')
+	if (take_uint(&r, 1) != 'R')
 		return fail(err, errlen, "not a Relation message");
-	if (!read_u32(&r, &rel->relid) || !read_string(&r, &schema, &schema_len) ||
-	    !read_string(&r, &name, &name_len))
+	rel->relid = (uint32_t)take_uint(&r, 4);
+	schema = take_string(&r, &schema_len);
+	name = take_string(&r, &name_len);
+	if (r.short_read)
 		return fail(err, errlen, "Relation message ends inside its names");
 	/* The replica identity setting (Int8) matters only to updates and
 	 * deletes. */
-	if (!read_bytes(&r, 1, &unused) || !read_u16(&r, &columns))
+	(void)take_uint(&r, 1);
+	columns = (uint16_t)take_uint(&r, 2);
+	if (r.short_read)
 		return fail(err, errlen, "Relation message ends before its column count");
 	if (columns > MAX_COLUMNS)
 		return fail(err, errlen, "Relation message claims %u columns, more than %d",
@@ -490,10 +490,11 @@ ob_pgo_relcache_get(const ob_pgo_relcache *c, uint32_t relid)
 }
 
 /*
- * On success row's names and kinds are the relation's (valid until the
- * relation is replaced or the cache cleared) and its values point into
- * the message's tuple data. On failure *rel is still the relation when one
- * is known, so the caller can name the table, and NULL otherwise.
+ * On success row's names and kinds are the relation's, and its values
+ * point into the message's tuple data (the value and length arrays are
+ * the cache's, overwritten by the next call). On failure *rel is still
+ * the relation when one is known, so the caller can name the table, and
+ * NULL otherwise.
  */
 bool
 ob_pgo_row(ob_pgo_relcache *c, const ob_pgo_msg *msg, const ob_pgo_relation **rel, ob_text_row *row,

@@ -60,11 +60,11 @@ ob_publication_create_sql(const ob_config *cfg)
  * and the outbox table. */
 typedef struct pub_state {
 	bool exists;
-	bool inserts;  /* it publishes inserts */
-	bool via_root; /* publish_via_partition_root */
-	bool has_table; /* the outbox table is in it, under its own name */
-	bool whole;     /* with every column and no row filter */
-	bool may_create; /* the role owns the table and may create in the database */
+	bool inserts;     /* it publishes inserts */
+	bool via_root;    /* publish_via_partition_root */
+	bool has_table;   /* the outbox table is in it, under its own name */
+	bool whole;       /* with every column and no row filter */
+	bool may_create;  /* the role owns the table and may create in the database */
 	bool partitioned; /* the outbox table is partitioned */
 } pub_state;
 
@@ -90,7 +90,8 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 	char *sql = ob_xasprintf(
 	    "SELECT p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s, "
 	    "pg_has_role(c.relowner, 'USAGE') AND has_database_privilege(current_database(), "
-	    "'CREATE'), c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+	    "'CREATE'), c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = "
+	    "c.relnamespace "
 	    "LEFT JOIN pg_publication p ON p.pubname = %s "
 	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
 	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
@@ -137,8 +138,8 @@ create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)
 }
 
 ob_pg_status
-ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create_missing, char *detail,
-		       size_t detail_len)
+ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bool create_missing,
+		       char *detail, size_t detail_len)
 {
 	const char *name = cfg->pg.publication;
 	char *create_sql = ob_publication_create_sql(cfg);
@@ -150,31 +151,48 @@ ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create_missing,
 	if (!read_state(pg, cfg, &st)) {
 		snprintf(detail, detail_len, "could not read publication %s (see the log)", name);
 		result = OB_PG_RETRY;
+	} else if (!st.exists && slot_exists) {
+		/* Postgres decodes the slot's changes with the publications of
+		 * their time: one created now does not cover what the slot
+		 * already holds. */
+		snprintf(detail, detail_len,
+			 "%s does not exist but replication slot %s does: a publication made now "
+			 "would not cover the changes the slot already holds; run %s then drop the "
+			 "slot (\"outboxd slot drop\") and start outboxd with outbox.backlog_where "
+			 "to publish the rows written since the slot was made",
+			 name, cfg->pg.slot, create_sql);
 	} else if (!st.exists && create_missing && st.may_create) {
 		if (create(pg, cfg, create_sql)) {
 			snprintf(detail, detail_len, "%s created", name);
 			result = OB_PG_OK;
 		} else {
-			snprintf(detail, detail_len, "could not create publication %s (see the log); "
-				 "have the table's owner run: %s", name, create_sql);
+			snprintf(detail, detail_len,
+				 "could not create publication %s (see the log); "
+				 "have the table's owner run: %s",
+				 name, create_sql);
 		}
 	} else if (!st.exists) {
 		snprintf(detail, detail_len,
-			 st.may_create ? "%s does not exist yet; outboxd will create it: %s"
-				       : "%s does not exist and this role may not create it (it must "
-					 "own the table); have the table's owner run: %s",
+			 st.may_create
+			     ? "%s does not exist yet; outboxd will create it: %s"
+			     : "%s does not exist and this role may not create it (it must "
+			       "own the table); have the table's owner run: %s",
 			 name, create_sql);
 		result = st.may_create ? OB_PG_OK : OB_PG_FATAL;
 	} else if (!st.inserts || (st.partitioned && !st.via_root)) {
-		snprintf(detail, detail_len,
-			 "%s does not publish every insert under the table's name; run: ALTER "
-			 "PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true);",
-			 name, name);
+		snprintf(
+		    detail, detail_len,
+		    "%s does not publish every insert under the table's name; run: ALTER "
+		    "PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true);",
+		    name, name);
 	} else if (!st.has_table) {
-		snprintf(detail, detail_len, "%s does not include %s; run: ALTER PUBLICATION %s ADD "
-			 "TABLE %s;", name, table, name, table);
+		snprintf(detail, detail_len,
+			 "%s does not include %s; run: ALTER PUBLICATION %s ADD "
+			 "TABLE %s;",
+			 name, table, name, table);
 	} else if (!st.whole) {
-		snprintf(detail, detail_len, "%s publishes %s with a row filter or a column list, "
+		snprintf(detail, detail_len,
+			 "%s publishes %s with a row filter or a column list, "
 			 "which would leave events out; run: ALTER PUBLICATION %s SET TABLE %s;",
 			 name, table, name, table);
 	} else {

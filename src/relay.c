@@ -741,13 +741,16 @@ handle_pgoutput_insert(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	ob_text_row row;
 	char err[256];
 
+	bool parsed;
+
 	if (!r->replay.in_txn)
 		return true;
-	if (!ob_pgo_row(&r->relcache, &r->pgo, &rel, &row, err, sizeof(err)))
-		return handle_unparsable(r, msg, err, out);
-	if (strcmp(rel->schema, cfg->outbox.schema) != 0 ||
-	    strcmp(rel->name, cfg->outbox.table_name) != 0)
+	parsed = ob_pgo_row(&r->relcache, &r->pgo, &rel, &row, err, sizeof(err));
+	if (rel != NULL && (strcmp(rel->schema, cfg->outbox.schema) != 0 ||
+			    strcmp(rel->name, cfg->outbox.table_name) != 0))
 		return true;
+	if (!parsed)
+		return handle_unparsable(r, msg, err, out);
 	return handle_event(r,
 			    ob_mapper_map_text_row(&r->mapper, &row, msg->data_start,
 						   r->txn_commit_us / 1000, &r->ev),

@@ -28,11 +28,14 @@
 
 /* Check postgres.publication on an open connection (the outbox table
  * exists). When it is missing and create is set, create it; without
- * create, say whether outboxd could. detail gets one line for the
- * operator: what was found and, on OB_PG_FATAL, the statements that fix it.
- * OB_PG_RETRY when a query failed (nothing is known). */
-ob_pg_status ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool create,
-				    char *detail, size_t detail_len) OB_MUST_CHECK;
+ * create, say whether outboxd could. A missing publication is never
+ * created for a slot that exists already (slot_exists): pgoutput reads the
+ * publications of each change's time, so the slot's earlier changes would
+ * be skipped. detail gets one line for the operator: what was found and,
+ * on OB_PG_FATAL, the statements that fix it. OB_PG_RETRY when a query
+ * failed (nothing is known). */
+ob_pg_status ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists,
+				    bool create, char *detail, size_t detail_len) OB_MUST_CHECK;
 
 /* The CREATE PUBLICATION statement for cfg (README, sql/publication.sql);
  * the caller frees. */

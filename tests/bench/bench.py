@@ -2,30 +2,40 @@
 """outboxd benchmark (README, "Benchmark"); run it through tests/bench/run.sh.
 
 Method. One throwaway PostgreSQL 15 cluster and one mock Kafka broker. For
-each mode (table rows, then logical messages) one wal2json slot per (tool,
-round) is created BEFORE the backlog is written, so every drain decodes the
-same WAL from the same start. Then the drains alternate: pg_recvlogical
-round 1, outboxd round 1, pg_recvlogical round 2, ...
+each mode (table rows, then logical messages) one slot per (tool, round) is
+created BEFORE the backlog is written, so every drain decodes the same WAL
+from the same start. The tools: pg_recvlogical and outboxd with wal2json,
+then (unless --skip-pgoutput) pg_recvlogical and outboxd with pgoutput, on
+pgoutput slots created after the publication (sql/publication.sql, made
+when the cluster is set up: pgoutput reads the publication as of each change
+it decodes, so it must be older than the slot). Then the drains alternate:
+round 1 of each tool in that order, round 2 of each, ...
 
 - pg_recvlogical (the reference: the walsender's decode speed is the limit
-  on one slot) runs with exactly the wal2json options outboxd sends
-  (src/pgrepl.c ob_pgrepl_start), writes to /dev/null and stops by itself at
-  --endpos = the WAL end recorded after the fill. Wall time is process start
-  to exit; CPU and max RSS come from wait4's rusage.
+  on one slot) runs with exactly the plugin options outboxd sends
+  (src/pgrepl.c ob_pgrepl_start: wal2json's, or proto_version 1,
+  publication_names, messages true), writes to /dev/null and stops by
+  itself at --endpos = the WAL end recorded after the fill. Wall time is
+  process start to exit; CPU and max RSS come from wait4's rusage.
 - outboxd streams its slot to the broker; it is timed from process start
   until the slot's confirmed_flush_lsn reaches the same end LSN (polled every
   50 ms; outboxd confirms at most every 100 ms), then stopped with SIGTERM.
   CPU (utime+stime of all threads) and peak RSS (VmHWM) are read from /proc
   just before the SIGTERM.
-- In table mode each round also lets outboxd publish the same rows as the
-  backlog of a slot it creates (backlog_where = true: read with SQL from
-  the new slot's snapshot, not decoded from the WAL), timed from process
-  start until it logs the slot created, which is once every row is
-  acknowledged: the backlog's publish rate next to the stream's drain rate.
-- For both, the walsender's CPU (the server side of the slot, found through
+- outboxd with pgoutput is measured the same way (postgres.plugin =
+  pgoutput); its targets compare it with pg_recvlogical-wal2json (the
+  decode limit of the default decoder), with outboxd-wal2json (CPU per
+  event) and report it against pg_recvlogical-pgoutput, its own limit.
+- In table mode each round also (unless --skip-backlog) lets outboxd
+  publish the same rows as the backlog of a slot it creates (backlog_where
+  = true: read with SQL from the new slot's snapshot, not decoded from the
+  WAL), timed from process start until it logs the slot created, which is
+  once every row is acknowledged: the backlog's publish rate next to the
+  stream's drain rate.
+- For all, the walsender's CPU (the server side of the slot, found through
   pg_replication_slots.active_pid) is sampled from /proc as well: the decode
-  work is the same for both tools, so it shows how much of a difference is
-  the server's.
+  work is the same for both tools of a plugin, so it shows how much of a
+  difference is the server's.
 
 Latency: outboxd streams (with outbox.timestamp_column empty, so a record's
 timestamp is its commit time) while a writer commits 50-row transactions on
@@ -114,6 +124,26 @@ WAL2JSON_OPTS = [
     ("add-tables", "public.outbox"),
     ("actions", "insert"),
     ("add-msg-prefixes", "outbox"),
+]
+
+# pgoutput: the publication sql/publication.sql creates (outboxd's default
+# postgres.publication), made before any pgoutput slot (pgoutput reads the
+# publication as of each change it decodes), and exactly the options
+# ob_pgrepl_start() passes with postgres.plugin = pgoutput.
+PUBLICATION = "outboxd"
+PGOUTPUT_OPTS = [
+    ("proto_version", "1"),
+    ("publication_names", PUBLICATION),
+    ("messages", "true"),
+]
+
+# The drains of a mode, in the order they run in each round: (key, label,
+# client, plugin). The pgoutput pair runs only without --skip-pgoutput.
+TOOLS = [
+    ("recv", "pg_recvlogical, wal2json", "recv", "wal2json"),
+    ("obd", "outboxd, wal2json", "obd", "wal2json"),
+    ("precv", "pg_recvlogical, pgoutput", "recv", "pgoutput"),
+    ("pobd", "outboxd, pgoutput", "obd", "pgoutput"),
 ]
 
 PG_CONF = {
@@ -325,6 +355,9 @@ class Rig:
         self.pg.start()
         self.pg.run_file(str(ROOT / "sql" / "outbox.sql"))
         self.pg.sql(SETUP_SQL)
+        if not self.args.skip_pgoutput:
+            # Before any pgoutput slot exists, as a deployment must.
+            self.pg.run_file(str(ROOT / "sql" / "publication.sql"))
         self.mon = self.pg.connect()
         self.broker = harness.MockBroker(
             self.broker_bin, brokers=3, partitions=PARTITIONS,
@@ -380,10 +413,10 @@ class Rig:
             raise harness.HarnessError("slot %s vanished" % slot)
         return row[0], int(row[1]) if row[1] is not None else 0
 
-    def create_slots(self, names):
+    def create_slots(self, names, plugin="wal2json"):
         for n in names:
-            self.q1("SELECT pg_create_logical_replication_slot(%s, "
-                    "'wal2json')", (n,))
+            self.q1("SELECT pg_create_logical_replication_slot(%s, %s)",
+                    (n, plugin))
 
     def drop_slots(self, names):
         for n in names:
@@ -437,11 +470,13 @@ class Rig:
                 ws["cpu"] = sum(ws["by_pid"].values())
         return confirmed
 
-    def drain_recvlogical(self, slot, end, n):
+    def drain_recvlogical(self, slot, end, n, plugin="wal2json"):
         argv = [os.path.join(PG_BIN, "pg_recvlogical"),
                 "-d", self.pg.conninfo(), "--slot", slot, "--start",
+                "--plugin", plugin,
                 "--no-loop", "-f", "-", "-E", int_to_lsn(end)]
-        for k, v in WAL2JSON_OPTS:
+        for k, v in (PGOUTPUT_OPTS if plugin == "pgoutput"
+                     else WAL2JSON_OPTS):
             argv += ["-o", "%s=%s" % (k, v)]
         errlog = open(os.path.join(self.tmp, "recvlogical-%s.log" % slot),
                       "wb")
@@ -480,12 +515,16 @@ class Rig:
                 "ws_cpu": ws.get("cpu"), "published": None,
                 "broker_cpu": None}
 
-    def outboxd_config(self, slot, http_port, extra_outbox=None):
+    def outboxd_config(self, slot, http_port, extra_outbox=None,
+                       plugin="wal2json"):
         outbox = {"table": "public.outbox"}
         outbox.update(extra_outbox or {})
+        pg = {"conninfo": self.pg.conninfo(), "slot": slot,
+              "create_slot": False, "plugin": plugin}
+        if plugin == "pgoutput":
+            pg["publication"] = PUBLICATION
         return {
-            "postgres": {"conninfo": self.pg.conninfo(), "slot": slot,
-                         "create_slot": False},
+            "postgres": pg,
             "outbox": outbox,
             "kafka": dict([("bootstrap.servers", self.broker.bootstraps)] + [
                 kv.split("=", 1) for kv in
@@ -494,15 +533,17 @@ class Rig:
             "log": {"level": "info"},
         }
 
-    def drain_outboxd(self, slot, end, n, perf_out=None, backlog=False):
+    def drain_outboxd(self, slot, end, n, perf_out=None, backlog=False,
+                      plugin="wal2json"):
         """outboxd streaming slot until it is confirmed at end; or, with
         backlog, publishing the same rows as the backlog of a slot it
         creates (backlog_where = true: read with SQL from the new slot's
         own snapshot) until it logs the slot created, which is once every
         row is acknowledged."""
         port = harness.free_port()
-        cfg = self.outboxd_config(slot, port,
-                                  {"backlog_where": "true"} if backlog else None)
+        cfg = self.outboxd_config(
+            slot, port, {"backlog_where": "true"} if backlog else None,
+            plugin)
         cfg["postgres"]["create_slot"] = backlog
         ws = {}
         perf = None
@@ -570,34 +611,47 @@ class Rig:
 
     def run_mode(self, mode, n, rounds, base):
         tag = "t" if mode == "table" else "m"
-        slots = {(tool, r): "bench_%s_%s%d" % (tag, tool, r)
-                 for r in range(1, rounds + 1) for tool in ("recv", "obd")}
-        self.create_slots(slots.values())
+        tools = [t for t in TOOLS
+                 if t[3] == "wal2json" or not self.args.skip_pgoutput]
+        slots = {(key, r): "bench_%s_%s%d" % (tag, key, r)
+                 for r in range(1, rounds + 1) for key, _, _, _ in tools}
+        for key, _, _, plugin in tools:
+            self.create_slots([slots[(key, r)]
+                               for r in range(1, rounds + 1)], plugin)
         log("%s mode: filling %d events in transactions of %d"
             % (mode, n, TXN_ROWS))
         secs, start, end = self.fill(mode, n, base)
         walmb = (end - start) / 1048576.0
         log("%s mode: filled in %.1fs (%.0f events/s), %.1f MB of WAL, end "
             "LSN %s" % (mode, secs, n / secs, walmb, int_to_lsn(end)))
-        res = {"recv": [], "obd": [], "bl": [], "wal_mb": walmb,
-               "fill_s": secs, "n": n}
+        res = {key: [] for key, _, _, _ in tools}
+        res.update({"bl": [], "wal_mb": walmb, "fill_s": secs, "n": n})
+        backlog = mode == "table" and not self.args.skip_backlog
         for r in range(1, rounds + 1):
-            x = self.drain_recvlogical(slots[("recv", r)], end, n)
-            res["recv"].append(x)
-            log("%s round %d pg_recvlogical: %.2fs %.0f ev/s cpu %.2fs "
-                "(walsender %.2fs)" % (mode, r, x["wall"], x["eps"], x["cpu"],
-                                       x["ws_cpu"] or 0))
-            x = self.drain_outboxd(slots[("obd", r)], end, n)
-            res["obd"].append(x)
-            log("%s round %d outboxd:        %.2fs %.0f ev/s cpu %.2fs "
-                "(walsender %.2fs, broker %.2fs) rss %.1f MB published %s"
-                % (mode, r, x["wall"], x["eps"], x["cpu"] or 0,
-                   x["ws_cpu"] or 0, x["broker_cpu"] or 0, x["rss_mb"] or 0,
-                   x["published"]))
-            if x["published"] is not None and int(x["published"]) != n:
-                log("WARNING: outboxd published %d events, expected %d"
-                    % (x["published"], n))
-            if mode != "table":
+            for key, label, client, plugin in tools:
+                if client == "recv":
+                    x = self.drain_recvlogical(slots[(key, r)], end, n,
+                                               plugin)
+                    log("%s round %d %-25s %.2fs %.0f ev/s cpu %.2fs "
+                        "(walsender %.2fs)" % (
+                            mode, r, label + ":", x["wall"], x["eps"],
+                            x["cpu"], x["ws_cpu"] or 0))
+                else:
+                    x = self.drain_outboxd(slots[(key, r)], end, n,
+                                           plugin=plugin)
+                    log("%s round %d %-25s %.2fs %.0f ev/s cpu %.2fs "
+                        "(walsender %.2fs, broker %.2fs) rss %.1f MB "
+                        "published %s" % (
+                            mode, r, label + ":", x["wall"], x["eps"],
+                            x["cpu"] or 0, x["ws_cpu"] or 0,
+                            x["broker_cpu"] or 0, x["rss_mb"] or 0,
+                            x["published"]))
+                    if (x["published"] is not None
+                            and int(x["published"]) != n):
+                        log("WARNING: outboxd published %d events, expected "
+                            "%d" % (x["published"], n))
+                res[key].append(x)
+            if not backlog:
                 continue
             # The same rows once more, as the backlog of a new slot.
             bl_slot = "bench_t_bl%d" % r
@@ -1105,30 +1159,35 @@ def machine_info(pg, args_build):
 
 def mode_table(name, res):
     n = res["n"]
+    tools = [(key, label) for key, label, _, _ in TOOLS if res.get(key)]
     out = ["### Drain, %s mode: %d events, %d rounds (%.1f MB of WAL)"
            % (name, n, len(res["recv"]), res["wal_mb"]), ""]
     out.append("| tool | wall s (median) | events/s | client CPU s | "
-               "walsender CPU s | broker CPU s | peak RSS MB (max) |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
-    tools = [("recv", "pg_recvlogical"), ("obd", "outboxd")]
+               "client CPU µs/event | walsender CPU s | broker CPU s | "
+               "peak RSS MB (max) |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     if res["bl"]:
         tools.append(("bl", "outboxd, the same rows as a backlog (SQL)"))
     for tool, label in tools:
         xs = res[tool]
-        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+        cpu = med([x["cpu"] for x in xs])
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             label, fmt(med([x["wall"] for x in xs])),
             fmt(med([x["eps"] for x in xs]), "%.0f"),
-            fmt(med([x["cpu"] for x in xs])),
+            fmt(cpu), fmt(cpu and cpu * 1e6 / n, "%.1f"),
             fmt(med([x["ws_cpu"] for x in xs])),
             fmt(med([x["broker_cpu"] for x in xs])),
             fmt(max([x["rss_mb"] or 0 for x in xs]), "%.1f")))
-    tr = ratio_series(res, "wall", inverse=True)
-    cr = ratio_series(res, "cpu")
-    out.append("| **outboxd / pg_recvlogical** | throughput ×%s | | CPU ×%s "
-               "| | | |" % (fmt(med(tr)), fmt(med(cr))))
+    for a, b in RATIOS:
+        if not (res.get(a) and res.get(b)):
+            continue
+        out.append("| **%s / %s** | throughput ×%s | | CPU ×%s | | | | |" % (
+            tool_label(b), tool_label(a),
+            fmt(med(ratio_series(res, "wall", a, b, inverse=True))),
+            fmt(med(ratio_series(res, "cpu", a, b)))))
     if res["bl"]:
         out.append("| **backlog / outboxd stream drain** | throughput ×%s | | "
-                   "CPU ×%s | | | |" % (
+                   "CPU ×%s | | | | |" % (
                        fmt(med([b["eps"] / a["eps"] for a, b in
                                 zip(res["obd"], res["bl"])])),
                        fmt(med([b["cpu"] / a["cpu"] for a, b in
@@ -1136,23 +1195,40 @@ def mode_table(name, res):
                                 if a["cpu"] and b["cpu"]]))))
     out.append("")
     out.append("Per round (wall s / client CPU s): " + "; ".join(
-        "r%d recv %.2f/%.2f, outboxd %.2f/%.2f (×%.2f thr, ×%.2f CPU)" % (
-            i + 1, a["wall"], a["cpu"], b["wall"], b["cpu"] or 0,
-            a["wall"] / b["wall"], (b["cpu"] or 0) / a["cpu"]
-            if a["cpu"] else 0)
-        for i, (a, b) in enumerate(zip(res["recv"], res["obd"]))) + ".")
+        "r%d " % (i + 1) + ", ".join(
+            "%s %.2f/%.2f" % (key, res[key][i]["wall"],
+                              res[key][i]["cpu"] or 0)
+            for key, _ in tools)
+        for i in range(len(res["recv"]))) + ".")
     out.append("")
     return out
 
 
-def ratio_series(res, key, inverse=False):
-    """Per-round outboxd/pg_recvlogical ratios (recv/outboxd if inverse):
-    each round's pair ran back to back, so pairing them cancels slow drifts
-    of the machine's load."""
+# The ratios a mode's table shows, (reference, measured): throughput =
+# reference time / measured time, CPU = measured CPU / reference CPU (the
+# same events, so also the ratio of CPU per event).
+RATIOS = [
+    ("recv", "obd"),        # outboxd vs its decode limit, wal2json
+    ("precv", "pobd"),      # the same with pgoutput
+    ("recv", "pobd"),       # outboxd-pgoutput vs the wal2json decode limit
+    ("obd", "pobd"),        # the two decoders in outboxd
+    ("recv", "precv"),      # the two decoders' own limits
+]
+
+
+def tool_label(key):
+    return {k: label for k, label, _, _ in TOOLS}[key]
+
+
+def ratio_series(res, key, a="recv", b="obd", inverse=False):
+    """Per-round b/a ratios of key (a/b if inverse; a and b are tool keys,
+    by default pg_recvlogical and outboxd with wal2json): both ran in the
+    same round, so pairing them cancels slow drifts of the machine's
+    load."""
     out = []
-    for a, b in zip(res["recv"], res["obd"]):
-        if a[key] and b[key]:
-            out.append(a[key] / b[key] if inverse else b[key] / a[key])
+    for x, y in zip(res[a], res[b]):
+        if x[key] and y[key]:
+            out.append(x[key] / y[key] if inverse else y[key] / x[key])
     return out
 
 
@@ -1168,23 +1244,27 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
     L.append("Backlog: transactions of %d rows into public.outbox "
              "(sql/outbox.sql), payload ~%s bytes of JSON, headers object "
              "~%s bytes, %d topics × %d partitions on the mock broker (3 "
-             "brokers). Drains alternate pg_recvlogical / outboxd, each on "
-             "its own slot created before the fill; throughput ratio = "
-             "recvlogical time / outboxd time, CPU ratio = outboxd CPU / "
-             "recvlogical CPU, each the median of the per-round ratios."
+             "brokers). Each round runs the drains in turn (pg_recvlogical "
+             "and outboxd with wal2json%s), each on its own slot "
+             "created before the fill (the pgoutput ones after publication "
+             "%s, FOR TABLE public.outbox, publish insert, "
+             "publish_via_partition_root); throughput ratio = reference "
+             "time / measured time, CPU ratio = measured CPU / reference "
+             "CPU, each the median of the per-round ratios."
              % (TXN_ROWS, info.get("payload_len", "?"),
-                info.get("headers_len", "?"), len(AGG_TYPES), PARTITIONS))
+                info.get("headers_len", "?"), len(AGG_TYPES), PARTITIONS,
+                "; no pgoutput pair: --skip-pgoutput" if args.skip_pgoutput
+                else ", then the same two with pgoutput", PUBLICATION))
     L.append("")
     if table:
         L += mode_table("table", table)
     if msg:
         L += mode_table("message (pg_logical_emit_message)", msg)
-        L.append("Message mode vs table mode, events/s: pg_recvlogical "
-                 "×%s, outboxd ×%s." % (
-                     fmt(med([x["eps"] for x in msg["recv"]])
-                         / med([x["eps"] for x in table["recv"]])),
-                     fmt(med([x["eps"] for x in msg["obd"]])
-                         / med([x["eps"] for x in table["obd"]]))))
+        L.append("Message mode vs table mode, events/s: " + ", ".join(
+            "%s ×%s" % (label, fmt(med([x["eps"] for x in msg[key]])
+                                   / med([x["eps"] for x in table[key]])))
+            for key, label, _, _ in TOOLS
+            if msg.get(key) and table.get(key)) + ".")
         L.append("")
     if lat:
         ms = 1000.0
@@ -1257,6 +1337,23 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
             "×%s" % fmt(tr), tr is not None and tr >= 0.95)
         row("(message mode) outboxd CPU ≤ 1.5× pg_recvlogical CPU",
             "×%s" % fmt(cr), cr is not None and cr <= 1.5)
+    for res, mname in ((table, "table mode"), (msg, "message mode")):
+        if not (res and res.get("pobd")):
+            continue
+        tr = med(ratio_series(res, "wall", "recv", "pobd", inverse=True))
+        row("outboxd-pgoutput throughput ≥ 1.3× pg_recvlogical-wal2json "
+            "(%s)" % mname, "×%s" % fmt(tr), tr is not None and tr >= 1.3)
+        cr = med(ratio_series(res, "cpu", "obd", "pobd"))
+        row("outboxd-pgoutput CPU per event ≤ outboxd-wal2json's (%s)"
+            % mname, "×%s" % fmt(cr), cr is not None and cr <= 1.0)
+        rss = max(x["rss_mb"] or 0 for x in res["pobd"])
+        row("outboxd-pgoutput peak RSS < 32 MB on a %d-event backlog (%s)"
+            % (res["n"], mname), "%.1f MB" % rss, rss < 32)
+        tr = med(ratio_series(res, "wall", "precv", "pobd", inverse=True))
+        cr = med(ratio_series(res, "cpu", "precv", "pobd"))
+        row("outboxd-pgoutput vs pg_recvlogical-pgoutput, its own decode "
+            "limit (%s; reported, no target)" % mname,
+            "throughput ×%s, CPU ×%s" % (fmt(tr), fmt(cr)), None)
     if lat:
         p99 = lat["A"]["p99"]
         row("latency p99 ≤ 20 ms at %d events/s (commit → ack)" % lat["rate"],
@@ -1434,6 +1531,8 @@ def main():
     ap.add_argument("--rate", type=int, default=5000)
     ap.add_argument("--latency-seconds", type=float, default=20.0)
     ap.add_argument("--skip-messages", action="store_true")
+    ap.add_argument("--skip-pgoutput", action="store_true")
+    ap.add_argument("--skip-backlog", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--first-starts", type=int, default=3)
     ap.add_argument("--first-topics", type=int, default=5)

@@ -7,8 +7,9 @@
 # PostgreSQL 15 (wal2json) and the mock Kafka broker, fills a backlog of
 # outbox rows with the daemon stopped, and drains it with pg_recvlogical
 # (same wal2json options, to /dev/null: the reference) and with outboxd (to
-# the broker), alternating, R rounds each, and in table mode publishes the
-# same rows once more per round as the backlog of a slot outboxd creates
+# the broker), then the same two with pgoutput (publication outboxd, made
+# before the slots), alternating, R rounds each, and in table mode publishes
+# the same rows once more per round as the backlog of a slot outboxd creates
 # (read with SQL instead of decoded). Then the same for events written
 # as pg_logical_emit_message, then end-to-end latency at a steady rate
 # (window A: outboxd alone; window B: with a Kafka consumer reading), then
@@ -26,6 +27,10 @@
 #   --rate E              steady rate of the latency run, events/s (5000)
 #   --latency-seconds S   length of the latency window (20)
 #   --skip-messages       no message-mode drains
+#   --skip-pgoutput       no pgoutput drains (pg_recvlogical and outboxd
+#                         with postgres.plugin = pgoutput)
+#   --skip-backlog        no table-mode backlog rounds (the same rows read
+#                         with SQL by a slot outboxd creates)
 #   --skip-latency        no steady-rate latency run (the sporadic phase's
 #                         targets are then n/a)
 #   --first-starts N      sporadic phase: fresh starts of outboxd (3)
@@ -48,7 +53,9 @@
 #
 # Needs what tests/run.sh needs (deploy/deps.sh installs it); --profile also
 # needs linux-perf. A default run takes about 3 minutes on 2 cores (the
-# sporadic phase about 30 s of it).
+# sporadic phase about 30 s of it), plus about 30 s for the pgoutput drains
+# (their drains and slots at 200,000 events, measured without the phases
+# after the drains).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

@@ -5,7 +5,7 @@ stream takes over, with none missed and none twice.
 
 Every test uses an outbox table of its own (public.<test_id>_outbox, the
 shared table's columns plus a poller's processed_on_utc) and its own
-aggregate types, so its own topics."""
+aggregate types, so its own topics. Each test runs with both decoders."""
 
 import collections
 import json
@@ -13,6 +13,8 @@ import threading
 import time
 
 from harness import header, wait_until
+
+DECODERS = ("wal2json", "pgoutput")
 
 
 def make_table(pg, test_id):

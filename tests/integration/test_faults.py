@@ -9,7 +9,7 @@ Every scenario counts each published `id` header: nothing may be missing,
 and nothing may be duplicated except where README "Delivery guarantees" says at-least-once
 (process crashes, a recreated producer). Tests that restart or reconfigure
 Postgres use a cluster of their own so the session cluster stays
-undisturbed."""
+undisturbed. Each test runs with both decoders (wal2json and pgoutput)."""
 
 import collections
 import json
@@ -28,6 +28,8 @@ import pytest
 import harness
 from conftest import OUTBOX_SQL
 from harness import header, int_to_lsn, lsn_to_int, wait_until
+
+DECODERS = ("wal2json", "pgoutput")
 
 PARTITIONS = 4
 RECREATED = "recreating the kafka producer"

@@ -1,6 +1,8 @@
 """Integration tests of outboxd's core behaviour against real parts: a
 PostgreSQL 15 cluster with wal2json and librdkafka's mock Kafka cluster in
 a process of its own (README, "The Kafka record" and "Delivery guarantees").
+Each test runs with both decoders (wal2json and pgoutput), which must give
+the same records.
 
 Every test uses aggregate types of its own (so topics of its own,
 outbox.event.<type>) and a slot of its own, on the shared session cluster
@@ -19,6 +21,7 @@ from harness import header, lsn_to_int, murmur2_partition, wait_until
 
 MB = 1024 * 1024
 PARTITIONS = 4
+DECODERS = ("wal2json", "pgoutput")
 
 
 # ---------------------------------------------------------------------------
