@@ -15,12 +15,12 @@
 
 /* The message of a failed result, without libpq's trailing newline. */
 static void
-result_error(const PGresult *res, const char *what, char *err, size_t errlen)
+result_error(const PGresult *res, char *err, size_t errlen)
 {
 	const char *msg = PQresultErrorMessage(res);
 	size_t len;
 
-	snprintf(err, errlen, "%s: %s", what, msg != NULL && msg[0] != '\0' ? msg : "no answer");
+	snprintf(err, errlen, "%s", msg != NULL && msg[0] != '\0' ? msg : "no answer");
 	len = strlen(err);
 	while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
 		err[--len] = '\0';
@@ -35,9 +35,9 @@ read_position(ob_pgrepl *p, ob_lsn *lsn, char *err, size_t errlen)
 	    PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 1;
 
 	if (!ok)
-		result_error(res, "could not read the WAL insert position", err, errlen);
+		result_error(res, err, errlen);
 	else if (!(ok = ob_lsn_parse(PQgetvalue(res, 0, 0), lsn)))
-		snprintf(err, errlen, "could not parse the WAL insert position \"%s\"",
+		snprintf(err, errlen, "unexpected WAL insert position \"%s\"",
 			 PQgetvalue(res, 0, 0));
 	PQclear(res);
 	return ok;
@@ -61,7 +61,7 @@ read_leaves(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQnfields(res) == 4;
 
 	if (!ok)
-		result_error(res, "could not read the partitions", err, errlen);
+		result_error(res, err, errlen);
 	ob_leafset_add(set, cfg->outbox.schema, cfg->outbox.table_name);
 	for (int i = 0; ok && i < PQntuples(res); i++) {
 		bool leaf = strcmp(PQgetvalue(res, i, 2), "t") == 0;
@@ -123,7 +123,7 @@ ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen)
 {
 	if (w->conn == NULL) {
 		if (ob_pgrepl_connect_plain(w->cfg, &w->conn) != OB_PG_OK) {
-			snprintf(err, errlen, "could not connect (see above)");
+			snprintf(err, errlen, "no connection (see above)");
 			return false;
 		}
 		ob_pgrepl_set_tick(w->conn, w->tick, w->tick_ctx);

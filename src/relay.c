@@ -1054,7 +1054,9 @@ read_tables(relay *r)
 	else
 		ok = ob_partitions_read(r->pg, r->cfg, &r->latest, err, sizeof(err));
 	if (!ok) {
-		ob_error("%s of %s.%s", err, r->cfg->outbox.schema, r->cfg->outbox.table_name);
+		ob_error("could not read the %s of %s.%s: %s",
+			 r->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? "publication" : "partitions",
+			 r->cfg->outbox.schema, r->cfg->outbox.table_name, err);
 		ob_partwatch_close(&r->watch);
 		return OB_PG_RETRY;
 	}

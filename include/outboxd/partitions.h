@@ -31,7 +31,8 @@
 /* Read the set of the outbox table on p into set (emptied first): the
  * table itself, so that the set is never empty, and its leaf partitions
  * when it is partitioned; whether it is; and the verified position. False
- * on failure, with the reason in err (the caller logs it). */
+ * on failure, with the reason (the server's message) in err: the caller
+ * logs it. */
 bool ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err,
 			size_t errlen) OB_MUST_CHECK;
 
