@@ -74,29 +74,56 @@ field_true(const PGresult *res, int col)
 	return !PQgetisnull(res, 0, col) && strcmp(PQgetvalue(res, 0, col), "t") == 0;
 }
 
-/* Read pub_state; false (logged) when the query failed. */
-static bool
-read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
+/* The condition that the publication sends every column of the outbox
+ * table (a column list, if any, names them all: without one the published
+ * columns follow the table's) and every row (no row filter). Row filters
+ * and column lists came with PostgreSQL 15. */
+static const char *
+whole_table(ob_pgrepl *pg)
+{
+	return ob_pgrepl_server_version(pg) >= 150000
+		   ? "(t.rowfilter IS NULL AND cardinality(t.attnames) = (SELECT count(*) FROM "
+		     "pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT "
+		     "a.attisdropped))"
+		   : "true";
+}
+
+/* SELECT the expressions columns (which it frees) over the outbox table
+ * c (in namespace n), the publication p and the publication's row t for
+ * the table (p and t NULL when missing). No row when the table is
+ * missing. The caller clears the result. */
+static PGresult *
+query_publication(ob_pgrepl *pg, const ob_config *cfg, char *columns)
 {
 	char *pub = ob_pgrepl_quote_literal(pg, cfg->pg.publication);
 	char *schema = ob_pgrepl_quote_literal(pg, cfg->outbox.schema);
 	char *table = ob_pgrepl_quote_literal(pg, cfg->outbox.table_name);
-	/* Row filters and column lists came with PostgreSQL 15. */
-	const char *whole = ob_pgrepl_server_version(pg) >= 150000
-				? "t.rowfilter IS NULL AND cardinality(t.attnames) = (SELECT "
-				  "count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND "
-				  "a.attnum > 0 AND NOT a.attisdropped)"
-				: "true";
 	char *sql = ob_xasprintf(
-	    "SELECT p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s, "
-	    "pg_has_role(c.relowner, 'USAGE') AND has_database_privilege(current_database(), "
-	    "'CREATE'), c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = "
-	    "c.relnamespace "
+	    "SELECT %s FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
 	    "LEFT JOIN pg_publication p ON p.pubname = %s "
 	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
 	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
-	    whole, pub, schema, table);
+	    columns, pub, schema, table);
 	PGresult *res = ob_pgrepl_exec(pg, sql);
+
+	free(sql);
+	free(columns);
+	free(table);
+	free(schema);
+	free(pub);
+	return res;
+}
+
+/* Read pub_state; false (logged) when the query failed. */
+static bool
+read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
+{
+	PGresult *res = query_publication(
+	    pg, cfg,
+	    ob_xasprintf("p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, "
+			 "%s, pg_has_role(c.relowner, 'USAGE') AND "
+			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p'",
+			 whole_table(pg)));
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
 
 	memset(st, 0, sizeof(*st));
@@ -114,10 +141,6 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 		st->partitioned = field_true(res, 6);
 	}
 	PQclear(res);
-	free(sql);
-	free(table);
-	free(schema);
-	free(pub);
 	return ok;
 }
 
@@ -125,26 +148,11 @@ bool
 ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t stamp_len, char *err,
 		     size_t errlen)
 {
-	char *pub = ob_pgrepl_quote_literal(pg, cfg->pg.publication);
-	char *schema = ob_pgrepl_quote_literal(pg, cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(pg, cfg->outbox.table_name);
-	/* Row filters and column lists came with PostgreSQL 15; a column
-	 * list counts only when it leaves a column out (without one, the
-	 * published columns follow the table's). */
-	const char *filters =
-	    ob_pgrepl_server_version(pg) >= 150000
-		? ", t.rowfilter, cardinality(t.attnames) = (SELECT count(*) FROM pg_attribute a "
-		  "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)"
-		: "";
-	char *sql =
-	    ob_xasprintf("SELECT concat_ws('/', p.pubinsert, p.pubviaroot, t.pubname IS NOT "
-			 "NULL%s) FROM pg_publication p JOIN pg_namespace n ON n.nspname = "
-			 "%s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = %s "
-			 "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND "
-			 "t.schemaname = n.nspname AND t.tablename = c.relname WHERE "
-			 "p.pubname = %s",
-			 filters, schema, table, pub);
-	PGresult *res = ob_pgrepl_exec(pg, sql);
+	PGresult *res = query_publication(
+	    pg, cfg,
+	    ob_xasprintf("CASE WHEN p.oid IS NULL THEN 'missing' ELSE concat_ws('/', "
+			 "p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s) END",
+			 whole_table(pg)));
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 
 	if (!ok)
@@ -152,12 +160,8 @@ ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t st
 			 PQresultErrorMessage(res));
 	else
 		snprintf(stamp, stamp_len, "%s",
-			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "missing");
+			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "no outbox table");
 	PQclear(res);
-	free(sql);
-	free(table);
-	free(schema);
-	free(pub);
 	return ok;
 }
 

@@ -40,13 +40,21 @@ def pgoutput(overrides=None):
     return cfg
 
 
-def insert(pg, table, atype, n, key_count=5, created="now()", first=0):
-    pg.sql("INSERT INTO public.%s (aggregate_type, aggregate_id, event_type, "
+def insert(pg, table, atype, n, key_count=5, created="now()", first=0,
+           cur=None):
+    """Rows n = first .. first + n - 1 (payload {"n": n, ...}, key
+    k<n % key_count>) in one statement: on cur in its transaction, or in a
+    transaction of their own."""
+    sql = ("INSERT INTO public.%s (aggregate_type, aggregate_id, event_type, "
            "payload, headers, created_at) SELECT %%s, 'k' || (g %%%% %d), "
            "'e', jsonb_build_object('n', g, 's', 'é \"q\" \\\\ ✓'), "
            "jsonb_build_object('h', g), %s "
-           "FROM generate_series(%%s, %%s) g" % (table, key_count, created),
-           (atype, first, first + n - 1))
+           "FROM generate_series(%%s, %%s) g" % (table, key_count, created))
+    args = (atype, first, first + n - 1)
+    if cur is not None:
+        cur.execute(sql, args)
+    else:
+        pg.sql(sql, args)
 
 
 def ids_of(pg, table, atype):

@@ -18,13 +18,8 @@ import pytest
 import harness
 from conftest import OUTBOX_SQL
 from harness import header, wait_until
-
-
-def pgoutput(overrides=None):
-    cfg = {"postgres": {"plugin": "pgoutput"}}
-    for section, items in (overrides or {}).items():
-        cfg.setdefault(section, {}).update(items)
-    return cfg
+from test_pgoutput import (assert_all_delivered, assert_key_order, ids_of,
+                           insert, pgoutput)
 
 
 def own_table(pg, test_id, suffix="ob"):
@@ -33,43 +28,6 @@ def own_table(pg, test_id, suffix="ob"):
     t = "%s_%s" % (test_id, suffix)
     pg.sql("CREATE TABLE public.%s (LIKE public.outbox INCLUDING ALL)" % t)
     return t
-
-
-def insert(pg, table, atype, n, key_count=5, first=0, cur=None):
-    sql = ("INSERT INTO public.%s (aggregate_type, aggregate_id, event_type, "
-           "payload, headers) SELECT %%s, 'k' || (g %%%% %d), 'e', "
-           "jsonb_build_object('n', g), jsonb_build_object('h', g) "
-           "FROM generate_series(%%s, %%s) g" % (table, key_count))
-    args = (atype, first, first + n - 1)
-    if cur is not None:
-        cur.execute(sql, args)
-    else:
-        pg.sql(sql, args)
-
-
-def ids_of(pg, table, atype):
-    return {r[0] for r in pg.sql(
-        "SELECT id::text FROM public.%s WHERE aggregate_type = %%s" % table,
-        (atype,))}
-
-
-def assert_all_delivered(records, ids, exactly_once=True):
-    seen = [header(r, "id").decode() for r in records]
-    missing = ids - set(seen)
-    assert not missing, "%d of %d events never published" % (len(missing),
-                                                            len(ids))
-    if exactly_once:
-        dups = len(seen) - len(set(seen))
-        assert dups == 0, "%d duplicates" % dups
-
-
-def assert_key_order(records):
-    by_key = {}
-    for r in sorted(records, key=lambda r: (r["partition"], r["offset"])):
-        n = json.loads(r["value"])["n"]
-        prev = by_key.get(r["key"], -1)
-        assert n > prev, "key %s: %d after %d" % (r["key"], n, prev)
-        by_key[r["key"]] = n
 
 
 def txn_conn(pg, **kw):
@@ -143,7 +101,7 @@ def test_alter_table_while_streaming(pg, broker, consumer, outboxd_factory,
         "ALTER TABLE public.{t} ADD COLUMN g int GENERATED ALWAYS AS "
         "(length(event_type)) STORED",
     ]
-    with Writer(pg, table, atype) as w:
+    with Writer(pg, table, atype):
         for stmt in ddl:
             time.sleep(0.3)
             pg.sql(stmt.format(t=table))
@@ -226,7 +184,7 @@ def test_other_tables_truncate_and_messages_interleaved(
     d.wait_log("streaming from slot", 20)
     pub = "pub_" + test_id
     msg_ids = []
-    with Writer(pg, table, atype) as w:
+    with Writer(pg, table, atype):
         time.sleep(0.3)
         pg.sql("ALTER PUBLICATION %s ADD TABLE public.%s" % (pub, other))
         pg.sql("ALTER PUBLICATION %s SET (publish = 'insert, update, delete, "
