@@ -110,6 +110,12 @@ ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn tick,
 	w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
 }
 
+bool
+ob_partwatch_failing(const ob_partwatch *w)
+{
+	return w->failing;
+}
+
 void
 ob_partwatch_close(ob_partwatch *w)
 {
@@ -134,6 +140,7 @@ ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen)
 bool
 ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 {
+	const char *what = w->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? "publication" : "partitions";
 	int64_t now = ob_mono_ms();
 	char err[512];
 
@@ -141,7 +148,7 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 		return false;
 	if (ob_partwatch_read(w, set, err, sizeof(err))) {
 		if (w->failing)
-			ob_info("read the partitions of %s.%s again", w->cfg->outbox.schema,
+			ob_info("read the %s of %s.%s again", what, w->cfg->outbox.schema,
 				w->cfg->outbox.table_name);
 		w->failing = false;
 		w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
@@ -149,9 +156,9 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 		return true;
 	}
 	if (!w->failing)
-		ob_warn("could not read the partitions of %s.%s: %s; the slot is not confirmed "
-			"further until they are read (retrying with backoff)",
-			w->cfg->outbox.schema, w->cfg->outbox.table_name, err);
+		ob_warn("could not read the %s of %s.%s: %s; the slot is not confirmed further "
+			"until they are read, and the stream ends until then",
+			what, w->cfg->outbox.schema, w->cfg->outbox.table_name, err);
 	w->failing = true;
 	ob_pgrepl_close(w->conn, false);
 	w->conn = NULL;

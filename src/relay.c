@@ -841,13 +841,22 @@ log_publication_changed(relay *r)
 /* Read the stream's tables again when due (watched()): while they are
  * unchanged, the ceiling moves up to their verified position; a leaf the
  * stream does not read ends the stream (false, *out set), and the next
- * stream reads it; a changed publication halts. A failed read leaves the
- * ceiling where it is. */
+ * stream reads it; a changed publication halts. A failed read ends the
+ * stream (back off, then reconnect): nothing past the ceiling could be
+ * confirmed meanwhile, and a server shutting down, which refuses the
+ * read's connection, waits for its walsenders to be confirmed up to the
+ * end of the WAL before it stops. */
 static bool
 watch_tables(relay *r, outcome *out)
 {
-	if (!watched(r) || !ob_partwatch_poll(&r->watch, &r->latest))
+	if (!watched(r))
 		return true;
+	if (!ob_partwatch_poll(&r->watch, &r->latest)) {
+		if (!ob_partwatch_failing(&r->watch))
+			return true;
+		*out = OUTCOME_RETRY;
+		return false;
+	}
 	if (strcmp(r->latest.stamp, r->tables.stamp) != 0) {
 		log_publication_changed(r);
 		*out = OUTCOME_HALT;
@@ -1402,6 +1411,8 @@ run_connection(relay *r)
 			out = OUTCOME_LOST;
 		disconnect(r, out == OUTCOME_REFILTER);
 	}
+	if (out == OUTCOME_RETRY)
+		disconnect(r, false); /* the stream's tables could not be read */
 	if (out == OUTCOME_LOST || out == OUTCOME_REPRODUCE) {
 		keep_error(r);
 		disconnect(r, false);

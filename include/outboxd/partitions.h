@@ -59,6 +59,8 @@ bool ob_partwatch_poll(ob_partwatch *w, ob_leafset *set) OB_MUST_CHECK;
 /* Read the set into *set now, on the watch's connection (opened when
  * there is none). False, with err, on failure. */
 bool ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen) OB_MUST_CHECK;
+/* Whether the latest read failed. */
+bool ob_partwatch_failing(const ob_partwatch *w);
 /* Close the connection: the stream ended. The next read is due at once. */
 void ob_partwatch_close(ob_partwatch *w);
 

@@ -154,8 +154,10 @@ def test_unknown_server_error_on_a_batch_is_transient(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """UNKNOWN_SERVER_ERROR on one ProduceRequest of a burst is the
     cluster's fault, not a record's: the producer is recreated and the slot
-    read again; every event arrives, per key first in commit order, and
-    nothing is dead-lettered."""
+    read again; every event arrives and nothing is dead-lettered. (Per-key
+    first-delivery order is not asserted: a whole batch failed is the known
+    exception of README "Delivery guarantees", where records queued behind
+    it may be written before it is published again; seen in a CI run.)"""
     feed = Feed(pg, "unkerr_%s" % test_id, keys=5)
     topic = make_topic(broker, feed.agg)
     overrides, port = with_http()
@@ -171,7 +173,6 @@ def test_unknown_server_error_on_a_batch_is_transient(
     end = pg.wal_lsn()
     records = collect_all(consumer, topic, feed.ids)
     check_delivery(records, feed.ids, exactly_once=False)
-    check_first_deliveries_in_commit_order(records, feed)
     wait_confirmed(pg, slot_name, end, timeout=30)
     assert "delivery failed" in d.log_text(), d.log_tail()
     assert RECREATED in d.log_text(), d.log_tail()
