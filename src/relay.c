@@ -1119,6 +1119,7 @@ connect_stream(relay *r)
 		keep_error(r);
 		ob_pgrepl_close(r->pg, false);
 		r->pg = NULL;
+		ob_partwatch_close(&r->watch); /* opened by read_tables() with pgoutput */
 		return st;
 	}
 	r->streamed = true;
@@ -1515,6 +1516,7 @@ relay_free(relay *r)
 	ob_replay_free(&r->replay);
 	ob_pgo_relcache_free(&r->relcache);
 	ob_acktrack_free(&r->ack);
+	ob_partwatch_close(&r->watch);
 	ob_leafset_free(&r->tables);
 	ob_leafset_free(&r->latest);
 }
