@@ -59,7 +59,7 @@ grow(ob_acktrack *t)
 }
 
 uint64_t
-ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_us)
+ob_acktrack_begin(ob_acktrack *t, ob_pos unit, int64_t commit_us)
 {
 	ob_acktrack_txn *e;
 	uint64_t seq;
@@ -70,8 +70,7 @@ ob_acktrack_begin(ob_acktrack *t, ob_lsn end_lsn, int64_t commit_us)
 	seq = t->tail_seq++;
 	e = entry(t, seq);
 	memset(e, 0, sizeof(*e));
-	e->end_lsn = end_lsn;
-	e->txn_lsn = end_lsn;
+	e->unit = unit;
 	e->commit_us = commit_us;
 	t->open = true;
 	return seq;
@@ -112,7 +111,7 @@ ob_acktrack_empty(ob_acktrack *t, ob_lsn end_lsn)
 			tail->end_lsn = end_lsn;
 		return;
 	}
-	(void)ob_acktrack_begin(t, end_lsn, 0);
+	(void)ob_acktrack_begin(t, 0, 0);
 	ob_acktrack_commit(t, t->tail_seq - 1, end_lsn);
 }
 
@@ -161,11 +160,11 @@ ob_acktrack_rewind(ob_acktrack *t, ob_lsn lsn)
 }
 
 bool
-ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_us)
+ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_pos *unit, int64_t *commit_us)
 {
 	if (seq < t->head_seq || seq >= t->tail_seq)
 		return false;
-	*end_lsn = entry(t, seq)->txn_lsn;
+	*unit = entry(t, seq)->unit;
 	*commit_us = entry(t, seq)->commit_us;
 	return true;
 }

@@ -44,6 +44,7 @@
 #include "outboxd/partitions.h"
 #include "outboxd/pgoutput.h"
 #include "outboxd/pgrepl.h"
+#include "outboxd/position.h"
 #include "outboxd/producer.h"
 #include "outboxd/replay.h"
 #include "outboxd/signals.h"
@@ -256,12 +257,12 @@ on_delivery(void *ctx, const ob_delivery *d)
 	relay *r = ctx;
 	uint64_t seq, index;
 	record_kind kind;
-	ob_lsn end_lsn = 0;
+	ob_pos unit = 0;
 	int64_t commit_us = 0;
 	ob_event_pos pos;
 
 	split_tag(r, d->tag, &seq, &index, &kind);
-	if (!ob_acktrack_txn_info(&r->ack, seq, &end_lsn, &commit_us))
+	if (!ob_acktrack_txn_info(&r->ack, seq, &unit, &commit_us))
 		return; /* a report from a producer we dropped */
 	switch (d->status) {
 	case OB_DELIVERED: {
@@ -280,9 +281,9 @@ on_delivery(void *ctx, const ob_delivery *d)
 	case OB_DELIVERY_SUSPECT:
 		break;
 	}
-	pos = (ob_event_pos){end_lsn, index};
+	pos = (ob_event_pos){unit, index};
 	if (r->isolating && ob_event_pos_cmp(pos, r->isolated) == 0) {
-		refused_alone(r, d, seq, index, kind, end_lsn);
+		refused_alone(r, d, seq, index, kind, ob_pos_lsn(unit));
 		return;
 	}
 	/* Refused with its batch, which may hold the culprit: read the slot
@@ -447,8 +448,8 @@ publish_refused(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, reco
 	snprintf(error, sizeof(error), "producer refused the record for %.*s: %s",
 		 (int)view.topic_len, view.topic, why);
 	ob_event_build_dlq(&r->dlq_ev, r->cfg->outbox.dlq_topic,
-			   too_large ? "too-large" : "refused", error, r->replay.txn_end, &view,
-			   too_large);
+			   too_large ? "too-large" : "refused", error, ob_pos_lsn(r->replay.unit),
+			   &view, too_large);
 	ob_warn("dead-lettering record: %s", error);
 	return publish(r, &r->dlq_ev, seq, index, KIND_DLQ, out);
 }
@@ -510,10 +511,10 @@ publish_alone(relay *r, const ob_event *ev, uint64_t seq, ob_event_pos pos, reco
 {
 	bool ok;
 
-	log_at(OB_LOG_INFO, pos.txn_end, ob_event_ptr(ev, ev->topic), ev->topic.len,
+	log_at(OB_LOG_INFO, ob_pos_lsn(pos.unit), ob_event_ptr(ev, ev->topic), ev->topic.len,
 	       "retrying event %llu of transaction " OB_LSN_FMT
 	       " alone: the broker refused the batch it was in",
-	       (unsigned long long)pos.index, OB_LSN_ARGS(pos.txn_end));
+	       (unsigned long long)pos.index, OB_LSN_ARGS(ob_pos_lsn(pos.unit)));
 	if (!settle(r, out))
 		return false;
 	r->isolating = true;
@@ -530,19 +531,20 @@ publish_alone(relay *r, const ob_event *ev, uint64_t seq, ob_event_pos pos, reco
 	return ok;
 }
 
-/* Start reading a transaction. It gets an ack tracker entry with its first
- * event only: the many transactions wal2json sends as bare B/C pairs
- * (their changes were all filtered out) cost no memory while events are
- * in flight. */
+/* Start reading a unit (a transaction, a standalone message or the
+ * backlog) at position unit (position.h). It gets an ack tracker entry
+ * with its first event only: the many transactions wal2json sends as bare
+ * B/C pairs (their changes were all filtered out) cost no memory while
+ * events are in flight. */
 static void
-begin_txn(relay *r, ob_lsn end_lsn, int64_t commit_us)
+begin_txn(relay *r, ob_pos unit, int64_t commit_us)
 {
 	r->txn_commit_us = commit_us;
 	r->txn_tracked = false;
-	if (!ob_replay_begin(&r->replay, end_lsn))
-		log_at(OB_LOG_DEBUG, end_lsn, NULL, 0,
+	if (!ob_replay_begin(&r->replay, unit))
+		log_at(OB_LOG_DEBUG, ob_pos_lsn(unit), NULL, 0,
 		       "skipping transaction " OB_LSN_FMT ": already handed to the producer",
-		       OB_LSN_ARGS(end_lsn));
+		       OB_LSN_ARGS(ob_pos_lsn(unit)));
 }
 
 /* The open transaction's ack tracker entry, opened on first use. */
@@ -550,14 +552,14 @@ static uint64_t
 txn_seq(relay *r)
 {
 	if (!r->txn_tracked) {
-		r->txn_seq = ob_acktrack_begin(&r->ack, r->replay.txn_end, r->txn_commit_us);
+		r->txn_seq = ob_acktrack_begin(&r->ack, r->replay.unit, r->txn_commit_us);
 		r->txn_tracked = true;
 	}
 	return r->txn_seq;
 }
 
-/* The open transaction committed; end_lsn is where its commit record
- * ends, the position that confirms it. */
+/* The open unit committed; end_lsn is the position that confirms it
+ * (position.h). */
 static void
 commit_txn(relay *r, ob_lsn end_lsn)
 {
@@ -640,17 +642,18 @@ handle_unparsable(relay *r, const ob_pgrepl_msg *msg, const char *err, outcome *
 	return handle_event(r, OB_MAP_DLQ, msg->data_start, out);
 }
 
-/* A Begin: a transaction named by txn_lsn (replay.h) starts. */
+/* A Begin: the transaction whose commit record starts at commit_start
+ * starts. */
 static bool
-handle_begin(relay *r, ob_lsn txn_lsn, int64_t commit_us, outcome *out)
+handle_begin(relay *r, ob_lsn commit_start, int64_t commit_us, outcome *out)
 {
 	if (r->replay.in_txn) {
 		ob_error("transaction " OB_LSN_FMT " began before " OB_LSN_FMT " ended",
-			 OB_LSN_ARGS(txn_lsn), OB_LSN_ARGS(r->replay.txn_end));
+			 OB_LSN_ARGS(commit_start), OB_LSN_ARGS(ob_pos_lsn(r->replay.unit)));
 		*out = OUTCOME_LOST;
 		return false;
 	}
-	begin_txn(r, txn_lsn, commit_us);
+	begin_txn(r, ob_pos_txn(commit_start), commit_us);
 	return true;
 }
 
@@ -666,14 +669,14 @@ handle_message(relay *r, const ob_logical_message *lm, outcome *out)
 		    r,
 		    ob_mapper_map_logical_message(&r->mapper, lm, r->txn_commit_us / 1000, &r->ev),
 		    lm->lsn, out);
-	/* A non-transactional message stands alone. Its end is unknown; one
-	 * past its start keeps it from being sent again once confirmed. */
+	/* A non-transactional message stands alone, placed and confirmed by
+	 * where its record ends (position.h). */
 	now_us = ob_now_us();
-	begin_txn(r, lm->lsn + 1, now_us);
+	begin_txn(r, ob_pos_message(lm->lsn), now_us);
 	ok = handle_event(r, ob_mapper_map_logical_message(&r->mapper, lm, now_us / 1000, &r->ev),
 			  lm->lsn, out);
 	if (ok)
-		commit_txn(r, lm->lsn + 1);
+		commit_txn(r, ob_pos_message_confirms(lm->lsn));
 	return ok;
 }
 
@@ -701,7 +704,7 @@ handle_wal2json(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 		return handle_unparsable(r, msg, err, out);
 	switch (r->rec.action) {
 	case OB_W2J_BEGIN:
-		return handle_begin(r, r->rec.nextlsn,
+		return handle_begin(r, r->rec.lsn,
 				    r->rec.has_timestamp ? r->rec.timestamp_us : ob_now_us(), out);
 	case OB_W2J_COMMIT:
 		if (r->replay.in_txn)
@@ -768,11 +771,9 @@ handle_pgoutput(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 		return handle_unparsable(r, msg, err, out);
 	switch (m->kind) {
 	case OB_PGO_BEGIN:
-		/* Begin tells where the commit record starts, not where it
-		 * ends: one past the start names the transaction (the LSNs
-		 * confirmed before it are at most its start), and Commit says
-		 * what it confirms. */
-		return handle_begin(r, m->commit_lsn + 1, m->commit_us, out);
+		/* Begin tells where the commit record starts (which places
+		 * the transaction), Commit where it ends (what it confirms). */
+		return handle_begin(r, m->commit_lsn, m->commit_us, out);
 	case OB_PGO_COMMIT:
 		if (r->replay.in_txn)
 			commit_txn(r, m->end_lsn);
@@ -1198,7 +1199,7 @@ publish_rows(relay *r, ob_backlog *b, ob_lsn consistent, outcome *out)
 	ob_metrics_set_ready(OB_READY_BACKLOG);
 	ob_notify_status("publishing the backlog");
 	r->backlog_running = true;
-	begin_txn(r, consistent, now_us);
+	begin_txn(r, ob_pos_backlog(consistent), now_us);
 	while ((st = ob_backlog_next(b, &row)) == OB_PG_OK && row != NULL) {
 		ob_map_result mr =
 		    ob_mapper_map_text_row(&r->mapper, row, consistent, now_us / 1000, &r->ev);
@@ -1359,7 +1360,8 @@ publish_backlog(relay *r, bool *created, outcome *out)
 	}
 	/* Suspects of an earlier attempt are known by its consistent point. */
 	if (r->backlog_end != 0 && r->backlog_end != consistent)
-		ob_replay_rebase(&r->replay, r->backlog_end, consistent);
+		ob_replay_rebase(&r->replay, ob_pos_backlog(r->backlog_end),
+				 ob_pos_backlog(consistent));
 	r->backlog_end = consistent;
 	if ((st = ob_backlog_start(b, snapshot)) != OB_PG_OK) {
 		ok = backlog_failed(b, st, out);

@@ -24,22 +24,22 @@ ob_replay_free(ob_replay *r)
 int
 ob_event_pos_cmp(ob_event_pos a, ob_event_pos b)
 {
-	if (a.txn_end != b.txn_end)
-		return a.txn_end < b.txn_end ? -1 : 1;
+	if (a.unit != b.unit)
+		return a.unit < b.unit ? -1 : 1;
 	if (a.index != b.index)
 		return a.index < b.index ? -1 : 1;
 	return 0;
 }
 
 bool
-ob_replay_begin(ob_replay *r, ob_lsn end_lsn)
+ob_replay_begin(ob_replay *r, ob_pos unit)
 {
 	r->in_txn = true;
-	r->txn_end = end_lsn;
-	r->handed = 0;
+	r->unit = unit;
+	r->done = 0;
 	r->to_skip = 0;
-	r->skip_txn = end_lsn <= r->handed_lsn;
-	if (!r->skip_txn && end_lsn == r->partial_lsn)
+	r->skip_txn = unit <= r->handed;
+	if (!r->skip_txn && unit == r->partial)
 		r->to_skip = r->partial_events;
 	return !r->skip_txn;
 }
@@ -63,12 +63,12 @@ ob_replay_action
 ob_replay_next(ob_replay *r, ob_event_pos *pos)
 {
 	assert(r->in_txn);
-	pos->txn_end = r->txn_end;
-	pos->index = r->handed;
+	pos->unit = r->unit;
+	pos->index = r->done;
 	if (r->skip_txn || r->to_skip > 0) {
 		if (r->to_skip > 0)
 			r->to_skip--;
-		r->handed++;
+		r->done++;
 		return OB_REPLAY_SKIP;
 	}
 	drop_passed(r, *pos);
@@ -81,7 +81,7 @@ void
 ob_replay_handed(ob_replay *r)
 {
 	assert(r->in_txn);
-	r->handed++;
+	r->done++;
 }
 
 void
@@ -90,17 +90,17 @@ ob_replay_commit(ob_replay *r)
 	assert(r->in_txn);
 	r->in_txn = false;
 	if (!r->skip_txn)
-		r->handed_lsn = r->txn_end;
+		r->handed = r->unit;
 }
 
 void
 ob_replay_cut(ob_replay *r)
 {
 	if (r->in_txn && !r->skip_txn) {
-		r->partial_lsn = r->txn_end;
+		r->partial = r->unit;
 		/* What was handed over (or skipped) now, plus what the replay
 		 * had still to skip. */
-		r->partial_events = r->handed + r->to_skip;
+		r->partial_events = r->done + r->to_skip;
 	}
 	r->in_txn = false;
 }
@@ -108,8 +108,8 @@ ob_replay_cut(ob_replay *r)
 void
 ob_replay_reset(ob_replay *r, ob_lsn confirmed)
 {
-	r->handed_lsn = confirmed;
-	r->partial_lsn = 0;
+	r->handed = ob_pos_bound(confirmed);
+	r->partial = 0;
 	r->partial_events = 0;
 	r->in_txn = false;
 }
@@ -117,10 +117,12 @@ ob_replay_reset(ob_replay *r, ob_lsn confirmed)
 void
 ob_replay_rewind(ob_replay *r, ob_lsn lsn)
 {
-	if (r->handed_lsn > lsn)
-		r->handed_lsn = lsn;
-	if (r->partial_lsn > lsn) {
-		r->partial_lsn = 0;
+	ob_pos bound = ob_pos_bound(lsn);
+
+	if (r->handed > bound)
+		r->handed = bound;
+	if (r->partial > bound) {
+		r->partial = 0;
 		r->partial_events = 0;
 	}
 	r->in_txn = false;
@@ -159,14 +161,14 @@ ob_replay_settled(ob_replay *r, ob_event_pos pos)
 }
 
 void
-ob_replay_rebase(ob_replay *r, ob_lsn old_end, ob_lsn new_end)
+ob_replay_rebase(ob_replay *r, ob_pos old, ob_pos new)
 {
 	size_t first = 0, n = 0;
 
-	while (first < r->suspects_len && r->suspects[first].txn_end < old_end)
+	while (first < r->suspects_len && r->suspects[first].unit < old)
 		first++;
-	while (first + n < r->suspects_len && r->suspects[first + n].txn_end == old_end)
-		r->suspects[first + n++].txn_end = new_end;
+	while (first + n < r->suspects_len && r->suspects[first + n].unit == old)
+		r->suspects[first + n++].unit = new;
 	/* Keep position order: the moved run goes after everything else. */
 	if (n > 0 && first + n < r->suspects_len) {
 		ob_event_pos *moved = ob_xmalloc(n * sizeof(*moved));

@@ -249,8 +249,8 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 	switch (rec->action) {
 	case OB_W2J_BEGIN:
 	case OB_W2J_COMMIT:
-		if (rec->nextlsn == 0) {
-			snprintf(err, errlen, "B/C record has no \"nextlsn\"");
+		if (rec->lsn == 0 || rec->nextlsn == 0) {
+			snprintf(err, errlen, "B/C record has no \"lsn\" or \"nextlsn\"");
 			return false;
 		}
 		break;

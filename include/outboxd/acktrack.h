@@ -19,10 +19,11 @@
 
 #include "outboxd/common.h"
 #include "outboxd/lsn.h"
+#include "outboxd/position.h"
 
 typedef struct ob_acktrack_txn {
-	ob_lsn end_lsn;    /* LSN it confirms; 0 for an abandoned transaction */
-	ob_lsn txn_lsn;    /* the LSN it was opened with, which names it in reports */
+	ob_lsn end_lsn;    /* LSN it confirms; 0 while open and when abandoned */
+	ob_pos unit;       /* the position it was opened with (position.h) */
 	int64_t commit_us; /* commit time (µs), for publish latency */
 	uint64_t pending;  /* events handed over and not yet acknowledged */
 	bool committed;    /* all its events were handed over */
@@ -48,16 +49,15 @@ void ob_acktrack_free(ob_acktrack *t);
  * producer was being destroyed count). */
 void ob_acktrack_reset(ob_acktrack *t);
 
-/* Open a transaction named by txn_lsn (the position replay.h names it by:
- * its commit end LSN, which wal2json's B record knows, or, with pgoutput,
- * one past where its commit record starts) and committed at commit_us (µs
- * since the epoch); returns its sequence number. Only one is open. Until
- * its commit it confirms txn_lsn. */
-uint64_t ob_acktrack_begin(ob_acktrack *t, ob_lsn txn_lsn, int64_t commit_us);
+/* Open a unit (a transaction, a standalone message or the backlog) at
+ * position unit (position.h) committed at commit_us (µs since the epoch);
+ * returns its sequence number. Only one is open, and it confirms nothing
+ * until its commit. */
+uint64_t ob_acktrack_begin(ob_acktrack *t, ob_pos unit, int64_t commit_us);
 /* Count one more event of the open transaction seq. */
 void ob_acktrack_add(ob_acktrack *t, uint64_t seq);
-/* Close transaction seq, whose commit record ends at end_lsn (the LSN it
- * confirms): all its events were handed over. */
+/* Close unit seq, which confirms end_lsn (a transaction's commit end, a
+ * message's record end: position.h): all its events were handed over. */
 void ob_acktrack_commit(ob_acktrack *t, uint64_t seq, ob_lsn end_lsn);
 /* A transaction ending at end_lsn committed without events (wal2json
  * filtered all its changes out). It takes no entry: with nothing in flight
@@ -79,10 +79,10 @@ void ob_acktrack_ack(ob_acktrack *t, uint64_t seq);
  * LSN drops to lsn when it is above it, and the latest keepalive is
  * forgotten. No transaction may be open. */
 void ob_acktrack_rewind(ob_acktrack *t, ob_lsn lsn);
-/* The LSN transaction seq was opened with (its own, even when empty
+/* The position unit seq was opened with (its own, even when empty
  * transactions after it were merged into its entry) and its commit time;
  * false if it is no longer tracked. */
-bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_lsn *end_lsn, int64_t *commit_us);
+bool ob_acktrack_txn_info(ob_acktrack *t, uint64_t seq, ob_pos *unit, int64_t *commit_us);
 /* A keepalive said the server's WAL ends at wal_end. */
 void ob_acktrack_keepalive(ob_acktrack *t, ob_lsn wal_end);
 

@@ -8,13 +8,15 @@
  * handed to the producer (skip it), must be handed over now, or must be
  * produced alone and awaited before anything else (isolate it).
  *
- * Positions: a transaction is named by its commit end LSN, an event by its
- * ordinal among the published events of its transaction (0, 1, ...), which
- * is the same every time the transaction is decoded.
+ * Positions: a unit the stream hands over (a transaction, a standalone
+ * message, the backlog) is named by its ob_pos (position.h, the one rule
+ * for it), an event by its unit and its ordinal among the published events
+ * of that unit (0, 1, ...), which is the same every time the unit is
+ * decoded.
  *
- * - Across a reconnect inside one process, transactions handed over whole
- *   are skipped by their end LSN, and a transaction cut off in the middle
- *   skips the events handed over before the cut.
+ * - Across a reconnect inside one process, units handed over whole are
+ *   skipped by their position, and a unit cut off in the middle skips the
+ *   events handed over before the cut.
  * - After the producer was recreated, everything after the confirmed
  *   position is handed over again (ob_replay_reset).
  * - A broker error on one produce request fails every record of that batch
@@ -29,10 +31,11 @@
 
 #include "outboxd/common.h"
 #include "outboxd/lsn.h"
+#include "outboxd/position.h"
 
-/* An event's position: its transaction's end LSN and its ordinal in it. */
+/* An event's position: its unit's and its ordinal in it. */
 typedef struct ob_event_pos {
-	ob_lsn txn_end;
+	ob_pos unit;
 	uint64_t index;
 } ob_event_pos;
 
@@ -44,15 +47,15 @@ typedef enum ob_replay_action {
 
 typedef struct ob_replay {
 	/* How far the producer got, across reconnects. */
-	ob_lsn handed_lsn;       /* end LSN of the last transaction handed over whole */
-	ob_lsn partial_lsn;      /* a transaction cut off by a broken stream ... */
+	ob_pos handed;           /* the last unit handed over whole */
+	ob_pos partial;          /* a unit cut off by a broken stream ... */
 	uint64_t partial_events; /* ... and how many of its events were handed over */
 
-	/* The transaction being read. */
+	/* The unit being read. */
 	bool in_txn;
 	bool skip_txn;    /* handed over whole before a reconnect */
-	ob_lsn txn_end;   /* its end LSN */
-	uint64_t handed;  /* events of it handed over (or skipped as such) */
+	ob_pos unit;      /* its position */
+	uint64_t done;    /* events of it handed over (or skipped as such) */
 	uint64_t to_skip; /* events still to skip of a replayed cut-off txn */
 
 	/* Suspects in position order; owned. */
@@ -64,9 +67,9 @@ typedef struct ob_replay {
 void ob_replay_init(ob_replay *r);
 void ob_replay_free(ob_replay *r);
 
-/* A transaction ending at end_lsn begins. False when it was handed over
- * whole before: all its events are then skipped. */
-bool ob_replay_begin(ob_replay *r, ob_lsn end_lsn);
+/* The unit at unit begins. False when it was handed over whole before:
+ * all its events are then skipped. */
+bool ob_replay_begin(ob_replay *r, ob_pos unit);
 /* What to do with the next event of the open transaction; *pos gets its
  * position. OB_REPLAY_SKIP counts it at once; after OB_REPLAY_PUBLISH or
  * OB_REPLAY_ISOLATE the caller calls ob_replay_handed() once the event is
@@ -80,13 +83,14 @@ void ob_replay_commit(ob_replay *r);
  * replay skips what was handed over. */
 void ob_replay_cut(ob_replay *r);
 /* The producer was recreated: nothing is handed over past confirmed, the
- * position the slot is read again from. Suspects are kept. */
+ * WAL position the slot is read again from (ob_pos_bound). Suspects are
+ * kept. */
 void ob_replay_reset(ob_replay *r, ob_lsn confirmed);
-/* The stream is read again from lsn (at most the confirmed position)
- * with more tables than before: a transaction that ended after lsn may
- * have events that were never read, and its events are numbered anew, so
- * it is handed over again, whole; what ended at or before lsn is still
- * skipped. Suspects are kept. */
+/* The stream is read again from the WAL position lsn (at most the
+ * confirmed position) with more tables than before: a unit after lsn
+ * (past ob_pos_bound(lsn)) may have events that were never read, and its
+ * events are numbered anew, so it is handed over again, whole; what lies
+ * before lsn is still skipped. Suspects are kept. */
 void ob_replay_rewind(ob_replay *r, ob_lsn lsn);
 
 /* The record at pos failed in a batch: isolate it when it is read again.
@@ -95,11 +99,11 @@ void ob_replay_suspect(ob_replay *r, ob_event_pos pos);
 /* The suspect at pos was produced alone and settled (delivered or
  * dead-lettered): forget it. */
 void ob_replay_settled(ob_replay *r, ob_event_pos pos);
-/* The events of the transaction that ended at old_end are read again
- * under another end LSN, new_end (the backlog, published again from a
- * newer snapshot): its suspects move there, so they are still produced
- * alone. new_end must come after every other suspect's transaction. */
-void ob_replay_rebase(ob_replay *r, ob_lsn old_end, ob_lsn new_end);
+/* The events of the unit at old are read again under another position,
+ * new (the backlog, published again from a newer snapshot): its suspects
+ * move there, so they are still produced alone. new must come after every
+ * other suspect's unit. */
+void ob_replay_rebase(ob_replay *r, ob_pos old, ob_pos new);
 /* Suspects not yet settled. */
 size_t ob_replay_suspects(const ob_replay *r);
 

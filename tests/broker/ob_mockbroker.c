@@ -27,6 +27,8 @@
  *     clear <apikey>                drop the pending errors of ApiKey
  *     topic <name> [partitions]     create a topic (replication factor
  *                                   min(3, brokers))
+ *     leader <topic> <partition> <broker_id>
+ *                                   move the partition's leadership
  *     topicerr <name> <err>         make Metadata report err for the topic
  *                                   (0 clears it)
  *     quit                          exit
@@ -266,6 +268,14 @@ run_command(struct broker_state *st, char *line)
 		}
 		reply_result(rd_kafka_mock_topic_create(st->mcluster, argv[1], (int)n,
 							st->broker_cnt < 3 ? st->broker_cnt : 3));
+	} else if (strcmp(argv[0], "leader") == 0 && argc == 4) {
+		if (!parse_int(argv[2], 0, INT32_MAX, &n) || !parse_broker(st, argv[3], &broker) ||
+		    broker < 0) {
+			reply("err bad partition '%s' or broker '%s'", argv[2], argv[3]);
+			return true;
+		}
+		reply_result(
+		    rd_kafka_mock_partition_set_leader(st->mcluster, argv[1], (int32_t)n, broker));
 	} else if (strcmp(argv[0], "topicerr") == 0 && argc == 3) {
 		if (!parse_err(argv[2], &err)) {
 			reply("err bad error code '%s'", argv[2]);

@@ -59,9 +59,10 @@ class Feed:
         self._rng = random.Random(seed if seed is not None else agg)
         self._conn = None
 
-    def commit(self, n, before=None):
+    def commit(self, n, before=None, after=None):
         """Commits one transaction: before(cursor) if given, then n rows in
-        one INSERT. Returns the rows' ids, or [] if it did not commit."""
+        one INSERT, then after(cursor) if given. Returns the rows' ids, or
+        [] if it did not commit."""
         rows = []
         for _ in range(n):
             key = self._rng.choice(self.keys)
@@ -84,6 +85,8 @@ class Feed:
                         "aggregate_id, event_type, payload) VALUES %%s"
                         % self.table, rows,
                         template="(%s, %s, %s, %s, %s::jsonb)")
+                if after is not None:
+                    after(cur)
             self._conn.commit()
         except (psycopg2.OperationalError, psycopg2.InterfaceError):
             self.close()

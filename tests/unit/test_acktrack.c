@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "rng.h"
+
 #include "outboxd/acktrack.h"
 
 typedef enum op {
@@ -480,15 +482,6 @@ model_confirmable(const model *m)
 	return conf;
 }
 
-static uint64_t
-next_random(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * UINT64_C(2685821657736338717);
-}
-
 static void
 test_random_against_model(void **state)
 {
@@ -520,7 +513,7 @@ test_random_against_model(void **state)
 	last_conf = lsn;
 
 	while (begun < N_TXNS || n_pending > 0 || m.open) {
-		uint64_t r = next_random(&rng);
+		uint64_t r = test_random(&rng);
 		bool may_begin = begun < N_TXNS && !m.open;
 
 		if (m.open && (r % 3 == 0 || n_pending == 0)) {
@@ -529,9 +522,9 @@ test_random_against_model(void **state)
 			m.txns[begun - 1].committed = true;
 			m.open = false;
 		} else if (may_begin && (begun < PREFILL || r % 2 == 0 || n_pending == 0)) {
-			size_t events = (size_t)(next_random(&rng) % 4); /* 0..3 */
+			size_t events = (size_t)(test_random(&rng) % 4); /* 0..3 */
 
-			lsn += 0x10 + next_random(&rng) % 0x100;
+			lsn += 0x10 + test_random(&rng) % 0x100;
 			seqs[begun] = ob_acktrack_begin(&t, lsn, (int64_t)begun);
 			m.txns[begun].end = lsn;
 			m.txns[begun].pending = events;
@@ -547,14 +540,14 @@ test_random_against_model(void **state)
 			}
 			begun++;
 			/* Most transactions close at once; some stay open a while. */
-			if (next_random(&rng) % 4 != 0) {
+			if (test_random(&rng) % 4 != 0) {
 				ob_acktrack_commit(&t, seqs[begun - 1], m.txns[begun - 1].end);
 				m.txns[begun - 1].committed = true;
 				m.open = false;
 			}
 		} else if (n_pending > 0 && begun >= PREFILL) {
 			/* Acknowledge a random event in flight. */
-			size_t k = (size_t)(next_random(&rng) % n_pending);
+			size_t k = (size_t)(test_random(&rng) % n_pending);
 			size_t txn = pending[k];
 
 			pending[k] = pending[--n_pending];

@@ -17,7 +17,18 @@
 
 #include <cmocka.h>
 
+#include "rng.h"
+
 #include "outboxd/replay.h"
+
+/* The position of the transaction whose commit record ends at end: the
+ * tables and the model below name transactions by their commit ends, and
+ * give each commit record one byte, so it starts at end - 1. */
+static ob_pos
+txn_at(ob_lsn end)
+{
+	return ob_pos_txn(end - 1);
+}
 
 typedef enum op {
 	OP_BEGIN,    /* begin(lsn); want: what it returns */
@@ -347,7 +358,7 @@ static void
 run_scenario(const scenario *sc)
 {
 	ob_replay r;
-	ob_lsn txn_end = 0;
+	ob_pos txn = 0;
 	bool fresh = false; /* what the last begin() said */
 
 	ob_replay_init(&r);
@@ -359,8 +370,8 @@ run_scenario(const scenario *sc)
 
 		switch (s->op) {
 		case OP_BEGIN:
-			txn_end = s->lsn;
-			fresh = ob_replay_begin(&r, s->lsn);
+			txn = txn_at(s->lsn);
+			fresh = ob_replay_begin(&r, txn);
 			if (fresh != (s->want != 0))
 				fail_msg("%s, step %zu: begin(%llX) says %s", sc->name, i,
 					 (unsigned long long)s->lsn,
@@ -368,13 +379,13 @@ run_scenario(const scenario *sc)
 			break;
 		case OP_NEXT:
 			a = ob_replay_next(&r, &pos);
-			if ((int)a != s->want || pos.txn_end != txn_end || pos.index != s->index)
+			if ((int)a != s->want || pos.unit != txn || pos.index != s->index)
 				fail_msg("%s, step %zu: next() says %s at %llX#%llu, expected %s "
 					 "at %llX#%llu",
 					 sc->name, i, action_name((int)a),
-					 (unsigned long long)pos.txn_end,
+					 (unsigned long long)pos.unit,
 					 (unsigned long long)pos.index, action_name(s->want),
-					 (unsigned long long)txn_end, (unsigned long long)s->index);
+					 (unsigned long long)txn, (unsigned long long)s->index);
 			break;
 		case OP_HANDED:
 			ob_replay_handed(&r);
@@ -392,10 +403,10 @@ run_scenario(const scenario *sc)
 			ob_replay_rewind(&r, s->lsn);
 			break;
 		case OP_SUSPECT:
-			ob_replay_suspect(&r, (ob_event_pos){s->lsn, s->index});
+			ob_replay_suspect(&r, (ob_event_pos){txn_at(s->lsn), s->index});
 			break;
 		case OP_SETTLED:
-			ob_replay_settled(&r, (ob_event_pos){s->lsn, s->index});
+			ob_replay_settled(&r, (ob_event_pos){txn_at(s->lsn), s->index});
 			break;
 		case OP_SUSPECTS:
 			if (ob_replay_suspects(&r) != s->index)
@@ -408,7 +419,7 @@ run_scenario(const scenario *sc)
 		/* relay.c reads the open transaction from the struct. */
 		if (s->op == OP_BEGIN || s->op == OP_NEXT || s->op == OP_HANDED) {
 			assert_true(r.in_txn);
-			assert_int_equal(r.txn_end, txn_end);
+			assert_int_equal(r.unit, txn);
 			assert_int_equal(r.skip_txn, !fresh);
 		} else if (s->op == OP_COMMIT || s->op == OP_CUT || s->op == OP_RESET ||
 			   s->op == OP_REWIND) {
@@ -471,7 +482,7 @@ test_many_suspects(void **state)
 					  (ob_event_pos){0x1000 + 0x10 * (n / EVENTS), n % EVENTS});
 	}
 	assert_int_equal(ob_replay_suspects(&r), TXNS * EVENTS / 2);
-	ob_replay_reset(&r, 0x800);
+	ob_replay_reset(&r, 0x400); /* ob_pos_bound(0x400) is 0x800 */
 	for (uint64_t t = 0; t < TXNS; t++) {
 		assert_true(ob_replay_begin(&r, 0x1000 + 0x10 * t));
 		for (uint64_t e = 0; e < EVENTS; e++) {
@@ -480,7 +491,7 @@ test_many_suspects(void **state)
 			ob_replay_action a = ob_replay_next(&r, &pos);
 
 			assert_int_equal(a, n % 2 == 0 ? OB_REPLAY_ISOLATE : OB_REPLAY_PUBLISH);
-			assert_int_equal(pos.txn_end, 0x1000 + 0x10 * t);
+			assert_int_equal(pos.unit, 0x1000 + 0x10 * t);
 			assert_int_equal(pos.index, e);
 			ob_replay_handed(&r);
 			if (a == OB_REPLAY_ISOLATE)
@@ -527,26 +538,11 @@ typedef struct model {
 	uint64_t resets, isolated;
 } model;
 
-static uint64_t
-next_random(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * UINT64_C(2685821657736338717);
-}
-
-static uint64_t
-rnd(model *m, uint64_t n)
-{
-	return next_random(&m->rng) % n;
-}
-
 /* Does the connection break at this point? */
 static bool
 breaks(model *m, brk kind)
 {
-	if (m->breaks_left == 0 || rnd(m, 5) != 0)
+	if (m->breaks_left == 0 || test_below(&m->rng, 5) != 0)
 		return false;
 	m->breaks_left--;
 	m->breaks[kind]++;
@@ -556,23 +552,23 @@ breaks(model *m, brk kind)
 static void
 new_stream(model *m)
 {
-	ob_lsn lsn = 0x1000 + rnd(m, 0x100);
+	ob_lsn lsn = 0x1000 + test_below(&m->rng, 0x100);
 
 	memset(m->times, 0, sizeof(m->times));
 	memset(m->suspect, 0, sizeof(m->suspect));
 	m->n_suspects = 0;
-	m->n_txns = 1 + (size_t)rnd(m, MAX_TXNS);
+	m->n_txns = 1 + (size_t)test_below(&m->rng, MAX_TXNS);
 	m->first[0] = 0;
 	for (size_t t = 0; t < m->n_txns; t++) {
-		lsn += 2 + rnd(m, 0x40); /* room for a keepalive between two */
+		lsn += 2 + test_below(&m->rng, 0x40); /* room for a keepalive between two */
 		m->end[t] = lsn;
-		m->events[t] = rnd(m, MAX_EVENTS + 1);
+		m->events[t] = test_below(&m->rng, MAX_EVENTS + 1);
 		m->first[t + 1] = m->first[t] + m->events[t];
 	}
-	m->confirmed = m->end[0] - 1 - rnd(m, 0x100);
+	m->confirmed = m->end[0] - 1 - test_below(&m->rng, 0x100);
 	m->committed = 0;
 	m->next = 0;
-	m->breaks_left = (int)rnd(m, 12);
+	m->breaks_left = (int)test_below(&m->rng, 12);
 }
 
 /* Transactions at or before lsn. */
@@ -595,12 +591,12 @@ advance_confirmed(model *m)
 	size_t t = txns_upto(m, m->confirmed);
 	ob_lsn c;
 
-	t += (size_t)rnd(m, m->committed - t + 1);
+	t += (size_t)test_below(&m->rng, m->committed - t + 1);
 	if (t == 0)
 		return;
 	c = m->end[t - 1];
-	if (rnd(m, 3) == 0)
-		c += rnd(m, (t < m->n_txns ? m->end[t] : c + 0x10) - c);
+	if (test_below(&m->rng, 3) == 0)
+		c += test_below(&m->rng, (t < m->n_txns ? m->end[t] : c + 0x10) - c);
 	if (c > m->confirmed)
 		m->confirmed = c;
 }
@@ -617,13 +613,13 @@ reproduce(model *m, ob_replay *r)
 	for (size_t f = from; f < m->next; f++) {
 		size_t t = 0;
 
-		if (rnd(m, 4) != 0)
+		if (test_below(&m->rng, 4) != 0)
 			continue;
 		while (m->first[t + 1] <= f)
 			t++;
-		ob_replay_suspect(r, (ob_event_pos){m->end[t], f - m->first[t]});
-		if (rnd(m, 4) == 0) /* another batch reported it too */
-			ob_replay_suspect(r, (ob_event_pos){m->end[t], f - m->first[t]});
+		ob_replay_suspect(r, (ob_event_pos){txn_at(m->end[t]), f - m->first[t]});
+		if (test_below(&m->rng, 4) == 0) /* another batch reported it too */
+			ob_replay_suspect(r, (ob_event_pos){txn_at(m->end[t]), f - m->first[t]});
 		if (!m->suspect[f]) {
 			m->suspect[f] = true;
 			m->n_suspects++;
@@ -653,11 +649,11 @@ read_event(model *m, ob_replay *r, size_t t, size_t f, uint64_t iter)
 	else
 		want = OB_REPLAY_PUBLISH;
 	got = ob_replay_next(r, &pos);
-	if (got != want || pos.txn_end != m->end[t] || pos.index != f - m->first[t])
+	if (got != want || pos.unit != txn_at(m->end[t]) || pos.index != f - m->first[t])
 		fail_msg("iteration %llu: next() says %s at %llX#%llu, the model %s at "
 			 "%llX#%llu",
 			 (unsigned long long)iter, action_name((int)got),
-			 (unsigned long long)pos.txn_end, (unsigned long long)pos.index,
+			 (unsigned long long)pos.unit, (unsigned long long)pos.index,
 			 action_name((int)want), (unsigned long long)m->end[t],
 			 (unsigned long long)(f - m->first[t]));
 	if (got == OB_REPLAY_SKIP)
@@ -699,14 +695,14 @@ read_stream(model *m, ob_replay *r, uint64_t iter)
 
 	/* The transaction ending at the confirmed position is not sent again;
 	 * should it be, it was handed over. */
-	if (t > 0 && m->end[t - 1] == m->confirmed && rnd(m, 2) == 0)
+	if (t > 0 && m->end[t - 1] == m->confirmed && test_below(&m->rng, 2) == 0)
 		t--;
 	for (; t < m->n_txns; t++) {
 		bool fresh;
 
 		if (breaks(m, BRK_BEFORE_BEGIN))
 			return false;
-		fresh = ob_replay_begin(r, m->end[t]);
+		fresh = ob_replay_begin(r, txn_at(m->end[t]));
 		if (fresh != (t >= m->committed))
 			fail_msg("iteration %llu: begin(%llX) says %s, %zu of %zu committed",
 				 (unsigned long long)iter, (unsigned long long)m->end[t],
@@ -745,7 +741,7 @@ test_rereads_against_model(void **state)
 		while (!read_stream(&m, &r, iter)) {
 			ob_replay_cut(&r);
 			assert_false(r.in_txn);
-			if (rnd(&m, 3) == 0)
+			if (test_below(&m.rng, 3) == 0)
 				reproduce(&m, &r);
 			else
 				advance_confirmed(&m);
@@ -796,11 +792,11 @@ test_rebase(void **state)
 	ob_replay_rebase(&r, 100, 300);
 	ob_replay_rebase(&r, 999, 1000); /* no suspects there: nothing moves */
 	assert_int_equal(ob_replay_suspects(&r), 4);
-	assert_int_equal(r.suspects[0].txn_end, 50);
-	assert_int_equal(r.suspects[1].txn_end, 200);
-	assert_int_equal(r.suspects[2].txn_end, 300);
+	assert_int_equal(r.suspects[0].unit, 50);
+	assert_int_equal(r.suspects[1].unit, 200);
+	assert_int_equal(r.suspects[2].unit, 300);
 	assert_int_equal(r.suspects[2].index, 0);
-	assert_int_equal(r.suspects[3].txn_end, 300);
+	assert_int_equal(r.suspects[3].unit, 300);
 	assert_int_equal(r.suspects[3].index, 2);
 	ob_replay_settled(&r, (ob_event_pos){50, 1});
 	ob_replay_settled(&r, (ob_event_pos){200, 0});

@@ -107,9 +107,6 @@ static const record_case record_cases[] = {
     {"begin-bad-timestamp",
      "{\"action\":\"B\",\"timestamp\":\"yesterday\",\"lsn\":\"0/5\",\"nextlsn\":\"0/6\"}",
      OB_W2J_BEGIN, 5, 6, false, 0},
-    {"begin-no-lsn", "{\"action\":\"B\",\"nextlsn\":\"0/6\"}", OB_W2J_BEGIN, 0, 6, false, 0},
-    {"begin-lsn-null", "{\"action\":\"B\",\"lsn\":null,\"nextlsn\":\"0/6\"}", OB_W2J_BEGIN, 0, 6,
-     false, 0},
 };
 
 static void
@@ -178,6 +175,9 @@ static const bad_case bad_cases[] = {
     {"action-number", "{\"action\":1,\"nextlsn\":\"0/1\"}"},
     {"action-null", "{\"action\":null,\"nextlsn\":\"0/1\"}"},
     {"duplicate-key", "{\"action\":\"B\",\"action\":\"C\",\"nextlsn\":\"0/1\"}"},
+    /* The commit start places the transaction (position.h). */
+    {"begin-no-lsn", "{\"action\":\"B\",\"nextlsn\":\"0/6\"}"},
+    {"begin-lsn-null", "{\"action\":\"B\",\"lsn\":null,\"nextlsn\":\"0/6\"}"},
     {"begin-without-nextlsn",
      "{\"action\":\"B\",\"xid\":725,\"timestamp\":\"2026-11-22 03:07:11.206737+00\","
      "\"lsn\":\"0/152D630\"}"},
