@@ -26,20 +26,127 @@ result_error(const PGresult *res, char *err, size_t errlen)
 		err[--len] = '\0';
 }
 
-/* The position read first: the current WAL insert position. */
+/* Run sql, which must succeed and return one row of one column; its
+ * value, which the caller frees, goes into *value. */
 static bool
-read_position(ob_pgrepl *p, ob_lsn *lsn, char *err, size_t errlen)
+query_value(ob_pgrepl *p, const char *sql, char **value, char *err, size_t errlen)
 {
-	PGresult *res = ob_pgrepl_exec(p, "SELECT pg_current_wal_insert_lsn()");
-	bool ok =
-	    PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 1;
+	PGresult *res = ob_pgrepl_exec(p, sql);
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		  PQnfields(res) == 1 && !PQgetisnull(res, 0, 0);
 
 	if (!ok)
 		result_error(res, err, errlen);
-	else if (!(ok = ob_lsn_parse(PQgetvalue(res, 0, 0), lsn)))
-		snprintf(err, errlen, "unexpected WAL insert position \"%s\"",
-			 PQgetvalue(res, 0, 0));
+	else
+		*value = ob_xstrdup(PQgetvalue(res, 0, 0));
 	PQclear(res);
+	return ok;
+}
+
+/* Run a statement that returns no rows. */
+static bool
+command(ob_pgrepl *p, const char *sql, char *err, size_t errlen)
+{
+	PGresult *res = ob_pgrepl_exec(p, sql);
+	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	if (!ok)
+		result_error(res, err, errlen);
+	PQclear(res);
+	return ok;
+}
+
+/* The position read first: the current WAL flush position. */
+static bool
+read_position(ob_pgrepl *p, ob_lsn *lsn, char *err, size_t errlen)
+{
+	char *value = NULL;
+	bool ok = query_value(p, "SELECT pg_current_wal_flush_lsn()", &value, err, errlen);
+
+	if (ok && !(ok = ob_lsn_parse(value, lsn)))
+		snprintf(err, errlen, "unexpected WAL flush position \"%s\"", value);
+	free(value);
+	return ok;
+}
+
+/* The transactions running now that hold a lock on what the set is read
+ * from, other than the locks of reading and writing rows: with wal2json
+ * the outbox table and its partitions (attaching, creating, detaching a
+ * partition, renaming or dropping the table), with pgoutput the
+ * publication catalogs. As an array literal of their 32-bit ids
+ * ("{725,731}"), which the caller frees. A transaction holds its locks
+ * until after it has become visible. */
+static bool
+read_writers(ob_pgrepl *p, const ob_config *cfg, char **xids, char *err, size_t errlen)
+{
+	char *schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
+	char *table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
+	char *pub = ob_pgrepl_quote_literal(p, cfg->pg.publication);
+	char *locks =
+	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
+		? ob_xasprintf("l.locktype = 'object' AND l.classid = "
+			       "'pg_catalog.pg_publication'::regclass AND l.objid = (SELECT oid "
+			       "FROM pg_catalog.pg_publication WHERE pubname = %s)",
+			       pub)
+		: ob_xasprintf(
+		      "l.locktype = 'relation' AND l.mode NOT IN ('AccessShareLock', "
+		      "'RowShareLock', 'RowExclusiveLock') AND l.relation IN (SELECT relid "
+		      "FROM pg_partition_tree(to_regclass(format('%%I.%%I', %s, %s))) UNION "
+		      "ALL SELECT to_regclass(format('%%I.%%I', %s, %s)))",
+		      schema, table, schema, table);
+	char *sql = ob_xasprintf(
+	    "SELECT array(SELECT DISTINCT x.transactionid::text FROM pg_locks x JOIN pg_locks l "
+	    "ON l.virtualtransaction = x.virtualtransaction WHERE x.locktype = 'transactionid' "
+	    "AND x.mode = 'ExclusiveLock' AND x.granted AND l.granted AND %s)::text",
+	    locks);
+	bool ok = query_value(p, sql, xids, err, errlen);
+
+	if (ok && strspn(*xids, "{},0123456789") != strlen(*xids)) {
+		snprintf(err, errlen, "unexpected transaction ids \"%.64s\"", *xids);
+		free(*xids);
+		*xids = NULL;
+		ok = false;
+	}
+	free(sql);
+	free(locks);
+	free(pub);
+	free(table);
+	free(schema);
+	return ok;
+}
+
+/* How many of the transactions xids (read_writers()) the transaction's
+ * snapshot does not see: they may have written their commit records, but
+ * are not visible yet (see partitions.h). With pgoutput, so is the one
+ * that updated or deleted the publication's row, which a change of its
+ * options leaves as its only trace (it takes no lock it keeps). A 32-bit
+ * id is widened to the full id nearest the snapshot's xmax. */
+static bool
+read_unsettled(ob_pgrepl *p, const ob_config *cfg, const char *xids, long *unsettled, char *err,
+	       size_t errlen)
+{
+	char *pub = ob_pgrepl_quote_literal(p, cfg->pg.publication);
+	char *updater = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
+			    ? ob_xasprintf(" UNION ALL SELECT xmax::text::bigint FROM "
+					   "pg_catalog.pg_publication WHERE pubname = %s",
+					   pub)
+			    : ob_xstrdup("");
+	char *sql = ob_xasprintf(
+	    "SELECT count(*) FROM (SELECT pg_current_snapshot() AS s) snap, LATERAL ("
+	    "SELECT (pg_snapshot_xmax(s)::text::bigint + ((x - "
+	    "pg_snapshot_xmax(s)::text::bigint) %% 4294967296 + 6442450944) %% 4294967296 - "
+	    "2147483648)::text::xid8 AS x8 FROM (SELECT unnest('%s'::bigint[])%s) t(x) "
+	    "WHERE x <> 0) w WHERE NOT pg_visible_in_snapshot(x8, s)",
+	    xids, updater);
+	char *value = NULL;
+	bool ok = query_value(p, sql, &value, err, errlen);
+
+	if (ok)
+		*unsettled = strtol(value, NULL, 10);
+	free(value);
+	free(sql);
+	free(updater);
+	free(pub);
 	return ok;
 }
 
@@ -78,15 +185,13 @@ read_leaves(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size
 	return ok;
 }
 
-bool
-ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
+/* The catalog read of ob_partitions_read(), in the transaction it opened:
+ * the set (or the publication's stamp), and how many of the writers xids
+ * are unsettled in the same snapshot. */
+static bool
+read_in_snapshot(ob_pgrepl *p, const ob_config *cfg, const char *xids, ob_leafset *set,
+		 long *unsettled, char *err, size_t errlen)
 {
-	ob_lsn verified = 0;
-
-	ob_leafset_clear(set);
-	/* Two statements, in this order: see partitions.h. */
-	if (!read_position(p, &verified, err, errlen))
-		return false;
 	if (cfg->pg.plugin == OB_PLUGIN_PGOUTPUT) {
 		/* pgoutput follows partitions itself; what can change under
 		 * it is the publication. */
@@ -96,8 +201,33 @@ ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *er
 	} else if (!read_leaves(p, cfg, set, err, errlen)) {
 		return false;
 	}
-	set->verified = verified;
-	return true;
+	return read_unsettled(p, cfg, xids, unsettled, err, errlen);
+}
+
+bool
+ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
+{
+	ob_lsn position = 0;
+	long unsettled = 0;
+	char *xids = NULL;
+	bool ok;
+
+	ob_leafset_clear(set);
+	/* The position, then the writers, then the catalog in a later
+	 * snapshot: see partitions.h. */
+	if (!read_position(p, &position, err, errlen) || !read_writers(p, cfg, &xids, err, errlen))
+		return false;
+	ok = command(p, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", err, errlen);
+	if (ok) {
+		ok = read_in_snapshot(p, cfg, xids, set, &unsettled, err, errlen);
+		/* A failed read leaves the transaction aborted: end it
+		 * either way, keeping the first error. */
+		ok = command(p, ok ? "COMMIT" : "ROLLBACK", err, ok ? errlen : 0) && ok;
+	}
+	if (ok)
+		set->verified = unsettled == 0 ? position : 0;
+	free(xids);
+	return ok;
 }
 
 void

@@ -15,13 +15,18 @@
  * server or a vanished slot later is an operator's matter), and, with
  * wal2json, the tables the last stream read.
  *
- * A partitioned outbox table with wal2json (README, "Partitioned outbox
- * tables"): each stream reads the leaf partitions named when it started
- * (partitions.h), and reads the set again about every second. The ceiling
- * is the verified position of the latest set its tables cover; nothing
- * above it is confirmed or streamed from. A set with a leaf the stream
- * does not read ends the stream; the next one reads it, and what was read
- * after the ceiling is read again.
+ * The stream's tables (README, "Partitioned outbox tables"): with
+ * wal2json each stream reads the outbox table and its leaf partitions
+ * named when it started (partitions.h), with pgoutput the publication,
+ * and reads them again about every second. The ceiling is the verified
+ * position of the latest set its tables cover; nothing above it is
+ * confirmed or streamed from. A set with a leaf the stream does not read
+ * (a partition created, attached, or a plain table replaced by a
+ * partitioned one) ends the stream; the next one reads it, and what was
+ * read after the ceiling is read again. With a partitioned table and
+ * wal2json, no event is handed over above the ceiling (cover_unit()), so
+ * reading again never publishes an earlier transaction's events after a
+ * later one's.
  */
 #include "outboxd/relay.h"
 
@@ -65,7 +70,7 @@
 /* A server error met this many times in a row at one position is not
  * going away by itself. */
 #define REPEATED_ERROR_LIMIT    5
-/* The ceiling when there is none: a plain outbox table, or pgoutput. */
+/* The ceiling before the first stream read its tables (the backlog). */
 #define NO_CEILING              UINT64_MAX
 
 /*
@@ -297,6 +302,7 @@ on_delivery(void *ctx, const ob_delivery *d)
 
 static bool publish(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind kind,
 		    outcome *out);
+static bool cover_unit(relay *r, outcome *out);
 
 /* Produce the dead-letter records of refused records, in order. Each keeps
  * its transaction unconfirmable until its dead-letter record is queued.
@@ -588,6 +594,8 @@ handle_event(relay *r, ob_map_result mr, ob_lsn lsn, outcome *out)
 	action = ob_replay_next(&r->replay, &pos);
 	if (action == OB_REPLAY_SKIP)
 		return true; /* produced before the stream broke */
+	if (!cover_unit(r, out))
+		return false;
 	if (mr == OB_MAP_DLQ) {
 		size_t len;
 		const char *error = ob_event_find_header(&r->ev, "error", &len);
@@ -815,15 +823,6 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, outcome *out)
 	return handle_wal2json(r, msg, out);
 }
 
-/* Whether the stream's tables are read again while it runs: a
- * partitioned table's leaves with wal2json, the publication with
- * pgoutput. */
-static bool
-watched(const relay *r)
-{
-	return r->tables.partitioned || r->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT;
-}
-
 /* pgoutput decodes each change with the publication of its time: rows
  * written while it left the outbox's inserts out are never sent. Nothing
  * after the last position it was seen unchanged at is confirmed. */
@@ -839,25 +838,13 @@ log_publication_changed(relay *r)
 	       r->cfg->pg.publication, r->latest.stamp, r->tables.stamp, OB_LSN_ARGS(r->ceiling));
 }
 
-/* Read the stream's tables again when due (watched()): while they are
- * unchanged, the ceiling moves up to their verified position; a leaf the
+/* The set just read into r->latest: while the stream's tables are
+ * unchanged, the ceiling moves up to its verified position; a leaf the
  * stream does not read ends the stream (false, *out set), and the next
- * stream reads it; a changed publication halts. A failed read ends the
- * stream (back off, then reconnect): nothing past the ceiling could be
- * confirmed meanwhile, and a server shutting down, which refuses the
- * read's connection, waits for its walsenders to be confirmed up to the
- * end of the WAL before it stops. */
+ * stream reads it; a changed publication halts. */
 static bool
-watch_tables(relay *r, outcome *out)
+take_latest(relay *r, outcome *out)
 {
-	if (!watched(r))
-		return true;
-	if (!ob_partwatch_poll(&r->watch, &r->latest)) {
-		if (!ob_partwatch_failing(&r->watch))
-			return true;
-		*out = OUTCOME_RETRY;
-		return false;
-	}
 	if (strcmp(r->latest.stamp, r->tables.stamp) != 0) {
 		log_publication_changed(r);
 		*out = OUTCOME_HALT;
@@ -869,6 +856,61 @@ watch_tables(relay *r, outcome *out)
 	}
 	if (r->latest.verified > r->ceiling)
 		r->ceiling = r->latest.verified;
+	return true;
+}
+
+/* Read the stream's tables again when due (take_latest()): while they are
+ * unchanged, the ceiling moves up to their verified position; a leaf the
+ * stream does not read ends the stream (false, *out set), and the next
+ * stream reads it; a changed publication halts. A failed read ends the
+ * stream (back off, then reconnect): nothing past the ceiling could be
+ * confirmed meanwhile, and a server shutting down, which refuses the
+ * read's connection, waits for its walsenders to be confirmed up to the
+ * end of the WAL before it stops. */
+static bool
+watch_tables(relay *r, outcome *out)
+{
+	if (!ob_partwatch_poll(&r->watch, &r->latest)) {
+		if (!ob_partwatch_failing(&r->watch))
+			return true;
+		*out = OUTCOME_RETRY;
+		return false;
+	}
+	return take_latest(r, out);
+}
+
+/* With wal2json and a partitioned table, the events of a unit are handed
+ * over only once the stream's leaves are verified past it: a transaction
+ * before it may have written into a partition the stream does not read
+ * yet, and reading the slot again for that partition after this unit was
+ * published would publish the earlier transaction's events after this
+ * one's (per key, first deliveries in commit order). Reads the set now,
+ * and again every few milliseconds while a commit before the unit is not
+ * visible yet. False with *out set when the stream must end. */
+static bool
+cover_unit(relay *r, outcome *out)
+{
+	char err[512];
+
+	if (r->cfg->pg.plugin != OB_PLUGIN_WAL2JSON || !r->tables.partitioned)
+		return true;
+	while (r->replay.unit > ob_pos_bound(r->ceiling)) {
+		if (ob_signals_stop_requested()) {
+			*out = OUTCOME_STOP;
+			return false;
+		}
+		if (!ob_partwatch_read(&r->watch, &r->latest, err, sizeof(err))) {
+			ob_warn("could not read the partitions of %s.%s: %s", r->cfg->outbox.schema,
+				r->cfg->outbox.table_name, err);
+			ob_partwatch_close(&r->watch);
+			*out = OUTCOME_RETRY;
+			return false;
+		}
+		if (!take_latest(r, out))
+			return false;
+		if (r->replay.unit > ob_pos_bound(r->ceiling) && !serve_producer(r, 5, out))
+			return false;
+	}
 	return true;
 }
 
@@ -1086,7 +1128,10 @@ read_tables(relay *r)
 	}
 	ob_leafset_swap(&r->tables, &r->latest);
 	r->have_tables = true;
-	r->ceiling = watched(r) ? r->tables.verified : NO_CEILING;
+	/* A read that verified no position (a commit not visible yet) leaves
+	 * the ceiling where the stream starts. */
+	r->ceiling =
+	    r->tables.verified != 0 ? r->tables.verified : ob_acktrack_confirmable(&r->ack);
 	if (r->tables.partitioned)
 		ob_debug("streaming %zu tables of partitioned %s.%s (verified at " OB_LSN_FMT ")",
 			 r->tables.len, r->cfg->outbox.schema, r->cfg->outbox.table_name,

@@ -27,7 +27,7 @@ typedef struct ob_leaf {
 } ob_leaf;
 
 typedef struct ob_leafset {
-	ob_lsn verified;  /* see above; 0 when unknown */
+	ob_lsn verified;  /* see above; 0 when the read verified none */
 	bool partitioned; /* the outbox table is partitioned */
 	/* pgoutput: what the publication says of the outbox table
 	 * (ob_publication_stamp()), read like the set and verified at the

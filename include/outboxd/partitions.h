@@ -3,19 +3,34 @@
  * server when a wal2json stream starts and about every second while it
  * runs (README, "Partitioned outbox tables").
  *
- * A read is two statements: SELECT pg_current_wal_insert_lsn() first, then
- * the leaves, in a statement of its own and so in a later snapshot. A
- * transaction that inserts into a partition the set lacks must have seen
- * that partition, which became visible only after the set's snapshot was
- * taken, so after the position was read: its commit record starts at or
- * after that position. The position is the set's verified position
- * (leafset.h): every transaction whose commit record starts before it
- * wrote only into partitions of the set.
+ * A read takes the WAL flush position first; then the transactions
+ * running with a lock on what the set is read from, other than the locks
+ * of reading and writing rows (attaching, creating or detaching a
+ * partition, renaming or dropping the table; with pgoutput, adding or
+ * dropping tables of the publication or dropping it); then, in a
+ * REPEATABLE READ transaction of its own and so in a later snapshot, the
+ * leaves, and which of those transactions that snapshot does not see
+ * (with pgoutput, also the one that updated the publication's row, as a
+ * change of its options does without keeping a lock). Postgres writes (and a walsender decodes) a
+ * commit record before the transaction becomes visible; with synchronous
+ * replication the gap lasts as long as the standby wait. A transaction
+ * that changed the set keeps its locks until after it became visible, so
+ * if its commit record is before the position, it is either visible to
+ * the snapshot or among those transactions. When the snapshot sees them
+ * all, the position is the set's verified position (leafset.h): every
+ * transaction whose commit record starts before it wrote only into
+ * partitions of the set, since a transaction that inserts into a
+ * partition the set lacks must have seen that partition, which became
+ * visible only after the snapshot. When it does not, the set is read but
+ * verifies no position (verified 0), and the next read tries again: a
+ * long schema change of the outbox table (a CREATE INDEX) holds back
+ * confirmations while it runs.
  *
  * With pgoutput the set is the table alone (pgoutput sends a partition's
- * rows under it) and the second statement reads the publication's stamp
- * instead (publication.h): a change of the publication committed after
- * the position was read, so rows it left out come after that position.
+ * rows under it) and the catalog read is the publication's stamp instead
+ * (publication.h), under the same rule: a change of the publication
+ * committed after the verified position, so rows it left out come after
+ * that position.
  */
 #ifndef OUTBOXD_PARTITIONS_H
 #define OUTBOXD_PARTITIONS_H

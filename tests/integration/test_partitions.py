@@ -25,10 +25,11 @@ assert probe  # a fixture, used by name
 NEW_PARTITIONS = "new partitions of"
 
 
-def make_table(pg, name):
+def make_table(pg, name, first=""):
     """The partitioned outbox table `name` with a partition for the present
-    (name_now) and one for 2100-01-01 (name_d0); returns 'public.<name>'."""
-    pg.sql("""
+    (name_now) and one for 2100-01-01 (name_d0), made in one transaction
+    that runs the SQL first before; returns 'public.<name>'."""
+    pg.sql(first + """
         CREATE TABLE public.%(t)s (
             id             uuid        NOT NULL DEFAULT gen_random_uuid(),
             aggregate_type text        NOT NULL,
