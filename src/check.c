@@ -203,10 +203,10 @@ read_columns(checker *c, bool generated, char **columns)
 }
 
 /* The mapped columns exist; with pgoutput, none is GENERATED ... STORED:
- * pgoutput does not send such columns (PostgreSQL 15 to 17; 18 sends them
- * only for a publication with publish_generated_columns, which outboxd's
- * does not set), where wal2json does, so the two decoders would publish
- * the same rows differently. */
+ * pgoutput does not send such columns (up to PostgreSQL 17; 18 sends them
+ * only for a publication with publish_generated_columns, which outboxd
+ * neither sets nor reads, so it refuses them there too), where wal2json
+ * does, so the two decoders would publish the same rows differently. */
 static void
 check_columns(checker *c)
 {
