@@ -80,10 +80,13 @@ ob_backlogsql_identity_query(const char *schema_lit, const char *table_lit)
 char *
 ob_backlogsql_grant_query(const char *schema_lit, const char *table_lit)
 {
-	return table_query("CASE WHEN has_table_privilege(c.oid, 'SELECT') THEN '' ELSE "
-			   "format('GRANT SELECT ON TABLE %I.%I TO %I;', n.nspname, c.relname, "
-			   "current_user) END",
-			   schema_lit, table_lit);
+	return table_query(
+	    "concat_ws(' ', CASE WHEN NOT has_schema_privilege(n.oid, 'USAGE') THEN "
+	    "format('GRANT USAGE ON SCHEMA %I TO %I;', n.nspname, current_user) END, "
+	    "CASE WHEN NOT has_table_privilege(c.oid, 'SELECT') THEN "
+	    "format('GRANT SELECT ON TABLE %I.%I TO %I;', n.nspname, c.relname, "
+	    "current_user) END)",
+	    schema_lit, table_lit);
 }
 
 void

@@ -115,8 +115,12 @@ check_table(checker *c)
 		if (comma == NULL) {
 			report(c, "outbox table", false,
 			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
-			       "outbox.table",
-			       cfg->outbox.schema, cfg->outbox.table_name);
+			       "outbox.table%s",
+			       cfg->outbox.schema, cfg->outbox.table_name,
+			       strchr(cfg->outbox.table, '"') != NULL
+				   ? " (its names are taken as written, case kept: write them "
+				     "without SQL quotes)"
+				   : "");
 		} else {
 			*comma = '\0';
 			c->table_oid = ob_xstrdup(row);

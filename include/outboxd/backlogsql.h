@@ -40,10 +40,11 @@ char *ob_backlogsql_select(const ob_config *cfg, const char *what, const char *o
 char *ob_backlogsql_identity_query(const char *schema_lit, const char *table_lit);
 
 /* The catalog query whose one value is "" when the current role may
- * SELECT the table named by the quoted literals schema_lit and table_lit,
- * else the GRANT statement that lets it ("GRANT SELECT ON TABLE s.t TO
- * role;", names quoted as SQL needs); no row when there is no such table.
- * The caller frees. */
+ * SELECT from the table named by the quoted literals schema_lit and
+ * table_lit, else the GRANT statements that let it ("GRANT USAGE ON SCHEMA
+ * s TO role;" when it lacks that, "GRANT SELECT ON TABLE s.t TO role;"
+ * when it lacks this; names quoted as SQL needs); no row when there is no
+ * such table. The caller frees. */
 char *ob_backlogsql_grant_query(const char *schema_lit, const char *table_lit);
 
 /* The sentence saying that the role may not SELECT the outbox table,

@@ -128,6 +128,13 @@ def test_check_reads_the_privilege_of_a_mixed_case_table(pg, broker,
         assert results["outbox table"] == (True, "public." + name), out
         assert results["table privilege"][0], (user, out)
         assert rc == 0, (user, out, err)
+    # Written as SQL would quote it, the name is not found, and the check
+    # says how to write it.
+    d = outboxd_factory({"outbox": {"table": 'public."%s"' % name}},
+                        start=False)
+    rc, out, err = d.run_cmd(["check"])
+    failed = {n: detail for n, _, detail in failed_checks(out)}
+    assert "without SQL quotes" in failed.get("outbox table", ""), out
 
 
 def test_backlog_role_without_select_is_told_the_grant(pg, broker, consumer,
@@ -182,3 +189,30 @@ def test_backlog_role_without_select_is_told_the_grant(pg, broker, consumer,
     d3 = outboxd_factory(cfg)
     d3.wait_log("streaming from slot", 20)
     assert "lacks SELECT" not in d3.log_text(), d3.log_tail()
+
+
+def test_backlog_role_without_schema_usage_is_told_the_grant(
+        pg, broker, outboxd_factory, test_id, slot_name):
+    """SELECT on the table is not enough without USAGE on its schema: the
+    GRANT named is the one still missing."""
+    schema = "s_%s" % test_id
+    role = "r_%s" % test_id
+    pg.sql("CREATE SCHEMA %s" % schema)
+    pg.sql("CREATE TABLE %s.outbox (LIKE public.outbox INCLUDING ALL)"
+           % schema)
+    pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
+    pg.sql("GRANT SELECT ON %s.outbox TO %s" % (schema, role))
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=role)},
+                         "outbox": {"table": schema + ".outbox",
+                                    "backlog_where": "true"}}, start=False)
+    rc, out, err = d.run_cmd(["check"])
+    assert rc == EXIT_USAGE, (out, err)
+    grant = "GRANT USAGE ON SCHEMA %s TO %s;" % (schema, role)
+    failed = {name: detail for name, _, detail in failed_checks(out)}
+    assert grant in failed.get("backlog", ""), out
+    assert grant in failed.get("table privilege", ""), out
+    assert "GRANT SELECT" not in out and "invalid value" not in out, out
+    d.start()
+    assert d.wait(30) == EXIT_OPERATOR, d.log_tail()
+    assert grant in d.log_text(), d.log_tail()
+    assert pg.slot(slot_name) is None
