@@ -19,13 +19,14 @@
 --                of every table, but wal2json is told to emit only
 --                public.outbox inserts and 'outbox' logical messages.
 --   USAGE on the schema and SELECT on public.outbox
---                for the preflight check (outboxd check, and at start-up):
---                it reads the table's columns and types to verify that
---                id/key/type/payload/headers/timestamp columns exist; and,
 --                with outbox.backlog_where set, to read the backlog when
 --                outboxd creates its slot (the matching rows, in a
---                read-only transaction). outboxd needs no INSERT, UPDATE or
---                DELETE: the application writes the table, not outboxd.
+--                read-only transaction); without it outboxd then exits 1
+--                printing the GRANT to run. `outboxd check` fails without
+--                it in any case. The stream itself reads no row of the
+--                table (the columns the preflight check verifies come from
+--                the catalog). outboxd needs no INSERT, UPDATE or DELETE:
+--                the application writes the table, not outboxd.
 --   CONNECT on the database
 --                granted to PUBLIC by default; granted explicitly below in
 --                case it was revoked.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "outboxd/backlog.h"
+#include "outboxd/backlogsql.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
@@ -28,6 +29,8 @@ typedef struct checker {
 	bool all_ok;
 	bool query_failed; /* a query failed: the answer is unknown, not no */
 	char *table_oid;   /* set by check_table when the table exists */
+	bool slot_read;    /* slot holds the slot's state (read_slot) */
+	ob_slot_info slot;
 } checker;
 
 static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
@@ -112,8 +115,12 @@ check_table(checker *c)
 		if (comma == NULL) {
 			report(c, "outbox table", false,
 			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
-			       "outbox.table",
-			       cfg->outbox.schema, cfg->outbox.table_name);
+			       "outbox.table%s",
+			       cfg->outbox.schema, cfg->outbox.table_name,
+			       strchr(cfg->outbox.table, '"') != NULL
+				   ? " (its names are taken as written, case kept: write them "
+				     "without SQL quotes)"
+				   : "");
 		} else {
 			*comma = '\0';
 			c->table_oid = ob_xstrdup(row);
@@ -147,42 +154,32 @@ has_column(const char *columns, const char *name)
 	return false;
 }
 
-/* Add name to the comma-separated list missing when columns lacks it. */
+/* Add name to the comma-separated list when it is (in) or is not (!in)
+ * one of columns. */
 static void
-note_missing(char *missing, size_t size, const char *columns, const char *name)
+note_column(char *list, size_t size, const char *columns, bool in, const char *name)
 {
-	if (name[0] == '\0' || has_column(columns, name) ||
-	    strlen(missing) + strlen(name) + 3 > size)
+	if (name[0] == '\0' || has_column(columns, name) != in ||
+	    strlen(list) + strlen(name) + 3 > size)
 		return;
-	strcat(missing, missing[0] ? ", " : "");
-	strcat(missing, name);
+	strcat(list, list[0] ? ", " : "");
+	strcat(list, name);
 }
 
+/* Add to list each mapped column (the [outbox] *_column names and the
+ * topic template's {column} placeholders) that is (in) or is not (!in) one
+ * of the comma-separated columns. */
 static void
-check_columns(checker *c)
+note_mapped(const ob_config *cfg, const char *columns, bool in, char *list, size_t size)
 {
-	const ob_config *cfg = c->cfg;
 	const char *mapped[] = {
 	    cfg->outbox.id_column,      cfg->outbox.key_column,     cfg->outbox.type_column,
 	    cfg->outbox.payload_column, cfg->outbox.headers_column, cfg->outbox.timestamp_column,
 	};
-	char missing[512] = "";
-	char *columns = NULL;
 	ob_topic_piece piece;
-	char *sql;
 
-	if (c->table_oid == NULL)
-		return;
-	sql = ob_xasprintf("SELECT string_agg(attname, ',') FROM pg_attribute WHERE "
-			   "attrelid = %s AND attnum > 0 AND NOT attisdropped",
-			   c->table_oid);
-	if (!query(c, "outbox columns", sql, &columns)) {
-		free(sql);
-		return;
-	}
 	for (size_t i = 0; i < OB_ARRAY_LEN(mapped); i++)
-		note_missing(missing, sizeof(missing), columns, mapped[i]);
-	/* The topic template's {column} placeholders must exist too. */
+		note_column(list, size, columns, in, mapped[i]);
 	for (const char *cursor = cfg->outbox.topic;
 	     ob_topic_template_next(&cursor, &piece) == OB_TOPIC_PIECE;) {
 		char name[128];
@@ -190,26 +187,90 @@ check_columns(checker *c)
 		if (!piece.is_column)
 			continue;
 		snprintf(name, sizeof(name), "%.*s", (int)piece.len, piece.text);
-		note_missing(missing, sizeof(missing), columns, name);
+		note_column(list, size, columns, in, name);
 	}
-	if (missing[0] == '\0')
-		report(c, "outbox columns", true, "%s", columns ? columns : "");
-	else
+}
+
+/* The table's columns (comma-separated) into *columns, or only its
+ * GENERATED ... STORED ones with generated; false (reported) when the query
+ * failed. */
+static bool
+read_columns(checker *c, bool generated, char **columns)
+{
+	char *sql = ob_xasprintf("SELECT string_agg(attname, ',') FROM pg_attribute WHERE "
+				 "attrelid = %s AND attnum > 0 AND NOT attisdropped%s",
+				 c->table_oid, generated ? " AND attgenerated <> ''" : "");
+	bool ok = query(c, "outbox columns", sql, columns);
+
+	free(sql);
+	return ok;
+}
+
+/* The mapped columns exist; with pgoutput, none is GENERATED ... STORED:
+ * pgoutput does not send such columns (up to PostgreSQL 17; 18 sends them
+ * only for a publication with publish_generated_columns, which outboxd
+ * neither sets nor reads, so it refuses them there too), where wal2json
+ * does, so the two decoders would publish the same rows differently. */
+static void
+check_columns(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	char missing[512] = "", generated[512] = "";
+	char *columns = NULL, *gen = NULL;
+
+	if (c->table_oid == NULL || !read_columns(c, false, &columns))
+		return;
+	note_mapped(cfg, columns, false, missing, sizeof(missing));
+	/* Servers older than pgoutput's minimum are refused by
+	 * check_publication (and have no attgenerated before 12). */
+	if (missing[0] == '\0' && cfg->pg.plugin == OB_PLUGIN_PGOUTPUT &&
+	    ob_pgrepl_server_version(c->pg) >= OB_PGOUTPUT_MIN_SERVER) {
+		if (!read_columns(c, true, &gen))
+			goto out;
+		note_mapped(cfg, gen, true, generated, sizeof(generated));
+	}
+	if (missing[0] != '\0')
 		report(c, "outbox columns", false,
 		       "%s.%s has no column %s; add the column or change the [outbox] mapping",
 		       cfg->outbox.schema, cfg->outbox.table_name, missing);
+	else if (generated[0] != '\0')
+		report(c, "outbox columns", false,
+		       "%s.%s: mapped column %s %s GENERATED ALWAYS AS (...) STORED, which "
+		       "postgres.plugin = pgoutput does not send, so its rows would not be "
+		       "published as wal2json publishes them; make it a plain column filled by the "
+		       "application or a trigger, or set postgres.plugin = wal2json",
+		       cfg->outbox.schema, cfg->outbox.table_name, generated,
+		       strchr(generated, ',') != NULL ? "are" : "is");
+	else
+		report(c, "outbox columns", true, "%s", columns ? columns : "");
+out:
+	free(gen);
 	free(columns);
-	free(sql);
+}
+
+/* Read the slot's state into c->slot, once; false (reported) when the
+ * query failed. */
+static bool
+read_slot(checker *c)
+{
+	if (c->slot_read)
+		return true;
+	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &c->slot)) {
+		c->query_failed = true;
+		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
+		return false;
+	}
+	c->slot_read = true;
+	return true;
 }
 
 /* pgoutput's server version and publication; without out (the relay) a
- * missing publication is created. */
+ * missing publication is created, unless an earlier check failed. */
 static void
 check_publication(checker *c)
 {
 	int v = ob_pgrepl_server_version(c->pg);
 	char detail[1024];
-	ob_slot_info slot;
 	ob_pgrepl *plain = NULL;
 	ob_pg_status st;
 
@@ -222,14 +283,10 @@ check_publication(checker *c)
 		       v / 10000, v % 10000);
 		return;
 	}
-	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &slot)) {
-		c->query_failed = true;
-		report(c, "publication", false,
-		       "could not read pg_replication_slots (see the log)");
+	if (!read_slot(c))
 		return;
-	}
 	/* A slot of the other plugin is the slot check's to name. */
-	if (slot.exists && strcmp(slot.plugin, "pgoutput") != 0)
+	if (c->slot.exists && strcmp(c->slot.plugin, "pgoutput") != 0)
 		return;
 	/* Not on the replication connection: the walsender then decodes with
 	 * what such a query left in its catalog caches (seen on PostgreSQL 15:
@@ -241,23 +298,57 @@ check_publication(checker *c)
 		report(c, "publication", false, "could not connect to check it (see the log)");
 		return;
 	}
-	st = ob_publication_prepare(plain, c->cfg, slot.exists, c->out == NULL, detail,
-				    sizeof(detail));
+	st = ob_publication_prepare(plain, c->cfg, c->slot.exists, c->out == NULL && c->all_ok,
+				    detail, sizeof(detail));
 	ob_pgrepl_close(plain, false);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	report(c, "publication", st == OB_PG_OK, "%s", detail);
 }
 
+/* Whether the role may SELECT the outbox table, which the backlog reads.
+ * `check` always asks; before streaming it is asked only when the
+ * backlog is about to be read (backlog_where is set and the slot does not
+ * exist yet): the stream itself reads no row of the table. */
+static void
+check_select(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	char *schema, *table, *sql, *grant = NULL;
+	char detail[1024];
+
+	if (c->table_oid == NULL || (c->out == NULL && (cfg->outbox.backlog_where[0] == '\0' ||
+							!read_slot(c) || c->slot.exists)))
+		return;
+	schema = ob_pgrepl_quote_literal(c->pg, cfg->outbox.schema);
+	table = ob_pgrepl_quote_literal(c->pg, cfg->outbox.table_name);
+	sql = ob_backlogsql_grant_query(schema, table);
+	if (query(c, "table privilege", sql, &grant)) {
+		if (grant == NULL)
+			snprintf(detail, sizeof(detail), "%s.%s no longer exists",
+				 cfg->outbox.schema, cfg->outbox.table_name);
+		else if (grant[0] == '\0')
+			snprintf(detail, sizeof(detail), "SELECT granted");
+		else
+			ob_backlogsql_select_denied(cfg, grant, detail, sizeof(detail));
+		report(c, "table privilege", grant != NULL && grant[0] == '\0', "%s", detail);
+	}
+	free(grant);
+	free(sql);
+	free(table);
+	free(schema);
+}
+
 ob_pg_status
 ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
 {
-	checker c = {pg, cfg, out, true, false, NULL};
+	checker c = {.pg = pg, .cfg = cfg, .out = out, .all_ok = true};
 
 	check_wal_level(&c);
 	check_table(&c);
 	check_columns(&c);
 	check_publication(&c);
+	check_select(&c);
 	free(c.table_oid);
 	if (c.query_failed)
 		return OB_PG_RETRY;
@@ -274,10 +365,9 @@ check_server(checker *c)
 }
 
 static void
-check_privileges(checker *c)
+check_replication(checker *c)
 {
-	char *repl = NULL, *select = NULL;
-	char *table = NULL, *sql;
+	char *repl = NULL;
 
 	if (query(c, "replication role",
 		  "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
@@ -287,19 +377,7 @@ check_privileges(checker *c)
 			   ? "current user may replicate"
 			   : "current user lacks REPLICATION; ALTER ROLE ... REPLICATION "
 			     "(sql/role.sql)");
-	table = ob_xasprintf("%s.%s", c->cfg->outbox.schema, c->cfg->outbox.table_name);
-	char *lit = ob_pgrepl_quote_literal(c->pg, table);
-	sql = ob_xasprintf("SELECT has_table_privilege(to_regclass(%s), 'SELECT')", lit);
-	if (query(c, "table privilege", sql, &select))
-		report(c, "table privilege", select != NULL && strcmp(select, "t") == 0, "%s",
-		       select != NULL && strcmp(select, "t") == 0
-			   ? "SELECT granted"
-			   : "current user cannot SELECT the outbox; GRANT SELECT (sql/role.sql)");
-	free(lit);
-	free(sql);
-	free(table);
 	free(repl);
-	free(select);
 }
 
 /* The slot, or whether one could be created: a temporary slot proves
@@ -357,7 +435,7 @@ check_slot(checker *c)
 
 /* The backlog's predicate and order, as the server reads them (README,
  * "Migrating from a polling outbox processor"), with the planner's
- * estimate of the rows they match. */
+ * estimate of the rows they match and the order settled. */
 static void
 check_backlog(checker *c)
 {
@@ -370,8 +448,10 @@ check_backlog(checker *c)
 	if (ob_backlog_connect(cfg, NULL, NULL, &b) == OB_PG_OK)
 		st = ob_backlog_verify(b);
 	if (st == OB_PG_OK)
-		report(c, "backlog", true, "outbox.backlog_where \"%s\" is valid (about %lld rows)",
-		       cfg->outbox.backlog_where, (long long)ob_backlog_estimate(b));
+		report(c, "backlog", true,
+		       "outbox.backlog_where \"%s\" is valid (about %lld rows), ordered by %s",
+		       cfg->outbox.backlog_where, (long long)ob_backlog_estimate(b),
+		       ob_backlog_order(b));
 	else if (st == OB_PG_FATAL)
 		report(c, "backlog", false, "%s", ob_backlog_error(b));
 	else
@@ -424,7 +504,7 @@ check_inbox(checker *c)
 int
 ob_check_run(const ob_config *cfg, FILE *out)
 {
-	checker c = {NULL, cfg, out, true, false, NULL};
+	checker c = {.cfg = cfg, .out = out, .all_ok = true};
 	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
 
 	if (!ob_producer_check_config(cfg))
@@ -448,7 +528,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		check_server(&c);
 		if (ob_check_database(c.pg, cfg, out) != OB_PG_OK)
 			c.all_ok = false;
-		check_privileges(&c);
+		check_replication(&c);
 		check_slot(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);

@@ -35,15 +35,26 @@ typedef struct ob_backlog ob_backlog;
 ob_pg_status ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx,
 				ob_backlog **out);
 
-/* Check backlog_where and backlog_order_by with the database (EXPLAIN of
- * the backlog's query) and keep the planner's row estimate. OB_PG_OK when
- * the server accepts them; OB_PG_FATAL, not logged, when it refuses one:
- * ob_backlog_error() names the key and gives the server's message;
- * OB_PG_RETRY (logged) when the server could not be asked. */
+/* Settle the backlog's order and check backlog_where and backlog_order_by
+ * with the database (EXPLAIN of the backlog's query), and keep the
+ * planner's row estimate. The order is backlog_order_by or, when that is
+ * empty, the table's identity column then the id column, so that the
+ * events one transaction wrote for one key come in the order the stream
+ * gives them; a table without an identity column is ordered by the
+ * timestamp column then the id column, with a warning (logged here)
+ * naming what it lacks. OB_PG_OK when the server accepts the query;
+ * OB_PG_FATAL, not logged, when it refuses it: ob_backlog_error() names
+ * the key and gives the server's message, or says that the role may not
+ * SELECT the table and gives the GRANT that fixes it; OB_PG_RETRY
+ * (logged) when the server could not be asked. */
 ob_pg_status ob_backlog_verify(ob_backlog *b);
 
-/* Import snapshot in a repeatable-read transaction and open the cursor
- * over the matching rows; the connection that exported the snapshot must
+/* The ORDER BY list settled by the last ob_backlog_verify (NULL before). */
+const char *ob_backlog_order(const ob_backlog *b);
+
+/* After ob_backlog_verify returned OB_PG_OK: import snapshot in a
+ * repeatable-read transaction and open the cursor over the matching rows,
+ * in the order verify settled; the connection that exported the snapshot must
  * run no other command until this returns. OB_PG_FATAL (not logged,
  * ob_backlog_error() says why) when the server refuses the query itself;
  * OB_PG_RETRY (logged) on other failures. */

@@ -14,9 +14,12 @@
 #include "outboxd/config.h"
 #include "outboxd/pgrepl.h"
 
-/* Check wal_level, the outbox table (partitioned only with pgoutput), its
- * mapped columns and, with pgoutput, the publication on an open
- * connection; without out, a missing publication is created. Without out, failures are
+/* Check wal_level, the outbox table, its mapped columns (with pgoutput,
+ * none of them GENERATED ... STORED), with pgoutput the publication, and
+ * the role's SELECT on the table, on an open connection. Without out (the
+ * relay), a missing publication is created when every check before it
+ * passed, and SELECT is asked for only when the backlog is about to be
+ * read (backlog_where set, the slot missing). Without out, failures are
  * logged as errors; with out, every result is printed as a line. Returns
  * OB_PG_OK when all passed, OB_PG_FATAL when a check said no, and
  * OB_PG_RETRY when a query failed (the connection broke: try again). */

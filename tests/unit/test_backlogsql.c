@@ -1,6 +1,6 @@
 /*
- * test_backlogsql.c: the backlog's query text, its page sizes, and which
- * server errors are of the moment (backlogsql.h).
+ * test_backlogsql.c: the backlog's query text and order, its page sizes,
+ * and which server errors are of the moment (backlogsql.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,29 +20,37 @@ typedef struct select_case {
 	const char *timestamp_column;
 	const char *where;
 	const char *order_by;
+	const char *identity; /* the table's identity column, or NULL */
 	const char *what;
 	bool with_order;
 	const char *expected;
 } select_case;
 
 static const select_case select_cases[] = {
-    {"default order: the timestamp column, then the id column", "public.outbox", "id", "created_at",
-     "processed_on_utc IS NULL", "", "*", true,
+    {"no identity column: the timestamp column, then the id column", "public.outbox", "id",
+     "created_at", "processed_on_utc IS NULL", "", NULL, "*", true,
      "SELECT * FROM \"public\".\"outbox\" WHERE (\nprocessed_on_utc IS NULL\n) "
      "ORDER BY \"created_at\", \"id\""},
-    {"no timestamp column: the id column alone", "outbox", "event_id", "", "true", "", "*", true,
-     "SELECT * FROM \"public\".\"outbox\" WHERE (\ntrue\n) ORDER BY \"event_id\""},
-    {"backlog_order_by as written", "app.outbox", "id", "created_at", "true",
-     "(payload->>'n')::int DESC, id", "*", true,
+    {"the identity column, then the id column", "public.outbox", "id", "created_at",
+     "processed_on_utc IS NULL", "", "seq", "*", true,
+     "SELECT * FROM \"public\".\"outbox\" WHERE (\nprocessed_on_utc IS NULL\n) "
+     "ORDER BY \"seq\", \"id\""},
+    {"the identity column is the id column", "public.outbox", "Id", "created_at", "true", "", "Id",
+     "*", true, "SELECT * FROM \"public\".\"outbox\" WHERE (\ntrue\n) ORDER BY \"Id\""},
+    {"no timestamp column: the id column alone", "outbox", "event_id", "", "true", "", NULL, "*",
+     true, "SELECT * FROM \"public\".\"outbox\" WHERE (\ntrue\n) ORDER BY \"event_id\""},
+    {"backlog_order_by as written, identity column or not", "app.outbox", "id", "created_at",
+     "true", "(payload->>'n')::int DESC, id", "seq", "*", true,
      "SELECT * FROM \"app\".\"outbox\" WHERE (\ntrue\n) ORDER BY (payload->>'n')::int DESC, "
      "id"},
     {"without the order (to tell which key the server refuses)", "public.outbox", "id",
-     "created_at", "n > 1", "n DESC", "1", false,
+     "created_at", "n > 1", "n DESC", NULL, "1", false,
      "SELECT 1 FROM \"public\".\"outbox\" WHERE (\nn > 1\n)"},
-    {"names quoted: case and inner quotes kept", "Sales.\"Out\"box", "Id", "When", "true", "", "*",
-     true, "SELECT * FROM \"Sales\".\"\"\"Out\"\"box\" WHERE (\ntrue\n) ORDER BY \"When\", \"Id\""},
+    {"names quoted: case and inner quotes kept", "Sales.\"Out\"box", "Id", "When", "true", "",
+     "S\"q", "*", true,
+     "SELECT * FROM \"Sales\".\"\"\"Out\"\"box\" WHERE (\ntrue\n) ORDER BY \"S\"\"q\", \"Id\""},
     {"a trailing comment stays on the predicate's line", "public.outbox", "id", "created_at",
-     "processed_on_utc IS NULL -- the poller's", "", "*", true,
+     "processed_on_utc IS NULL -- the poller's", "", NULL, "*", true,
      "SELECT * FROM \"public\".\"outbox\" WHERE (\nprocessed_on_utc IS NULL -- the poller's\n) "
      "ORDER BY \"created_at\", \"id\""},
 };
@@ -61,7 +69,7 @@ test_select(void **state)
 	for (size_t i = 0; i < sizeof(select_cases) / sizeof(select_cases[0]); i++) {
 		const select_case *c = &select_cases[i];
 		ob_config cfg;
-		char *sql;
+		char *sql, *order;
 
 		ob_config_init(&cfg);
 		set(&cfg, "table", c->table);
@@ -71,10 +79,12 @@ test_select(void **state)
 		set(&cfg, "backlog_order_by", c->order_by);
 		if (!ob_config_finish(&cfg))
 			fail_msg("%s: the configuration does not finish", c->name);
-		sql = ob_backlogsql_select(&cfg, c->what, c->with_order);
+		order = ob_backlogsql_order(&cfg, c->identity);
+		sql = ob_backlogsql_select(&cfg, c->what, c->with_order ? order : NULL);
 		if (strcmp(sql, c->expected) != 0)
 			fail_msg("%s:\n got: %s\nwant: %s", c->name, sql, c->expected);
 		free(sql);
+		free(order);
 		ob_config_free(&cfg);
 	}
 }
