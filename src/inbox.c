@@ -720,25 +720,17 @@ consumer_conf(ob_inbox *ib)
 	return conf;
 }
 
-/* inbox.topics as a subscription list: comma-separated, blanks trimmed. */
+/* inbox.topics as a subscription list. */
 static rd_kafka_topic_partition_list_t *
 topic_list(const char *topics)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(4);
-	char *copy = ob_xstrdup(topics);
-	char *save = NULL;
+	size_t n;
+	char **names = ob_config_inbox_topics(topics, &n);
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)n + 1);
 
-	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-		char *end = t + strlen(t);
-
-		while (*t == ' ' || *t == '\t')
-			t++;
-		while (end > t && (end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		if (*t != '\0')
-			rd_kafka_topic_partition_list_add(list, t, RD_KAFKA_PARTITION_UA);
-	}
-	free(copy);
+	for (size_t i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(list, names[i], RD_KAFKA_PARTITION_UA);
+	ob_config_free_topics(names, n);
 	return list;
 }
 
