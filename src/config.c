@@ -585,9 +585,10 @@ check_inbox(const ob_config *cfg)
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (subscription_matches(topics[i], cfg->outbox.dlq_topic)) {
-			ob_error("inbox.topics entry \"%s\" takes in outbox.dlq_topic (%s): the inbox "
-				 "would consume its own dead letters; change one of them",
-				 topics[i], cfg->outbox.dlq_topic);
+			ob_error(
+			    "inbox.topics entry \"%s\" takes in outbox.dlq_topic (%s): the inbox "
+			    "would consume its own dead letters; change one of them",
+			    topics[i], cfg->outbox.dlq_topic);
 			ok = false;
 		}
 	}

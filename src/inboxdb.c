@@ -253,8 +253,8 @@ quote_name(PGconn *conn, const char *schema, const char *name)
 static ob_inboxdb_status
 add_cluster_column(ob_inboxdb *db, char *detail, size_t detail_len)
 {
-	char *sql = ob_xasprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS cluster_id text",
-				 db->offsets);
+	char *sql =
+	    ob_xasprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS cluster_id text", db->offsets);
 	params p = {0};
 	PGresult *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
@@ -275,11 +275,11 @@ add_cluster_column(ob_inboxdb *db, char *detail, size_t detail_len)
 		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
 			ob_info("added column cluster_id to %s", db->offsets);
 		} else {
-			snprintf(detail, detail_len,
-				 "%s has no column cluster_id and outboxd could not add it: %s; run "
-				 "\"%s\" as the table's owner",
-				 db->offsets, clean(PQresultErrorMessage(res), buf, sizeof(buf)),
-				 sql);
+			snprintf(
+			    detail, detail_len,
+			    "%s has no column cluster_id and outboxd could not add it: %s; run "
+			    "\"%s\" as the table's owner",
+			    db->offsets, clean(PQresultErrorMessage(res), buf, sizeof(buf)), sql);
 			st = PQstatus(db->conn) == CONNECTION_OK ? OB_INBOXDB_FATAL
 								 : OB_INBOXDB_RETRY;
 		}
@@ -476,10 +476,11 @@ store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, bool for
 	char *head = ob_xasprintf("INSERT INTO %s AS o (group_id, topic, partition, next_offset, "
 				  "cluster_id) VALUES ",
 				  db->offsets);
-	char *tail = ob_xasprintf(" ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
-				  "next_offset = EXCLUDED.next_offset, cluster_id = "
-				  "coalesce(EXCLUDED.cluster_id, o.cluster_id), updated_at = now()%s",
-				  forward_only ? " WHERE o.next_offset < EXCLUDED.next_offset" : "");
+	char *tail =
+	    ob_xasprintf(" ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+			 "next_offset = EXCLUDED.next_offset, cluster_id = "
+			 "coalesce(EXCLUDED.cluster_id, o.cluster_id), updated_at = now()%s",
+			 forward_only ? " WHERE o.next_offset < EXCLUDED.next_offset" : "");
 	char *sql = multi_row(head, tail, casts, POS_COLUMNS, n);
 	params p = {0};
 	ob_inboxdb_status st;

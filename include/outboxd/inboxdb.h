@@ -36,7 +36,7 @@ typedef enum ob_inboxdb_status {
 typedef struct ob_inbox_position {
 	const char *topic;
 	int32_t partition;
-	int64_t next_offset;                 /* -1: nothing stored for this partition */
+	int64_t next_offset;                /* -1: nothing stored for this partition */
 	char cluster_id[OB_CLUSTER_ID_LEN]; /* "": unknown (stored before outboxd kept it) */
 } ob_inbox_position;
 

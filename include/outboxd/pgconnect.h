@@ -4,8 +4,8 @@
  *
  * ob_pgconnect_open() opens the publisher's connections (pgrepl.c) and
  * the inbox's (inboxdb.c) with the same settings, and hands every
- * connection libpq made (or failed to make) to ob_pgconnect_ok(). A refusal (pgrefusal.h) is logged once with
- * its fix while it lasts, shown on /readyz ("postgres-refused") and in
+ * connection libpq made (or failed to make) to ob_pgconnect_ok(). A refusal (pgrefusal.h) is logged
+ * once with its fix while it lasts, shown on /readyz ("postgres-refused") and in
  * outboxd_postgres_refused{reason}, and kept for `outboxd check` to print;
  * every other failure is logged each time, as a reconnect is.
  */

@@ -165,10 +165,27 @@ static const json_case json_cases[] = {
     {"{", 0, false},
     {"{} {}", 0, false},
     {"hello", 0, false},
-    {"\"\\u0000\"", 0, false},                    /* jsonb refuses \u0000 */
-    {"\"\xff\"", 0, false},                       /* not UTF-8 */
-    {"{\"a\":1}\0", 8, false},                    /* a NUL byte after the value */
-    {"123456789012345678901234567890", 0, false}, /* too big for jansson */
+    {"\"\\u0000\"", 0, false},                   /* jsonb refuses \u0000 */
+    {"\"\xff\"", 0, false},                      /* not UTF-8 */
+    {"{\"a\":1}\0", 8, false},                   /* a NUL byte after the value */
+    {"123456789012345678901234567890", 0, true}, /* numeric holds it, a double not */
+    {"{\"x\": 1e400}", 0, true},
+    {"1e1000", 0, true},
+    {"1e1001", 0, false}, /* numeric's exponent limit */
+    {"01", 0, false},
+    {"1.", 0, false},
+    {".5", 0, false},
+    {"[1,]", 0, false},
+    {"{\"a\" 1}", 0, false},
+    {"{\"a\":1,}", 0, false},
+    {"[[[]]]", 0, true},
+    {"{\"a\":[{\"b\":{}}],\"c\":\"\\ud83d\\ude00\"}", 0, true},
+    {"\"\\ud83d\"", 0, false}, /* an unpaired surrogate */
+    {"\"\\ude00\"", 0, false},
+    {"\"a\tb\"", 0, false}, /* a control character unescaped */
+    {"\"\\x\"", 0, false},
+    {"tru", 0, false},
+    {"\ftrue", 0, false}, /* form feed is not JSON white space */
 };
 
 static void
