@@ -65,11 +65,12 @@ ob_inbox_text_ok(const char *s, size_t len)
  * numeric holds (see number_ok()). Nesting deeper than JSON_MAX_DEPTH is
  * taken for not JSON, well within what the server's stack allows. */
 #define JSON_MAX_DEPTH       2048
-/* numeric's limits (PostgreSQL's numeric.c): an exponent of at most 1000
- * either way, 131072 digits before the decimal point, 16383 after it. */
-#define NUMERIC_MAX_EXPONENT 1000
+/* numeric's limits (PostgreSQL's numeric.c): 131072 digits before the
+ * decimal point, 16383 after it; an exponent of more than nine digits is
+ * taken for not JSON (the server refuses all but a few such numbers). */
 #define NUMERIC_MAX_WEIGHT   131072
 #define NUMERIC_MAX_SCALE    16383
+#define NUMERIC_MAX_EXPONENT 999999999L
 
 typedef struct json_scan {
 	const unsigned char *s;
@@ -102,15 +103,15 @@ digits(json_scan *j)
 }
 
 /* A number at j->pos (which is '-' or a digit), and whether numeric holds
- * it: its exponent within NUMERIC_MAX_EXPONENT, its digits before the
- * point (leading zeros aside, moved by the exponent) within
- * NUMERIC_MAX_WEIGHT, and its digits after the point (moved likewise)
- * within NUMERIC_MAX_SCALE. */
+ * it: its digits after the point (as written, less the exponent) within
+ * NUMERIC_MAX_SCALE, and unless it is zero, its digits before the point
+ * (from the first significant one, plus the exponent) within
+ * NUMERIC_MAX_WEIGHT. */
 static bool
 number_ok(json_scan *j)
 {
-	size_t int_start, int_len, frac_len = 0;
-	long exponent = 0;
+	size_t int_start, frac_start, int_len, frac_len = 0, frac_zeros;
+	long exponent = 0, weight;
 
 	if (j->s[j->pos] == '-')
 		j->pos++;
@@ -121,9 +122,8 @@ number_ok(json_scan *j)
 		j->pos++;
 	else
 		(void)digits(j);
-	int_len = j->pos - int_start;
-	if (int_len == 1 && j->s[int_start] == '0')
-		int_len = 0;
+	int_len = j->s[int_start] == '0' ? 0 : j->pos - int_start;
+	frac_start = j->pos + 1;
 	if (j->pos < j->len && j->s[j->pos] == '.') {
 		j->pos++;
 		frac_len = digits(j);
@@ -148,8 +148,15 @@ number_ok(json_scan *j)
 		if (negative)
 			exponent = -exponent;
 	}
-	return (long)int_len + exponent <= NUMERIC_MAX_WEIGHT &&
-	       (long)frac_len - exponent <= NUMERIC_MAX_SCALE;
+	for (frac_zeros = 0; frac_zeros < frac_len && j->s[frac_start + frac_zeros] == '0';
+	     frac_zeros++)
+		;
+	if ((long)frac_len - exponent > NUMERIC_MAX_SCALE)
+		return false;
+	if (int_len == 0 && frac_zeros == frac_len)
+		return true; /* zero, whatever its exponent */
+	weight = int_len > 0 ? (long)int_len : -(long)frac_zeros;
+	return weight + exponent <= NUMERIC_MAX_WEIGHT;
 }
 
 /* The four hex digits of a \u escape at j->pos; -1 when not hex. */
@@ -244,6 +251,18 @@ scalar_ok(json_scan *j)
 	return literal_ok(j);
 }
 
+/* A member name and its colon at j->pos (white space around them
+ * skipped). */
+static bool
+member_name_ok(json_scan *j)
+{
+	skip_space(j);
+	if (j->pos >= j->len || j->s[j->pos] != '"' || !string_ok(j))
+		return false;
+	skip_space(j);
+	return j->pos < j->len && j->s[j->pos++] == ':';
+}
+
 bool
 ob_inbox_value_is_json(const void *value, size_t len)
 {
@@ -268,13 +287,8 @@ ob_inbox_value_is_json(const void *value, size_t len)
 				if (depth == JSON_MAX_DEPTH)
 					return false;
 				open[depth++] = object;
-				if (object) {
-					if (j.pos >= len || j.s[j.pos] != '"' || !string_ok(&j))
-						return false;
-					skip_space(&j);
-					if (j.pos >= len || j.s[j.pos++] != ':')
-						return false;
-				}
+				if (object && !member_name_ok(&j))
+					return false;
 				continue;
 			}
 		} else if (!scalar_ok(&j)) {
@@ -294,14 +308,8 @@ ob_inbox_value_is_json(const void *value, size_t len)
 			}
 			if (j.s[j.pos++] != ',')
 				return false;
-			if (open[depth - 1]) {
-				skip_space(&j);
-				if (j.pos >= len || j.s[j.pos] != '"' || !string_ok(&j))
-					return false;
-				skip_space(&j);
-				if (j.pos >= len || j.s[j.pos++] != ':')
-					return false;
-			}
+			if (open[depth - 1] && !member_name_ok(&j))
+				return false;
 			break;
 		}
 	}

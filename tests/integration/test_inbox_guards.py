@@ -358,6 +358,7 @@ def test_inbox_readyz_during_broker_outage(inbox_env, broker):
     env = inbox_env()
     port = harness.free_port()
     d = env.start(http_listen="127.0.0.1:%d" % port)
+    d.wait_log(r"serving /metrics", 15)
     wait_until(lambda: http_status(port, "/readyz") == 200, 30, 0.2)
     broker.cmd("down all")
     try:
