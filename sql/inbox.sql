@@ -34,12 +34,18 @@ CREATE INDEX IF NOT EXISTS inbox_unprocessed
     ON public.inbox (received_at) WHERE processed_at IS NULL AND error IS NULL;
 
 -- Where each partition resumes, per consumer group: the offset of the
--- first record not yet in the inbox table.
+-- first record not yet in the inbox table, and the id of the Kafka cluster
+-- that offset belongs to (NULL: stored before outboxd kept it).
 CREATE TABLE IF NOT EXISTS public.outboxd_inbox_offsets (
     group_id    text        NOT NULL,
     topic       text        NOT NULL,
     partition   integer     NOT NULL,
     next_offset bigint      NOT NULL,
+    cluster_id  text,
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (group_id, topic, partition)
 );
+-- A table created before cluster_id existed gets it here (outboxd inbox
+-- also adds it at start when its role owns the table; otherwise it exits
+-- 1 printing this statement).
+ALTER TABLE public.outboxd_inbox_offsets ADD COLUMN IF NOT EXISTS cluster_id text;

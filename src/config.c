@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
+#include <regex.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ typedef enum key_type {
 	KEY_COUNT,     /* a positive count */
 	KEY_BAD_EVENT, /* dlq | halt */
 	KEY_PLUGIN,    /* wal2json | pgoutput */
+	KEY_MISMATCH,  /* halt | earliest | latest | stored */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -66,6 +68,7 @@ static const config_key config_keys[] = {
     {"inbox", "group", KEY_NONEMPTY, OFF(inbox.group), "outboxd-inbox"},
     {"inbox", "id_header", KEY_NONEMPTY, OFF(inbox.id_header), "id"},
     {"inbox", "batch_max", KEY_COUNT, OFF(inbox.batch_max), "500"},
+    {"inbox", "on_position_mismatch", KEY_MISMATCH, OFF(inbox.on_position_mismatch), "halt"},
     {"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
     {"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
     {"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
@@ -135,6 +138,20 @@ parse_ms(const char *s, int *out)
 	return true;
 }
 
+static bool
+parse_mismatch(const char *s, ob_mismatch_policy *out)
+{
+	static const char *const names[] = {"halt", "earliest", "latest", "stored"};
+
+	for (size_t i = 0; i < OB_ARRAY_LEN(names); i++) {
+		if (strcmp(s, names[i]) == 0) {
+			*out = (ob_mismatch_policy)i;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Store an already expanded value into the field k describes. */
 static bool
 apply_key(ob_config *cfg, const config_key *k, const char *value, const char *origin)
@@ -184,6 +201,10 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		else
 			ok = false;
 		expected = "wal2json or pgoutput";
+		break;
+	case KEY_MISMATCH:
+		ok = parse_mismatch(value, (ob_mismatch_policy *)field);
+		expected = "halt, earliest, latest or stored";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);
@@ -499,6 +520,82 @@ check_plain_name(const char *key, const char *name)
 	return false;
 }
 
+/* True when the subscription entry topic (a name, or a regular expression
+ * when it starts with '^', in librdkafka's POSIX extended syntax) matches
+ * name. */
+static bool
+subscription_matches(const char *topic, const char *name)
+{
+	regex_t re;
+	bool match;
+
+	if (topic[0] != '^')
+		return strcmp(topic, name) == 0;
+	if (regcomp(&re, topic, REG_EXTENDED | REG_NOSUB) != 0)
+		return false; /* librdkafka refuses it when the inbox subscribes */
+	match = regexec(&re, name, 0, NULL, 0) == 0;
+	regfree(&re);
+	return match;
+}
+
+char **
+ob_config_inbox_topics(const char *topics, size_t *n)
+{
+	char *copy = ob_xstrdup(topics);
+	char **out = ob_xcalloc(strlen(topics) / 2 + 2, sizeof(*out));
+	char *save = NULL;
+
+	*n = 0;
+	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+		char *end = t + strlen(t);
+
+		t += strspn(t, " \t");
+		while (end > t && (end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		if (*t != '\0')
+			out[(*n)++] = ob_xstrdup(t);
+	}
+	free(copy);
+	return out;
+}
+
+void
+ob_config_free_topics(char **topics, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(topics[i]);
+	free(topics);
+}
+
+/* The inbox's own limits: batch_max within one statement's parameters,
+ * and a subscription that never takes in the dead-letter topic (the inbox
+ * would consume its own dead letters, each failing again, forever). */
+static bool
+check_inbox(const ob_config *cfg)
+{
+	size_t n;
+	char **topics = ob_config_inbox_topics(cfg->inbox.topics, &n);
+	bool ok = true;
+
+	if (cfg->inbox.batch_max > OB_INBOX_BATCH_LIMIT) {
+		ob_error("invalid value \"%d\" for inbox.batch_max: at most %d (a row takes 9 of "
+			 "the 65535 parameters of one statement)",
+			 cfg->inbox.batch_max, OB_INBOX_BATCH_LIMIT);
+		ok = false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (subscription_matches(topics[i], cfg->outbox.dlq_topic)) {
+			ob_error(
+			    "inbox.topics entry \"%s\" takes in outbox.dlq_topic (%s): the inbox "
+			    "would consume its own dead letters; change one of them",
+			    topics[i], cfg->outbox.dlq_topic);
+			ok = false;
+		}
+	}
+	ob_config_free_topics(topics, n);
+	return ok;
+}
+
 bool
 ob_config_finish(ob_config *cfg)
 {
@@ -509,7 +606,7 @@ ob_config_finish(ob_config *cfg)
 			 &cfg->inbox.table_name))
 		ok = false;
 
-	if (!check_topic_template(cfg->outbox.topic))
+	if (!check_topic_template(cfg->outbox.topic) || !check_inbox(cfg))
 		ok = false;
 	/* Postgres itself allows only these in slot names; a publication
 	 * named so needs no quoting in SQL or in pgoutput's options. */

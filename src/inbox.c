@@ -6,13 +6,17 @@
  * when no more records are waiting: bad records go to the dead-letter
  * topic first (and are waited for), then one database transaction inserts
  * the good rows and stores the next offset of every partition of the
- * batch (inboxdb.c). The positions stored in Postgres are the truth: on
- * every assignment the consumer starts each partition there (Kafka's own
- * committed offset is used only where Postgres has none), and after a
- * failed transaction, whose outcome may be unknown, it reconnects and
- * seeks every assigned partition back to what Postgres holds. Kafka
- * offsets are committed asynchronously after each database commit, for
- * monitoring tools only.
+ * batch (inboxdb.c). The positions stored in Postgres are the truth.
+ * Partitions are assigned paused; the main loop then checks each one's
+ * stored position against what the broker serves (watermarks, cluster id,
+ * the group's committed offset: see start_partitions()) and seeks it
+ * there before resuming it. After a failed transaction, whose outcome may
+ * be unknown, it reconnects and seeks every assigned partition back to
+ * what Postgres holds. While the database is away the partitions stay
+ * paused and the consumer keeps being polled, so the group keeps this
+ * member; nothing waits for the database inside a rebalance callback.
+ * Kafka offsets are committed asynchronously after each database commit,
+ * for monitoring tools and for telling a restored database apart.
  *
  * A record the database refuses in a batch makes the batch go again one
  * record per transaction, so that only the refused record is
@@ -41,7 +45,7 @@
 #define POLL_MS          100
 #define BACKOFF_START_MS 100
 #define SEEK_TIMEOUT_MS  10000
-#define BACKOFF_SLICE_MS 100
+#define QUERY_TIMEOUT_MS 10000
 
 /* outboxd's consumer defaults, applied before the user's [kafka]
  * properties. */
@@ -68,7 +72,11 @@ typedef struct ob_inbox {
 	 * the offset of the first record read from it, else
 	 * RD_KAFKA_OFFSET_INVALID. */
 	rd_kafka_topic_partition_list_t *assigned;
-	bool reposition; /* seek back to the stored positions once connected */
+	/* The assigned partitions not started yet: paused until
+	 * start_partitions() has checked their stored positions. */
+	rd_kafka_topic_partition_list_t *unstarted;
+	char cluster_id[OB_CLUSTER_ID_LEN]; /* the broker's, stored with positions; "" unknown */
+	bool reposition;                    /* seek back to the stored positions once connected */
 	int backoff_ms;
 	int brokers_up;
 	int exit_code; /* -1 while running */
@@ -87,66 +95,89 @@ set_ready(ob_inbox *ib)
 	ob_metrics_set_connected(ib->db != NULL, ib->brokers_up > 0);
 }
 
+/* Note where a partition that has nothing stored resumes after a failure:
+ * the first record read from it. */
 static void
-sleep_ms(int ms)
+note_first(ob_inbox *ib, const rd_kafka_message_t *m)
 {
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	rd_kafka_topic_partition_t *a = rd_kafka_topic_partition_list_find(
+	    ib->assigned, rd_kafka_topic_name(m->rkt), m->partition);
 
-	nanosleep(&ts, NULL);
+	if (a != NULL && a->offset < 0)
+		a->offset = m->offset;
 }
 
-/* Sleep the current backoff in slices (stopping early on SIGTERM), then
- * double it up to postgres.reconnect_max_backoff_ms. */
+/* Destroy a polled message that is not to be stored now (its partition
+ * is paused or not started, or the database is away): it is read again
+ * after the seek that starts or repositions its partition. */
 static void
-back_off(ob_inbox *ib)
+drop_message(ob_inbox *ib, rd_kafka_message_t *m)
 {
-	for (int slept = 0; slept < ib->backoff_ms && !ob_signals_stop_requested();
-	     slept += BACKOFF_SLICE_MS) {
+	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		note_first(ib, m);
+	rd_kafka_message_destroy(m);
+}
+
+/* Wait the current backoff, polling the consumer meanwhile (so the group
+ * keeps this member and rebalances are served; the partitions are paused
+ * and a message that comes anyway is dropped), stopping early on SIGTERM
+ * or an exit; then double the backoff up to
+ * postgres.reconnect_max_backoff_ms. Only outside rebalance callbacks,
+ * with no batch in hand. */
+static void
+wait_polling(ob_inbox *ib)
+{
+	for (int waited = 0;
+	     waited < ib->backoff_ms && ib->exit_code < 0 && !ob_signals_stop_requested();
+	     waited += POLL_MS) {
+		rd_kafka_message_t *m;
+
 		ob_metrics_heartbeat();
 		ob_notify_watchdog();
-		sleep_ms(BACKOFF_SLICE_MS);
+		m = rd_kafka_consumer_poll(ib->rk, POLL_MS);
+		if (m != NULL)
+			drop_message(ib, m);
 	}
 	ib->backoff_ms *= 2;
 	if (ib->backoff_ms > ib->cfg->pg.reconnect_max_backoff_ms)
 		ib->backoff_ms = ib->cfg->pg.reconnect_max_backoff_ms;
 }
 
-/* After a failed statement: close the connection, remember to seek back
- * once it is up again, and wait the backoff. */
+/* The database is unusable (a failed statement or connection attempt):
+ * close it, pause every assigned partition until reposition() seeks it
+ * back to the stored position, and count a reconnect. */
 static void
-drop_db(ob_inbox *ib)
+lose_db(ob_inbox *ib)
 {
 	ob_inboxdb_close(ib->db);
 	ib->db = NULL;
 	ib->reposition = true;
+	(void)rd_kafka_pause_partitions(ib->rk, ib->assigned);
 	set_ready(ib);
 	ob_metrics_reconnect(OB_TARGET_POSTGRES);
-	back_off(ib);
 }
 
-/* Connect to the database unless connected, retrying with backoff until
- * it works, SIGTERM arrives or the tables are missing (exit 1). True when
- * connected. */
+/* One attempt to connect to the database, unless connected. True when
+ * connected; a missing table sets exit 1. */
 static bool
-ensure_db(ob_inbox *ib)
+connect_db(ob_inbox *ib)
 {
-	while (ib->db == NULL && ib->exit_code < 0 && !ob_signals_stop_requested()) {
-		switch (ob_inboxdb_connect(ib->cfg, &ib->db, NULL, 0)) {
-		case OB_INBOXDB_OK:
-			ob_info("connected to the inbox database");
-			set_ready(ib);
-			break;
-		case OB_INBOXDB_FATAL:
-			ib->exit_code = EXIT_OPERATOR;
-			break;
-		case OB_INBOXDB_RETRY:
-		case OB_INBOXDB_REJECTED:
-			ob_metrics_reconnect(OB_TARGET_POSTGRES);
-			back_off(ib);
-			break;
-		}
+	if (ib->db != NULL)
+		return true;
+	switch (ob_inboxdb_connect(ib->cfg, &ib->db, NULL, 0)) {
+	case OB_INBOXDB_OK:
+		ob_info("connected to the inbox database");
+		set_ready(ib);
+		return true;
+	case OB_INBOXDB_FATAL:
+		ib->exit_code = EXIT_OPERATOR;
+		return false;
+	case OB_INBOXDB_RETRY:
+	case OB_INBOXDB_REJECTED:
+		break;
 	}
-	return ib->db != NULL;
+	lose_db(ib);
+	return false;
 }
 
 static void
@@ -157,8 +188,8 @@ drop_batch(ob_inbox *ib)
 	ib->batch_len = 0;
 }
 
-/* The record of m as a view (borrowing m). False when it has more headers
- * than a view holds. */
+/* The record of m as a view (borrowing m), with at most
+ * OB_EVENT_MAX_HEADERS of its headers. False when it has more. */
 static bool
 record_view(const rd_kafka_message_t *m, ob_record_view *v)
 {
@@ -177,15 +208,13 @@ record_view(const rd_kafka_message_t *m, ob_record_view *v)
 	v->timestamp_ms = rd_kafka_message_timestamp(m, &tstype);
 	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		return true;
-	if (rd_kafka_header_cnt(hdrs) > OB_EVENT_MAX_HEADERS)
-		return false;
-	for (size_t i = 0; i < rd_kafka_header_cnt(hdrs); i++) {
+	for (size_t i = 0; i < rd_kafka_header_cnt(hdrs) && i < OB_EVENT_MAX_HEADERS; i++) {
 		if (rd_kafka_header_get_all(hdrs, i, &v->header_names[i], &v->header_values[i],
 					    &v->header_value_lens[i]) != RD_KAFKA_RESP_ERR_NO_ERROR)
 			break;
 		v->headers_len = i + 1;
 	}
-	return true;
+	return rd_kafka_header_cnt(hdrs) <= OB_EVENT_MAX_HEADERS;
 }
 
 /* ---- dead letters ---------------------------------------------------- */
@@ -204,9 +233,32 @@ on_dlq_delivery(void *ctx, const ob_delivery *d)
 		ib->dlq_waiting--;
 }
 
+/* Add the headers of m named id_header (when id is true) or all others
+ * (when false) to ev, in order, as long as ev has room. */
+static void
+add_original_headers(ob_event *ev, const rd_kafka_message_t *m, const char *id_header, bool id)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+	const char *name;
+	const void *value;
+	size_t len;
+
+	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	for (size_t i = 0;
+	     rd_kafka_header_get_all(hdrs, i, &name, &value, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
+	     i++) {
+		if ((strcmp(name, id_header) == 0) == id &&
+		    !ob_event_add_header(ev, name, value, len))
+			return; /* the record's last headers do not fit */
+	}
+}
+
 /* Queue the dead-letter record of m: headers "error" (reason: detail),
  * "source-topic", "source-partition", "source-offset", then the original
- * headers; the original key, value and timestamp. */
+ * headers (the id header first, then the others in order, as many as the
+ * record holds: OB_EVENT_MAX_HEADERS in all); the original key, value and
+ * timestamp. */
 static bool
 dead_letter(ob_inbox *ib, const rd_kafka_message_t *m, const ob_record_view *v, const char *reason,
 	    const char *detail)
@@ -225,11 +277,8 @@ dead_letter(ob_inbox *ib, const rd_kafka_message_t *m, const ob_record_view *v, 
 	(void)ob_event_add_header(ev, "source-partition", number, strlen(number));
 	snprintf(number, sizeof(number), "%lld", (long long)m->offset);
 	(void)ob_event_add_header(ev, "source-offset", number, strlen(number));
-	for (size_t i = 0; i < v->headers_len; i++) {
-		if (!ob_event_add_header(ev, v->header_names[i], v->header_values[i],
-					 v->header_value_lens[i]))
-			break; /* the original's last headers do not fit */
-	}
+	add_original_headers(ev, m, ib->cfg->inbox.id_header, true);
+	add_original_headers(ev, m, ib->cfg->inbox.id_header, false);
 	ev->has_key = v->has_key;
 	if (v->has_key)
 		ev->key = ob_event_put(ev, v->key, v->key_len);
@@ -278,9 +327,10 @@ wait_dead_letters(ob_inbox *ib)
 /* ---- one database transaction -------------------------------------------------- */
 
 /* Add (topic, partition) at offset to the positions of a transaction:
- * the next offset to read is one past the latest record. */
+ * the next offset to read is one past the latest record, on the cluster
+ * the partitions were started on. */
 static void
-note_position(ob_inbox_position *pos, size_t *n, const rd_kafka_message_t *m)
+note_position(const ob_inbox *ib, ob_inbox_position *pos, size_t *n, const rd_kafka_message_t *m)
 {
 	const char *topic = rd_kafka_topic_name(m->rkt);
 
@@ -291,7 +341,9 @@ note_position(ob_inbox_position *pos, size_t *n, const rd_kafka_message_t *m)
 			return;
 		}
 	}
-	pos[*n] = (ob_inbox_position){topic, m->partition, m->offset + 1};
+	pos[*n] = (ob_inbox_position){
+	    .topic = topic, .partition = m->partition, .next_offset = m->offset + 1};
+	snprintf(pos[*n].cluster_id, sizeof(pos[*n].cluster_id), "%s", ib->cluster_id);
 	(*n)++;
 }
 
@@ -333,7 +385,7 @@ commit_range(ob_inbox *ib, size_t from, size_t to, const ob_inbox_row *rows, con
 	for (size_t i = from; i < to; i++) {
 		if (good[i])
 			keep[n_keep++] = rows[i]; /* borrowed: a shallow copy */
-		note_position(pos, &n_pos, ib->batch[i]);
+		note_position(ib, pos, &n_pos, ib->batch[i]);
 	}
 	st = ob_inboxdb_commit(ib->db, keep, n_keep, pos, n_pos, &inserted, error, error_len);
 	if (st == OB_INBOXDB_OK) {
@@ -413,8 +465,10 @@ handle_bad(ob_inbox *ib, bool *good, const ob_inbox_bad *bad)
 }
 
 /* Store the batch (see the file comment) and empty it. On a database
- * failure the connection is dropped, and the partitions are sought back to
- * the stored positions once it is up again. */
+ * failure (or when one connection attempt fails) the batch is dropped,
+ * and the partitions are sought back to the stored positions once the
+ * database is up again. Never waits for the database: a revocation calls
+ * this inside the rebalance callback. */
 static void
 flush(ob_inbox *ib)
 {
@@ -442,14 +496,14 @@ flush(ob_inbox *ib)
 		good[i] = ob_inbox_row_build(&v, ib->batch[i]->partition, ib->batch[i]->offset,
 					     ib->cfg->inbox.id_header, &rows[i], &bad[i]);
 	}
-	if (handle_bad(ib, good, bad) && ensure_db(ib)) {
+	if (handle_bad(ib, good, bad) && connect_db(ib)) {
 		st = commit_range(ib, 0, n, rows, good, error, sizeof(error));
 		if (st == OB_INBOXDB_REJECTED)
 			st = commit_one_by_one(ib, rows, good);
 		if (st == OB_INBOXDB_FATAL && ib->exit_code < 0)
 			ib->exit_code = EXIT_OPERATOR;
 		if (st == OB_INBOXDB_RETRY)
-			drop_db(ib);
+			lose_db(ib);
 	}
 	if (st != OB_INBOXDB_OK)
 		ib->reposition = true;
@@ -463,69 +517,307 @@ flush(ob_inbox *ib)
 
 /* ---- positions -------------------------------------------------------- */
 
-/* Fill .offset of each partition of list from Postgres (where it has a
- * row; others keep fallback). False when the database failed. */
-static bool
-load_stored(ob_inbox *ib, rd_kafka_topic_partition_list_t *list, bool keep_fallback)
+/* The stored positions of the partitions of list, in a new array of
+ * list->cnt (the caller frees); NULL when the database failed (it is then
+ * lost: see lose_db()). */
+static ob_inbox_position *
+read_stored(ob_inbox *ib, const rd_kafka_topic_partition_list_t *list)
 {
 	ob_inbox_position *pos = ob_xcalloc((size_t)list->cnt + 1, sizeof(*pos));
-	ob_inboxdb_status st;
 
-	for (int i = 0; i < list->cnt; i++)
-		pos[i] = (ob_inbox_position){list->elems[i].topic, list->elems[i].partition, -1};
-	st = ob_inboxdb_stored(ib->db, pos, (size_t)list->cnt);
-	for (int i = 0; st == OB_INBOXDB_OK && i < list->cnt; i++) {
-		if (pos[i].next_offset >= 0)
-			list->elems[i].offset = pos[i].next_offset;
-		else if (!keep_fallback)
-			list->elems[i].offset = RD_KAFKA_OFFSET_INVALID;
+	for (int i = 0; i < list->cnt; i++) {
+		pos[i].topic = list->elems[i].topic;
+		pos[i].partition = list->elems[i].partition;
 	}
-	free(pos);
-	if (st != OB_INBOXDB_OK)
-		drop_db(ib);
-	return st == OB_INBOXDB_OK;
+	if (ob_inboxdb_stored(ib->db, pos, (size_t)list->cnt) != OB_INBOXDB_OK) {
+		free(pos);
+		lose_db(ib);
+		return NULL;
+	}
+	return pos;
 }
 
-/* After a failed transaction: seek every assigned partition to where
- * Postgres says it resumes (or, with nothing stored, to the first record
- * read from it). */
-static void
-reposition(ob_inbox *ib)
+/* Seek each partition of seek to its .offset. False (logged) when a seek
+ * failed. */
+static bool
+seek_to(ob_inbox *ib, rd_kafka_topic_partition_list_t *seek)
 {
-	rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_error_t *err;
+	bool ok = true;
 
-	if (!load_stored(ib, ib->assigned, true))
-		goto out;
-	for (int i = 0; i < ib->assigned->cnt; i++) {
-		const rd_kafka_topic_partition_t *a = &ib->assigned->elems[i];
-
-		if (a->offset >= 0)
-			rd_kafka_topic_partition_list_add(seek, a->topic, a->partition)->offset =
-			    a->offset;
-	}
-	ib->reposition = false;
 	if (seek->cnt == 0)
-		goto out;
+		return true;
 	err = rd_kafka_seek_partitions(ib->rk, seek, SEEK_TIMEOUT_MS);
 	if (err != NULL) {
-		ob_warn("could not seek back to the stored inbox positions: %s",
+		ob_warn("could not seek to the stored inbox positions: %s",
 			rd_kafka_error_string(err));
 		rd_kafka_error_destroy(err);
-		ib->reposition = true;
-		goto out;
+		return false;
 	}
 	for (int i = 0; i < seek->cnt; i++) {
 		if (seek->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 			ob_warn("could not seek %s [%d] to offset %lld: %s", seek->elems[i].topic,
 				(int)seek->elems[i].partition, (long long)seek->elems[i].offset,
 				rd_kafka_err2str(seek->elems[i].err));
-			ib->reposition = true;
+			ok = false;
 		}
 	}
-	ob_info("resumed %d partition(s) from the positions stored in postgres", seek->cnt);
-out:
+	return ok;
+}
+
+/* After a failed transaction: seek every assigned partition to where
+ * Postgres says it resumes (or, with nothing stored, to the first record
+ * read from it) and resume them. False when the database or a seek
+ * failed: try again after a backoff. */
+static bool
+reposition(ob_inbox *ib)
+{
+	rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(1);
+	ob_inbox_position *pos = read_stored(ib, ib->assigned);
+	bool ok = pos != NULL;
+
+	for (int i = 0; ok && i < ib->assigned->cnt; i++) {
+		rd_kafka_topic_partition_t *a = &ib->assigned->elems[i];
+
+		if (pos[i].next_offset >= 0)
+			a->offset = pos[i].next_offset;
+		if (a->offset >= 0)
+			rd_kafka_topic_partition_list_add(seek, a->topic, a->partition)->offset =
+			    a->offset;
+	}
+	if (ok && seek_to(ib, seek)) {
+		(void)rd_kafka_resume_partitions(ib->rk, ib->assigned);
+		ib->reposition = false;
+		ob_info("resumed %d partition(s) from the positions stored in postgres", seek->cnt);
+	} else {
+		ok = false;
+	}
+	free(pos);
 	rd_kafka_topic_partition_list_destroy(seek);
+	return ok;
+}
+
+/* What the broker says of one partition being started. */
+typedef struct broker_view {
+	int64_t low, high; /* watermarks */
+	int64_t committed; /* the group's committed offset; < 0: none */
+} broker_view;
+
+static const char *const mismatch_policy_names[] = {"halt", "earliest", "latest", "stored"};
+
+/* Judge the stored position st of a partition against the broker's view
+ * bv. True when it cannot belong to the partition, with *reason set and
+ * what it is in text (both positions) in why. */
+static bool
+mismatch(const ob_inbox *ib, const ob_inbox_position *st, const broker_view *bv,
+	 ob_position_mismatch *reason, char *why, size_t why_len)
+{
+	if (st->next_offset < 0 && bv->committed >= 0) {
+		*reason = OB_POSITION_NOT_STORED;
+		snprintf(why, why_len,
+			 "postgres has no stored position, but the group's committed offset in "
+			 "kafka is %lld (was the database restored to before the inbox stored "
+			 "this partition?); the broker holds offsets %lld to %lld",
+			 (long long)bv->committed, (long long)bv->low, (long long)bv->high);
+	} else if (st->next_offset < 0) {
+		return false;
+	} else if (st->cluster_id[0] != '\0' && ib->cluster_id[0] != '\0' &&
+		   strcmp(st->cluster_id, ib->cluster_id) != 0) {
+		*reason = OB_POSITION_CLUSTER;
+		snprintf(why, why_len,
+			 "stored offset %lld belongs to kafka cluster %s, but the broker is "
+			 "cluster %s and holds offsets %lld to %lld",
+			 (long long)st->next_offset, st->cluster_id, ib->cluster_id,
+			 (long long)bv->low, (long long)bv->high);
+	} else if (st->next_offset > bv->high) {
+		*reason = OB_POSITION_PAST_HIGH;
+		snprintf(why, why_len,
+			 "stored offset %lld is past the partition's high watermark %lld (was the "
+			 "topic deleted and created again?)",
+			 (long long)st->next_offset, (long long)bv->high);
+	} else if (st->next_offset < bv->low) {
+		*reason = OB_POSITION_BELOW_LOW;
+		snprintf(why, why_len,
+			 "stored offset %lld is below the partition's low watermark %lld: records "
+			 "%lld to %lld expired before the inbox stored them",
+			 (long long)st->next_offset, (long long)bv->low, (long long)st->next_offset,
+			 (long long)bv->low - 1);
+	} else {
+		return false;
+	}
+	return true;
+}
+
+/* Ask the broker about partition i of ib->unstarted: its watermarks and,
+ * from committed (the group's offsets of ib->unstarted), its committed
+ * offset. False (logged) when the broker did not answer. */
+static bool
+ask_broker(ob_inbox *ib, int i, const rd_kafka_topic_partition_list_t *committed, broker_view *bv)
+{
+	const rd_kafka_topic_partition_t *p = &ib->unstarted->elems[i];
+	rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
+	    ib->rk, p->topic, p->partition, &bv->low, &bv->high, QUERY_TIMEOUT_MS);
+
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		ob_warn("could not read the watermarks of %s [%d]: %s; trying again", p->topic,
+			(int)p->partition, rd_kafka_err2str(err));
+		return false;
+	}
+	bv->committed = committed->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR
+			    ? committed->elems[i].offset
+			    : RD_KAFKA_OFFSET_INVALID;
+	return true;
+}
+
+/* Where partition i of ib->unstarted starts after the mismatch of
+ * position st (described in why): set by inbox.on_position_mismatch, and
+ * stored in place of st (unless the setting is "stored"). -1 with exit 1
+ * set for "halt"; -2 when the database failed. */
+static int64_t
+recover_start(ob_inbox *ib, int i, ob_inbox_position *st, const broker_view *bv, const char *why)
+{
+	ob_mismatch_policy policy = ib->cfg->inbox.on_position_mismatch;
+	const rd_kafka_topic_partition_t *p = &ib->unstarted->elems[i];
+	int64_t start = policy == OB_MISMATCH_EARLIEST ? bv->low
+			: policy == OB_MISMATCH_LATEST ? bv->high
+			: st->next_offset >= 0         ? st->next_offset
+						       : bv->committed;
+
+	if (policy == OB_MISMATCH_HALT) {
+		ob_error("position mismatch on %s [%d]: %s; stopping without consuming it "
+			 "(inbox.on_position_mismatch = halt; set it to earliest, latest or stored "
+			 "to start there instead)",
+			 p->topic, (int)p->partition, why);
+		ib->exit_code = EXIT_OPERATOR;
+		return -1;
+	}
+	ob_warn("position mismatch on %s [%d]: %s; starting at offset %lld "
+		"(inbox.on_position_mismatch = %s)",
+		p->topic, (int)p->partition, why, (long long)start, mismatch_policy_names[policy]);
+	if (policy == OB_MISMATCH_STORED)
+		return start;
+	st->next_offset = start;
+	snprintf(st->cluster_id, sizeof(st->cluster_id), "%s", ib->cluster_id);
+	if (ob_inboxdb_reset(ib->db, st) != OB_INBOXDB_OK) {
+		lose_db(ib);
+		return -2;
+	}
+	return start;
+}
+
+/* Log where partition p starts. */
+static void
+log_start(const rd_kafka_topic_partition_t *p, int64_t stored, int64_t start)
+{
+	if (start >= 0 && start == stored)
+		ob_info("assigned %s [%d] at stored offset %lld", p->topic, (int)p->partition,
+			(long long)start);
+	else if (start >= 0)
+		ob_info("assigned %s [%d] at offset %lld", p->topic, (int)p->partition,
+			(long long)start);
+	else
+		ob_info("assigned %s [%d] (nothing stored: auto.offset.reset)", p->topic,
+			(int)p->partition);
+}
+
+/* Start the partitions of ib->unstarted: judge each stored position
+ * against the broker (a position past the high watermark, below the low
+ * watermark, or stored for another cluster, and a partition with nothing
+ * stored while the group has a committed offset in Kafka, cannot belong
+ * to what the broker serves), recover a mismatch as
+ * inbox.on_position_mismatch says, seek each partition to its start and
+ * resume it. A partition with nothing stored and nothing committed starts
+ * where auto.offset.reset put it. False when they must wait (the
+ * database or the broker failed: try again after a backoff) or the inbox
+ * stops (exit_code set). */
+static bool
+start_partitions(ob_inbox *ib)
+{
+	rd_kafka_topic_partition_list_t *committed =
+	    rd_kafka_topic_partition_list_copy(ib->unstarted);
+	rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(1);
+	ob_inbox_position *pos = NULL;
+	char *cluster = rd_kafka_clusterid(ib->rk, QUERY_TIMEOUT_MS);
+	rd_kafka_resp_err_t err;
+	bool ok = false;
+
+	snprintf(ib->cluster_id, sizeof(ib->cluster_id), "%s", cluster ? cluster : "");
+	free(cluster);
+	for (int i = 0; i < ib->unstarted->cnt; i++) {
+		if (strcmp(ib->unstarted->elems[i].topic, ib->cfg->outbox.dlq_topic) == 0) {
+			ob_error("inbox.topics (%s) took in outbox.dlq_topic (%s): the inbox would "
+				 "consume its own dead letters; change one of them",
+				 ib->cfg->inbox.topics, ib->cfg->outbox.dlq_topic);
+			ib->exit_code = EXIT_USAGE;
+			goto out;
+		}
+	}
+	err = rd_kafka_committed(ib->rk, committed, QUERY_TIMEOUT_MS);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		ob_warn("could not read the group's committed offsets: %s; trying again",
+			rd_kafka_err2str(err));
+		goto out;
+	}
+	pos = read_stored(ib, ib->unstarted);
+	if (pos == NULL)
+		goto out;
+	for (int i = 0; i < ib->unstarted->cnt; i++) {
+		const rd_kafka_topic_partition_t *p = &ib->unstarted->elems[i];
+		rd_kafka_topic_partition_t *a =
+		    rd_kafka_topic_partition_list_find(ib->assigned, p->topic, p->partition);
+		int64_t stored = pos[i].next_offset, start = stored;
+		ob_position_mismatch reason;
+		broker_view bv;
+		char why[512];
+
+		if (!ask_broker(ib, i, committed, &bv))
+			goto out;
+		if (mismatch(ib, &pos[i], &bv, &reason, why, sizeof(why))) {
+			ob_metrics_inbox_mismatch(reason);
+			start = recover_start(ib, i, &pos[i], &bv, why);
+			if (start == -2)
+				goto out;
+		}
+		if (ib->exit_code >= 0)
+			continue; /* halt: every mismatch is logged before the exit */
+		if (start < 0 && a != NULL)
+			start = a->offset; /* nothing stored: the first record read, if any */
+		if (a != NULL)
+			a->offset = start;
+		if (start >= 0)
+			rd_kafka_topic_partition_list_add(seek, p->topic, p->partition)->offset =
+			    start;
+		log_start(p, stored, start);
+	}
+	if (ib->exit_code >= 0 || !seek_to(ib, seek))
+		goto out;
+	(void)rd_kafka_resume_partitions(ib->rk, ib->unstarted);
+	rd_kafka_topic_partition_list_destroy(ib->unstarted);
+	ib->unstarted = rd_kafka_topic_partition_list_new(1);
+	ok = true;
+out:
+	free(pos);
+	rd_kafka_topic_partition_list_destroy(seek);
+	rd_kafka_topic_partition_list_destroy(committed);
+	return ok;
+}
+
+/* Outside the rebalance callbacks, with no batch in hand: connect, start
+ * the partitions assigned since, and seek back after a failure; after a
+ * failure of any of these, wait a backoff (polling the consumer). */
+static void
+recover(ob_inbox *ib)
+{
+	bool ok = connect_db(ib);
+
+	if (ok && ib->unstarted->cnt > 0)
+		ok = start_partitions(ib);
+	if (ok && ib->reposition)
+		ok = reposition(ib);
+	if (ok)
+		ib->backoff_ms = BACKOFF_START_MS;
+	else if (ib->exit_code < 0)
+		wait_polling(ib);
 }
 
 static void
@@ -554,37 +846,35 @@ cooperative(rd_kafka_t *rk)
 	return strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
 }
 
+/* Add each partition of parts to list (at offset INVALID) unless there. */
 static void
-log_partitions(const char *what, const rd_kafka_topic_partition_list_t *parts)
+list_add(rd_kafka_topic_partition_list_t *list, const rd_kafka_topic_partition_list_t *parts)
 {
 	for (int i = 0; i < parts->cnt; i++) {
-		const rd_kafka_topic_partition_t *p = &parts->elems[i];
-
-		if (p->offset >= 0)
-			ob_info("%s %s [%d] at stored offset %lld", what, p->topic,
-				(int)p->partition, (long long)p->offset);
-		else
-			ob_info("%s %s [%d] (nothing stored: kafka's committed offset, else "
-				"auto.offset.reset)",
-				what, p->topic, (int)p->partition);
+		if (rd_kafka_topic_partition_list_find(list, parts->elems[i].topic,
+						       parts->elems[i].partition) == NULL)
+			rd_kafka_topic_partition_list_add(list, parts->elems[i].topic,
+							  parts->elems[i].partition)
+			    ->offset = RD_KAFKA_OFFSET_INVALID;
 	}
 }
 
+static void
+list_del(rd_kafka_topic_partition_list_t *list, const rd_kafka_topic_partition_list_t *parts)
+{
+	for (int i = 0; i < parts->cnt; i++)
+		(void)rd_kafka_topic_partition_list_del(list, parts->elems[i].topic,
+							parts->elems[i].partition);
+}
+
+/* Take the partitions paused; the main loop starts them
+ * (start_partitions()). Nothing here waits for the database, so a
+ * Postgres outage never holds up the rebalance. */
 static void
 on_assign(ob_inbox *ib, rd_kafka_topic_partition_list_t *parts)
 {
 	rd_kafka_error_t *err = NULL;
 
-	/* Start where Postgres says; without the database there is no
-	 * knowing where, so wait for it. */
-	while (ensure_db(ib) && !load_stored(ib, parts, false))
-		;
-	if (ib->db == NULL) {
-		/* SIGTERM or exit: take nothing. */
-		if (!cooperative(ib->rk))
-			(void)rd_kafka_assign(ib->rk, NULL);
-		return;
-	}
 	if (cooperative(ib->rk))
 		err = rd_kafka_incremental_assign(ib->rk, parts);
 	else if (rd_kafka_assign(ib->rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -593,17 +883,11 @@ on_assign(ob_inbox *ib, rd_kafka_topic_partition_list_t *parts)
 		ob_error("could not assign the partitions: %s", rd_kafka_error_string(err));
 		rd_kafka_error_destroy(err);
 	}
-	if (!cooperative(ib->rk)) {
-		rd_kafka_topic_partition_list_destroy(ib->assigned);
-		ib->assigned = rd_kafka_topic_partition_list_copy(parts);
-	} else {
-		for (int i = 0; i < parts->cnt; i++)
-			rd_kafka_topic_partition_list_add(ib->assigned, parts->elems[i].topic,
-							  parts->elems[i].partition)
-			    ->offset = parts->elems[i].offset;
-	}
-	ib->reposition = false;
-	log_partitions("assigned", parts);
+	(void)rd_kafka_pause_partitions(ib->rk, parts);
+	list_add(ib->assigned, parts);
+	list_add(ib->unstarted, parts);
+	ob_info("assigned %d partition(s); each starts once its stored position is checked",
+		parts->cnt);
 }
 
 static void
@@ -614,16 +898,12 @@ on_revoke(ob_inbox *ib, rd_kafka_topic_partition_list_t *parts)
 	/* Store what was read before the partitions go to another member. */
 	flush(ib);
 	ob_info("revoked %d partition(s)", parts->cnt);
-	if (cooperative(ib->rk)) {
+	if (cooperative(ib->rk))
 		err = rd_kafka_incremental_unassign(ib->rk, parts);
-		for (int i = 0; i < parts->cnt; i++)
-			(void)rd_kafka_topic_partition_list_del(ib->assigned, parts->elems[i].topic,
-								parts->elems[i].partition);
-	} else {
+	else
 		(void)rd_kafka_assign(ib->rk, NULL);
-		rd_kafka_topic_partition_list_destroy(ib->assigned);
-		ib->assigned = rd_kafka_topic_partition_list_new(1);
-	}
+	list_del(ib->assigned, parts);
+	list_del(ib->unstarted, parts);
 	if (err != NULL) {
 		ob_error("could not unassign the partitions: %s", rd_kafka_error_string(err));
 		rd_kafka_error_destroy(err);
@@ -646,6 +926,8 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		(void)rd_kafka_assign(rk, NULL);
 		rd_kafka_topic_partition_list_destroy(ib->assigned);
 		ib->assigned = rd_kafka_topic_partition_list_new(1);
+		rd_kafka_topic_partition_list_destroy(ib->unstarted);
+		ib->unstarted = rd_kafka_topic_partition_list_new(1);
 	}
 }
 
@@ -720,25 +1002,17 @@ consumer_conf(ob_inbox *ib)
 	return conf;
 }
 
-/* inbox.topics as a subscription list: comma-separated, blanks trimmed. */
+/* inbox.topics as a subscription list. */
 static rd_kafka_topic_partition_list_t *
 topic_list(const char *topics)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(4);
-	char *copy = ob_xstrdup(topics);
-	char *save = NULL;
+	size_t n;
+	char **names = ob_config_inbox_topics(topics, &n);
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)n + 1);
 
-	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-		char *end = t + strlen(t);
-
-		while (*t == ' ' || *t == '\t')
-			t++;
-		while (end > t && (end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		if (*t != '\0')
-			rd_kafka_topic_partition_list_add(list, t, RD_KAFKA_PARTITION_UA);
-	}
-	free(copy);
+	for (size_t i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(list, names[i], RD_KAFKA_PARTITION_UA);
+	ob_config_free_topics(names, n);
 	return list;
 }
 
@@ -779,23 +1053,34 @@ out:
 	return ok;
 }
 
-/* Take one polled message: a record joins the batch, an error is logged. */
+/* Take one polled message: a record joins the batch unless its partition
+ * is not started yet (then it is dropped: the start seeks it); an error is
+ * logged. */
 static void
 take(ob_inbox *ib, rd_kafka_message_t *m)
 {
-	rd_kafka_topic_partition_t *a;
-
 	if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			ob_warn("kafka consumer: %s", rd_kafka_message_errstr(m));
 		rd_kafka_message_destroy(m);
 		return;
 	}
-	a = rd_kafka_topic_partition_list_find(ib->assigned, rd_kafka_topic_name(m->rkt),
-					       m->partition);
-	if (a != NULL && a->offset < 0)
-		a->offset = m->offset; /* nothing stored yet: resume here on failure */
+	if (rd_kafka_topic_partition_list_find(ib->unstarted, rd_kafka_topic_name(m->rkt),
+					       m->partition) != NULL) {
+		rd_kafka_message_destroy(m);
+		return;
+	}
+	note_first(ib, m); /* nothing stored yet: resume here on failure */
 	ib->batch[ib->batch_len++] = m;
+}
+
+/* True when the main loop must recover() before it reads on: the
+ * database is away, partitions wait to be started, or a failure left the
+ * partitions to be sought back. */
+static bool
+must_recover(const ob_inbox *ib)
+{
+	return ib->db == NULL || ib->unstarted->cnt > 0 || ib->reposition;
 }
 
 static void
@@ -808,10 +1093,8 @@ run_loop(ob_inbox *ib)
 
 		ob_metrics_heartbeat();
 		ob_notify_watchdog();
-		if (ib->reposition && ib->batch_len == 0) {
-			if (!ensure_db(ib))
-				break;
-			reposition(ib);
+		if (ib->batch_len == 0 && must_recover(ib)) {
+			recover(ib);
 			continue;
 		}
 		/* With records waiting, only take what is already fetched. */
@@ -841,13 +1124,17 @@ ob_inbox_run(const ob_config *cfg)
 	ob_notify_init();
 	ob_event_init(&ib.dlq_event);
 	ib.assigned = rd_kafka_topic_partition_list_new(1);
+	ib.unstarted = rd_kafka_topic_partition_list_new(1);
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
 	set_ready(&ib);
 	if (!ob_producer_new(cfg, on_dlq_delivery, &ib, &ib.dlq) || !start_consumer(&ib)) {
 		ib.exit_code = EXIT_USAGE;
 		goto out;
 	}
-	if (!ensure_db(&ib))
+	/* Ready once the database is: the consumer is polled meanwhile. */
+	while (ib.db == NULL && ib.exit_code < 0 && !ob_signals_stop_requested())
+		recover(&ib);
+	if (ib.db == NULL)
 		goto out;
 	ob_notify_ready("consuming into the inbox table");
 	run_loop(&ib);
@@ -866,6 +1153,7 @@ out:
 	ob_inboxdb_close(ib.db);
 	ob_event_free(&ib.dlq_event);
 	rd_kafka_topic_partition_list_destroy(ib.assigned);
+	rd_kafka_topic_partition_list_destroy(ib.unstarted);
 	free(ib.batch);
 	ob_info("outboxd inbox stopped");
 	return ib.exit_code < 0 ? 0 : ib.exit_code;

@@ -15,9 +15,10 @@
 #include <string.h>
 
 #include "outboxd/log.h"
+#include "outboxd/pgconnect.h"
 
 #define ROW_COLUMNS 9
-#define POS_COLUMNS 4
+#define POS_COLUMNS 5
 #define INBOX_SQL   "sql/inbox.sql"
 
 struct ob_inboxdb {
@@ -109,9 +110,34 @@ clean(const char *msg, char *buf, size_t len)
 	return buf;
 }
 
+/* The columns the inbox writes, in either table. */
+static const char *const written_columns[] = {
+    "id",      "topic",       "partition", "kafka_offset", "key",         "type",
+    "payload", "payload_raw", "headers",   "group_id",     "next_offset", "cluster_id",
+};
+
+/* True when res is a NOT NULL violation of a column the inbox does not
+ * write: no record can ever be stored, since the table, not the data, is
+ * wrong. */
+static bool
+unwritten_not_null(const PGresult *res)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *column = PQresultErrorField(res, PG_DIAG_COLUMN_NAME);
+
+	if (state == NULL || strcmp(state, "23502") != 0 || column == NULL)
+		return false;
+	for (size_t i = 0; i < OB_ARRAY_LEN(written_columns); i++) {
+		if (strcmp(column, written_columns[i]) == 0)
+			return false;
+	}
+	return true;
+}
+
 /* What a failed result means. Connection trouble and refusals that pass
  * (shutdown, failover, serialization, resources) are retried; bad data is
- * a rejected row; a missing or different table needs an operator. */
+ * a rejected row; a missing or different table needs an operator, and so
+ * does a NOT NULL column the inbox does not write. */
 static ob_inboxdb_status
 classify(const ob_inboxdb *db, const PGresult *res)
 {
@@ -120,7 +146,7 @@ classify(const ob_inboxdb *db, const PGresult *res)
 	if (PQstatus(db->conn) != CONNECTION_OK || state == NULL)
 		return OB_INBOXDB_RETRY;
 	if (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 ||
-	    strcmp(state, "42P10") == 0)
+	    strcmp(state, "42P10") == 0 || unwritten_not_null(res))
 		return OB_INBOXDB_FATAL;
 	if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
 	    strcmp(state, "54000") == 0)
@@ -155,7 +181,13 @@ exec(ob_inboxdb *db, const char *what, const char *sql, params *p, int *affected
 	clean(res ? PQresultErrorMessage(res) : PQerrorMessage(db->conn), buf, sizeof(buf));
 	if (error != NULL)
 		snprintf(error, error_len, "%s", buf);
-	if (st == OB_INBOXDB_FATAL)
+	if (st == OB_INBOXDB_FATAL && unwritten_not_null(res))
+		ob_error("could not %s: %s; column \"%s\" of %s is NOT NULL without a default, "
+			 "and outboxd does not write it: no record can be stored until the column "
+			 "gets a default or drops NOT NULL; stopping",
+			 what, buf, PQresultErrorField(res, PG_DIAG_COLUMN_NAME),
+			 PQresultErrorField(res, PG_DIAG_TABLE_NAME));
+	else if (st == OB_INBOXDB_FATAL)
 		ob_error("could not %s: %s; create the tables with %s or fix inbox.table", what,
 			 buf, INBOX_SQL);
 	else if (st == OB_INBOXDB_RETRY)
@@ -215,19 +247,56 @@ quote_name(PGconn *conn, const char *schema, const char *name)
 	return out;
 }
 
+/* Add outboxd_inbox_offsets.cluster_id to a table created before it
+ * existed (ADD COLUMN IF NOT EXISTS: a no-op once there). FATAL with the
+ * statement in detail when the role may not alter the table. */
+static ob_inboxdb_status
+add_cluster_column(ob_inboxdb *db, char *detail, size_t detail_len)
+{
+	char *sql =
+	    ob_xasprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS cluster_id text", db->offsets);
+	params p = {0};
+	PGresult *res;
+	ob_inboxdb_status st = OB_INBOXDB_OK;
+	char buf[1024];
+
+	param_text(&p, db->offsets);
+	res = PQexecParams(db->conn,
+			   "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) "
+			   "AND attname = 'cluster_id' AND NOT attisdropped",
+			   p.n, NULL, p.values, p.lengths, p.formats, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		snprintf(detail, detail_len, "could not look up the inbox tables: %s",
+			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
+		st = OB_INBOXDB_RETRY;
+	} else if (strcmp(PQgetvalue(res, 0, 0), "0") == 0) {
+		PQclear(res);
+		res = PQexec(db->conn, sql);
+		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+			ob_info("added column cluster_id to %s", db->offsets);
+		} else {
+			snprintf(
+			    detail, detail_len,
+			    "%s has no column cluster_id and outboxd could not add it: %s; run "
+			    "\"%s\" as the table's owner",
+			    db->offsets, clean(PQresultErrorMessage(res), buf, sizeof(buf)), sql);
+			st = PQstatus(db->conn) == CONNECTION_OK ? OB_INBOXDB_FATAL
+								 : OB_INBOXDB_RETRY;
+		}
+	}
+	PQclear(res);
+	params_free(&p);
+	free(sql);
+	return st;
+}
+
 ob_inboxdb_status
 ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail, size_t detail_len)
 {
-	/* clang-format off */
-	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
-			      "keepalives_interval", "keepalives_count", "dbname",
-			      "fallback_application_name", NULL};
-	const char *values[] = {"10", "60000", "30", "10", "3", cfg->inbox.conninfo,
-				"outboxd-inbox", NULL};
-	/* clang-format on */
 	ob_inboxdb *db = ob_xcalloc(1, sizeof(*db));
 	ob_inboxdb_status st = OB_INBOXDB_RETRY;
-	char local[1024], buf[1024];
+	char local[1024];
+	const char *fix;
 
 	if (detail == NULL) {
 		detail = local;
@@ -235,17 +304,21 @@ ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail, size_t 
 	}
 	*out = NULL;
 	detail[0] = '\0';
-	/* expand_dbname=1: conninfo may be a connection string or a URI. */
-	db->conn = PQconnectdbParams(keys, values, 1);
-	if (PQstatus(db->conn) != CONNECTION_OK) {
-		snprintf(detail, detail_len, "could not connect to the inbox database: %s",
-			 clean(PQerrorMessage(db->conn), buf, sizeof(buf)));
-		goto fail;
+	db->conn = ob_pgconnect_open(cfg->inbox.conninfo, false, "outboxd-inbox");
+	if (db->conn == NULL) {
+		/* Logged by ob_pgconnect_open(). */
+		(void)ob_pgconnect_refusal(&fix);
+		snprintf(detail, detail_len, "could not connect to the inbox database%s%s",
+			 fix[0] != '\0' ? ": " : " (see the error above)", fix);
+		ob_inboxdb_close(db);
+		return OB_INBOXDB_RETRY;
 	}
 	db->group = ob_xstrdup(cfg->inbox.group);
 	db->table = quote_name(db->conn, cfg->inbox.schema, cfg->inbox.table_name);
 	db->offsets = quote_name(db->conn, cfg->inbox.schema, "outboxd_inbox_offsets");
 	st = check_tables(db, cfg, detail, detail_len);
+	if (st == OB_INBOXDB_OK)
+		st = add_cluster_column(db, detail, detail_len);
 	if (st != OB_INBOXDB_OK)
 		goto fail;
 	*out = db;
@@ -272,15 +345,18 @@ ob_inboxdb_close(ob_inboxdb *db)
 ob_inboxdb_status
 ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 {
-	char *sql = ob_xasprintf("SELECT topic, partition, next_offset FROM %s WHERE group_id = $1",
+	char *sql = ob_xasprintf("SELECT topic, partition, next_offset, cluster_id FROM %s WHERE "
+				 "group_id = $1",
 				 db->offsets);
 	params p = {0};
 	PGresult *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		pos[i].next_offset = -1;
+		pos[i].cluster_id[0] = '\0';
+	}
 	param_text(&p, db->group);
 	res = PQexecParams(db->conn, sql, p.n, NULL, p.values, p.lengths, p.formats, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -293,9 +369,12 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 	}
 	for (int r = 0; r < PQntuples(res); r++) {
 		for (size_t i = 0; i < n; i++) {
-			if (strcmp(pos[i].topic, PQgetvalue(res, r, 0)) == 0 &&
-			    pos[i].partition == atoi(PQgetvalue(res, r, 1)))
-				pos[i].next_offset = atoll(PQgetvalue(res, r, 2));
+			if (strcmp(pos[i].topic, PQgetvalue(res, r, 0)) != 0 ||
+			    pos[i].partition != atoi(PQgetvalue(res, r, 1)))
+				continue;
+			pos[i].next_offset = atoll(PQgetvalue(res, r, 2));
+			snprintf(pos[i].cluster_id, sizeof(pos[i].cluster_id), "%s",
+				 PQgetvalue(res, r, 3));
 		}
 	}
 out:
@@ -386,18 +465,23 @@ insert_rows(ob_inboxdb *db, const ob_inbox_row *rows, size_t n, uint64_t *insert
 	return st;
 }
 
+/* Upsert the n positions. With forward_only a stored position is
+ * replaced only by a larger one; otherwise it is replaced whatever it was. */
 static ob_inboxdb_status
-store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, char *error,
-		size_t error_len)
+store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, bool forward_only,
+		char *error, size_t error_len)
 {
-	static const char *const casts[POS_COLUMNS] = {"::text", "::text", "::int", "::bigint"};
-	char *head = ob_xasprintf(
-	    "INSERT INTO %s AS o (group_id, topic, partition, next_offset) VALUES ", db->offsets);
-	char *sql = multi_row(head,
-			      " ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
-			      "next_offset = EXCLUDED.next_offset, updated_at = now() "
-			      "WHERE o.next_offset < EXCLUDED.next_offset",
-			      casts, POS_COLUMNS, n);
+	static const char *const casts[POS_COLUMNS] = {"::text", "::text", "::int", "::bigint",
+						       "::text"};
+	char *head = ob_xasprintf("INSERT INTO %s AS o (group_id, topic, partition, next_offset, "
+				  "cluster_id) VALUES ",
+				  db->offsets);
+	char *tail =
+	    ob_xasprintf(" ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+			 "next_offset = EXCLUDED.next_offset, cluster_id = "
+			 "coalesce(EXCLUDED.cluster_id, o.cluster_id), updated_at = now()%s",
+			 forward_only ? " WHERE o.next_offset < EXCLUDED.next_offset" : "");
+	char *sql = multi_row(head, tail, casts, POS_COLUMNS, n);
 	params p = {0};
 	ob_inboxdb_status st;
 
@@ -406,12 +490,22 @@ store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, char *er
 		param_text(&p, pos[i].topic);
 		param_int(&p, pos[i].partition);
 		param_int(&p, pos[i].next_offset);
+		param_text(&p, pos[i].cluster_id[0] != '\0' ? pos[i].cluster_id : NULL);
 	}
 	st = exec(db, "store the inbox positions", sql, &p, NULL, error, error_len);
 	params_free(&p);
 	free(sql);
+	free(tail);
 	free(head);
 	return st;
+}
+
+ob_inboxdb_status
+ob_inboxdb_reset(ob_inboxdb *db, const ob_inbox_position *pos)
+{
+	char error[1024];
+
+	return store_positions(db, pos, 1, false, error, sizeof(error));
 }
 
 ob_inboxdb_status
@@ -427,7 +521,7 @@ ob_inboxdb_commit(ob_inboxdb *db, const ob_inbox_row *rows, size_t n_rows,
 	if (st == OB_INBOXDB_OK && n_rows > 0)
 		st = insert_rows(db, rows, n_rows, inserted, error, error_len);
 	if (st == OB_INBOXDB_OK && n_pos > 0)
-		st = store_positions(db, pos, n_pos, error, error_len);
+		st = store_positions(db, pos, n_pos, true, error, error_len);
 	if (st == OB_INBOXDB_OK)
 		st =
 		    exec(db, "commit an inbox transaction", "COMMIT", NULL, NULL, error, error_len);

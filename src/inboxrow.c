@@ -1,6 +1,7 @@
 /*
  * inboxrow.c: the mapping from a Kafka record to an inbox row (see
- * inboxrow.h). The headers object and the JSON test use jansson.
+ * inboxrow.h). The headers object is built with jansson; the JSON test is
+ * PostgreSQL's own grammar (jansson refuses numbers jsonb takes).
  */
 #include "outboxd/inboxrow.h"
 
@@ -55,18 +56,263 @@ ob_inbox_text_ok(const char *s, size_t len)
 	return true;
 }
 
+/* The JSON test follows PostgreSQL 15's json lexer and what jsonb adds
+ * to it, so that a value is payload exactly when the jsonb column takes
+ * it: white space is space, tab, newline and carriage return; a string
+ * holds no unescaped control character and only the escapes \" \\ \/ \b
+ * \f \n \r \t \uXXXX, where \u0000 and an unpaired surrogate are refused;
+ * a number is -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? within what
+ * numeric holds (see number_ok()). Nesting deeper than JSON_MAX_DEPTH is
+ * taken for not JSON, well within what the server's stack allows. */
+#define JSON_MAX_DEPTH       2048
+/* numeric's limits (PostgreSQL's numeric.c): 131072 digits before the
+ * decimal point, 16383 after it; an exponent of more than nine digits is
+ * taken for not JSON (the server refuses all but a few such numbers). */
+#define NUMERIC_MAX_WEIGHT   131072
+#define NUMERIC_MAX_SCALE    16383
+#define NUMERIC_MAX_EXPONENT 999999999L
+
+typedef struct json_scan {
+	const unsigned char *s;
+	size_t len, pos;
+} json_scan;
+
+static void
+skip_space(json_scan *j)
+{
+	while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' ||
+				   j->s[j->pos] == '\n' || j->s[j->pos] == '\r'))
+		j->pos++;
+}
+
+static bool
+is_digit(const json_scan *j)
+{
+	return j->pos < j->len && j->s[j->pos] >= '0' && j->s[j->pos] <= '9';
+}
+
+/* Skip a run of digits; their count. */
+static size_t
+digits(json_scan *j)
+{
+	size_t start = j->pos;
+
+	while (is_digit(j))
+		j->pos++;
+	return j->pos - start;
+}
+
+/* A number at j->pos (which is '-' or a digit), and whether numeric holds
+ * it: its digits after the point (as written, less the exponent) within
+ * NUMERIC_MAX_SCALE, and unless it is zero, its digits before the point
+ * (from the first significant one, plus the exponent) within
+ * NUMERIC_MAX_WEIGHT. */
+static bool
+number_ok(json_scan *j)
+{
+	size_t int_start, frac_start, int_len, frac_len = 0, frac_zeros;
+	long exponent = 0, weight;
+
+	if (j->s[j->pos] == '-')
+		j->pos++;
+	int_start = j->pos;
+	if (!is_digit(j))
+		return false;
+	if (j->s[j->pos] == '0')
+		j->pos++;
+	else
+		(void)digits(j);
+	int_len = j->s[int_start] == '0' ? 0 : j->pos - int_start;
+	frac_start = j->pos + 1;
+	if (j->pos < j->len && j->s[j->pos] == '.') {
+		j->pos++;
+		frac_len = digits(j);
+		if (frac_len == 0)
+			return false;
+	}
+	if (j->pos < j->len && (j->s[j->pos] == 'e' || j->s[j->pos] == 'E')) {
+		bool negative = false;
+
+		j->pos++;
+		if (j->pos < j->len && (j->s[j->pos] == '+' || j->s[j->pos] == '-'))
+			negative = j->s[j->pos++] == '-';
+		if (!is_digit(j))
+			return false;
+		while (is_digit(j)) {
+			if (exponent <= NUMERIC_MAX_EXPONENT)
+				exponent = exponent * 10 + (j->s[j->pos] - '0');
+			j->pos++;
+		}
+		if (exponent > NUMERIC_MAX_EXPONENT)
+			return false;
+		if (negative)
+			exponent = -exponent;
+	}
+	for (frac_zeros = 0; frac_zeros < frac_len && j->s[frac_start + frac_zeros] == '0';
+	     frac_zeros++)
+		;
+	if ((long)frac_len - exponent > NUMERIC_MAX_SCALE)
+		return false;
+	if (int_len == 0 && frac_zeros == frac_len)
+		return true; /* zero, whatever its exponent */
+	weight = int_len > 0 ? (long)int_len : -(long)frac_zeros;
+	return weight + exponent <= NUMERIC_MAX_WEIGHT;
+}
+
+/* The four hex digits of a \u escape at j->pos; -1 when not hex. */
+static long
+hex4(json_scan *j)
+{
+	long v = 0;
+
+	if (j->len - j->pos < 4)
+		return -1;
+	for (int k = 0; k < 4; k++) {
+		unsigned char c = j->s[j->pos++];
+
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v |= c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			v |= c - 'A' + 10;
+		else
+			return -1;
+	}
+	return v;
+}
+
+/* A string at j->pos (the opening quote), as jsonb takes it. */
+static bool
+string_ok(json_scan *j)
+{
+	j->pos++;
+	while (j->pos < j->len) {
+		unsigned char c = j->s[j->pos++];
+		long cp;
+
+		if (c == '"')
+			return true;
+		if (c < 0x20)
+			return false;
+		if (c != '\\')
+			continue;
+		if (j->pos >= j->len)
+			return false;
+		c = j->s[j->pos++];
+		if (c != 'u') {
+			if (strchr("\"\\/bfnrt", c) == NULL || c == '\0')
+				return false;
+			continue;
+		}
+		cp = hex4(j);
+		if (cp <= 0 || (cp >= 0xDC00 && cp <= 0xDFFF))
+			return false; /* \u0000, a low surrogate first, or not hex */
+		if (cp >= 0xD800 && cp <= 0xDBFF) {
+			if (j->len - j->pos < 2 || j->s[j->pos] != '\\' || j->s[j->pos + 1] != 'u')
+				return false;
+			j->pos += 2;
+			cp = hex4(j);
+			if (cp < 0xDC00 || cp > 0xDFFF)
+				return false;
+		}
+	}
+	return false;
+}
+
+/* A literal (true, false, null) at j->pos. */
+static bool
+literal_ok(json_scan *j)
+{
+	static const char *const words[] = {"true", "false", "null"};
+
+	for (size_t i = 0; i < OB_ARRAY_LEN(words); i++) {
+		size_t n = strlen(words[i]);
+
+		if (j->len - j->pos >= n && memcmp(j->s + j->pos, words[i], n) == 0) {
+			j->pos += n;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* One scalar at j->pos. */
+static bool
+scalar_ok(json_scan *j)
+{
+	if (j->pos >= j->len)
+		return false;
+	if (j->s[j->pos] == '"')
+		return string_ok(j);
+	if (j->s[j->pos] == '-' || is_digit(j))
+		return number_ok(j);
+	return literal_ok(j);
+}
+
+/* A member name and its colon at j->pos (white space around them
+ * skipped). */
+static bool
+member_name_ok(json_scan *j)
+{
+	skip_space(j);
+	if (j->pos >= j->len || j->s[j->pos] != '"' || !string_ok(j))
+		return false;
+	skip_space(j);
+	return j->pos < j->len && j->s[j->pos++] == ':';
+}
+
 bool
 ob_inbox_value_is_json(const void *value, size_t len)
 {
-	/* jansson rejects invalid UTF-8, \u0000 (without JSON_ALLOW_NUL) and
-	 * numbers a double or a 64-bit integer cannot hold: exactly the text
-	 * that jsonb might refuse or that is not JSON at all. */
-	json_t *parsed = json_loadb(value, len, JSON_DECODE_ANY, NULL);
+	/* The brackets open at the scan's position: 1 for an object, 0 for
+	 * an array. */
+	unsigned char open[JSON_MAX_DEPTH];
+	json_scan j = {value, len, 0};
+	size_t depth = 0;
 
-	if (parsed == NULL)
-		return false;
-	json_decref(parsed);
-	return true;
+	if (!ob_inbox_text_ok(value, len))
+		return false; /* the server refuses text that is not UTF-8 */
+	for (;;) {
+		/* A value; in an object, after its member name and colon. */
+		skip_space(&j);
+		if (j.pos < len && (j.s[j.pos] == '{' || j.s[j.pos] == '[')) {
+			bool object = j.s[j.pos++] == '{';
+
+			skip_space(&j);
+			if (j.pos < len && j.s[j.pos] == (object ? '}' : ']')) {
+				j.pos++;
+			} else {
+				if (depth == JSON_MAX_DEPTH)
+					return false;
+				open[depth++] = object;
+				if (object && !member_name_ok(&j))
+					return false;
+				continue;
+			}
+		} else if (!scalar_ok(&j)) {
+			return false;
+		}
+		/* After a value: a separator, closing brackets, or the end. */
+		for (;;) {
+			skip_space(&j);
+			if (depth == 0)
+				return j.pos == len;
+			if (j.pos >= len)
+				return false;
+			if (j.s[j.pos] == (open[depth - 1] ? '}' : ']')) {
+				j.pos++;
+				depth--;
+				continue;
+			}
+			if (j.s[j.pos++] != ',')
+				return false;
+			if (open[depth - 1] && !member_name_ok(&j))
+				return false;
+			break;
+		}
+	}
 }
 
 static void OB_PRINTF(3, 4) set_bad(ob_inbox_bad *bad, const char *reason, const char *fmt, ...)

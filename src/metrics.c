@@ -48,6 +48,7 @@ static struct {
 	atomic_uint_fast64_t inbox_duplicate;
 	atomic_uint_fast64_t inbox_dead_lettered;
 	atomic_uint_fast64_t inbox_lag;
+	atomic_uint_fast64_t inbox_mismatches[OB_POSITION_MISMATCH_COUNT];
 	atomic_int ready;
 	atomic_int pg_refusal;
 	atomic_int_fast64_t heartbeat_ms;
@@ -156,6 +157,21 @@ ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_le
 	atomic_fetch_add(&m.inbox_inserted, inserted);
 	atomic_fetch_add(&m.inbox_duplicate, duplicate);
 	atomic_fetch_add(&m.inbox_dead_lettered, dead_lettered);
+}
+
+const char *
+ob_position_mismatch_name(ob_position_mismatch reason)
+{
+	static const char *const names[OB_POSITION_MISMATCH_COUNT] = {
+	    "past_high_watermark", "below_low_watermark", "other_cluster", "not_stored"};
+
+	return names[reason];
+}
+
+void
+ob_metrics_inbox_mismatch(ob_position_mismatch reason)
+{
+	atomic_fetch_add(&m.inbox_mismatches[reason], 1);
 }
 
 void
@@ -348,6 +364,12 @@ ob_metrics_render(void)
 	    (unsigned long long)atomic_load(&m.inbox_duplicate));
 	put(&t, "outboxd_inbox_records_total{result=\"dead_lettered\"} %llu\n",
 	    (unsigned long long)atomic_load(&m.inbox_dead_lettered));
+	put_header(&t, "outboxd_inbox_position_mismatches_total", "counter",
+		   "Partitions assigned whose stored position cannot belong to them, by reason.");
+	for (int r = 0; r < OB_POSITION_MISMATCH_COUNT; r++)
+		put(&t, "outboxd_inbox_position_mismatches_total{reason=\"%s\"} %llu\n",
+		    ob_position_mismatch_name((ob_position_mismatch)r),
+		    (unsigned long long)atomic_load(&m.inbox_mismatches[r]));
 	put_gauge(&t, "outboxd_inbox_lag_records",
 		  "Records of the assigned partitions past the positions stored in Postgres.",
 		  atomic_load(&m.inbox_lag));

@@ -1,6 +1,7 @@
 /*
- * pgconnect.c: judge a Postgres connection attempt, and tell a refusal
- * once.
+ * pgconnect.c: open a Postgres connection with outboxd's settings, judge
+ * the attempt, and tell a refusal once. The publisher's connections
+ * (pgrepl.c) and the inbox's (inboxdb.c) all come from here.
  */
 #include "outboxd/pgconnect.h"
 
@@ -15,6 +16,21 @@
 
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+
+/* Settings pinned on every connection so outboxd does not depend on the
+ * database's or the role's defaults: how wal2json renders values (bytea
+ * as hex, timestamps in ISO form, intervals in the postgres style, floats
+ * with every digit), and no timeouts of statements or sessions. The
+ * backlog keeps a transaction open (its cursor, and the walsender that
+ * exported the snapshot) while the broker acknowledges its rows, and its
+ * first FETCH may sort for long; an inbox transaction may wait for its
+ * locks. A database's or role's statement_timeout,
+ * idle_in_transaction_session_timeout or idle_session_timeout would end
+ * those attempts every time, and outboxd would retry them forever. */
+#define PINNED_OPTIONS                                                                             \
+	"-c bytea_output=hex -c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3 "  \
+	"-c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0 -c "                   \
+	"statement_timeout=0"
 
 /* The latest attempt's refusal, and the one last logged in full (a
  * refusal is logged again only when its reason changes, or after the
@@ -136,6 +152,55 @@ set_refusal(ob_pg_refusal refusal)
 	if (refusal == OB_PG_REFUSAL_NONE)
 		last.fix[0] = '\0';
 	ob_metrics_set_pg_refusal(refusal);
+}
+
+/* The options connection parameter: the user's own (from conninfo, else
+ * PGOPTIONS), then the pinned settings, which win. The caller frees. */
+static char *
+session_options(const char *conninfo)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	const char *user = getenv("PGOPTIONS");
+	char *out;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+		if (strcmp(o->keyword, "options") == 0 && o->val != NULL)
+			user = o->val;
+	}
+	out = ob_xasprintf("%s%s" PINNED_OPTIONS, user ? user : "", user ? " " : "");
+	PQconninfoFree(opts);
+	return out;
+}
+
+PGconn *
+ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name)
+{
+	/* Defaults first: the settings in conninfo (expanded from "dbname")
+	 * come later and win. A connection attempt gives up after 10 s; a
+	 * server that vanished without closing the connection is noticed
+	 * within about a minute, by TCP keepalives when the line is idle and
+	 * by tcp_user_timeout when what outboxd sends goes unacknowledged.
+	 * The session options come after conninfo, so the pinned settings
+	 * always apply. */
+	char *options = session_options(conninfo);
+	/* clang-format off */
+	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
+			      "keepalives_interval", "keepalives_count", "dbname", "replication",
+			      "fallback_application_name", "options", NULL};
+	const char *values[] = {"10", "60000", "30", "10", "3", conninfo,
+				replication ? "database" : "false", application_name, options, NULL};
+	/* clang-format on */
+	PGconn *conn;
+
+	/* expand_dbname=1: conninfo may be a full connection string or URI;
+	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
+	conn = PQconnectdbParams(keys, values, 1);
+	free(options);
+	if (!ob_pgconnect_ok(conn)) {
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
 }
 
 bool

@@ -34,20 +34,6 @@ struct ob_pgrepl {
 	char err_msg[256];
 };
 
-/* Settings pinned on every connection so outboxd does not depend on the
- * database's or the role's defaults: how wal2json renders values (bytea
- * as hex, timestamps in ISO form, intervals in the postgres style, floats
- * with every digit), and no idle timeouts, since the backlog keeps a
- * transaction open (its cursor, and the walsender that exported the
- * snapshot) while the broker acknowledges its rows: a role's
- * idle_in_transaction_session_timeout would end every attempt, and a
- * statement_timeout shorter than the backlog's first FETCH (a large sort)
- * would fail every attempt. */
-#define PINNED_OPTIONS                                                                             \
-	"-c bytea_output=hex -c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3 "  \
-	"-c idle_in_transaction_session_timeout=0 -c idle_session_timeout=0 -c "                   \
-	"statement_timeout=0"
-
 /* The message of a failed result or connection, without the trailing
  * newline libpq adds. The buffer is static: log it right away. */
 static const char *
@@ -96,59 +82,17 @@ ob_pgrepl_error_message(const ob_pgrepl *p)
 	return p->err_msg;
 }
 
-/* The options connection parameter: the user's own (from conninfo, else
- * PGOPTIONS), then the pinned settings, which win. The caller frees. */
-static char *
-session_options(const char *conninfo)
-{
-	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
-	const char *user = getenv("PGOPTIONS");
-	char *out;
-
-	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
-		if (strcmp(o->keyword, "options") == 0 && o->val != NULL)
-			user = o->val;
-	}
-	out = ob_xasprintf("%s%s" PINNED_OPTIONS, user ? user : "", user ? " " : "");
-	PQconninfoFree(opts);
-	return out;
-}
-
-/* Open a connection with outboxd's settings: a replication connection
- * (replication=database) or a plain one. OB_PG_RETRY (logged) on
- * failure. */
+/* Open a connection with outboxd's settings (ob_pgconnect_open()): a
+ * replication connection (replication=database) or a plain one.
+ * OB_PG_RETRY (logged) on failure. */
 static ob_pg_status
 connect_with(const ob_config *cfg, bool replication, ob_pgrepl **out)
 {
-	/* Defaults first: the settings in conninfo (expanded from "dbname")
-	 * come later and win. A connection attempt gives up after 10 s; a
-	 * server that vanished without closing the connection is noticed
-	 * within about a minute, by TCP keepalives when the line is idle and
-	 * by tcp_user_timeout when our status updates go unacknowledged.
-	 * Silence on the stream itself is never taken for death (a large
-	 * filtered transaction is silent). The session options come after
-	 * conninfo, so the pinned settings always apply. */
-	char *options = session_options(cfg->pg.conninfo);
-	/* clang-format off */
-	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
-			      "keepalives_interval", "keepalives_count", "dbname", "replication",
-			      "fallback_application_name", "options", NULL};
-	const char *values[] = {"10", "60000", "30", "10", "3", cfg->pg.conninfo,
-				replication ? "database" : "false", "outboxd", options, NULL};
-	/* clang-format on */
-	PGconn *conn;
+	PGconn *conn = ob_pgconnect_open(cfg->pg.conninfo, replication, "outboxd");
 
 	*out = NULL;
-	/* expand_dbname=1: conninfo may be a full connection string or URI;
-	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
-	conn = PQconnectdbParams(keys, values, 1);
-	free(options);
-	/* A refusal (pg_hba.conf, password, REPLICATION, TLS) is logged once
-	 * with its fix, and shown on /readyz and /metrics. */
-	if (!ob_pgconnect_ok(conn)) {
-		PQfinish(conn);
+	if (conn == NULL)
 		return OB_PG_RETRY;
-	}
 	*out = ob_xcalloc(1, sizeof(**out));
 	(*out)->conn = conn;
 	(*out)->plain = !replication;

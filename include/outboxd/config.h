@@ -23,6 +23,19 @@ typedef enum ob_bad_event_policy {
 	OB_BAD_EVENT_HALT,
 } ob_bad_event_policy;
 
+/* What `outboxd inbox` does with a stored position that cannot belong to
+ * the partition the broker serves (README, "Inbox"). */
+typedef enum ob_mismatch_policy {
+	OB_MISMATCH_HALT = 0, /* exit 1 */
+	OB_MISMATCH_EARLIEST, /* start at the partition's low watermark */
+	OB_MISMATCH_LATEST,   /* start at the partition's high watermark */
+	OB_MISMATCH_STORED,   /* start where Postgres (else Kafka) says, as if it matched */
+} ob_mismatch_policy;
+
+/* The most records one inbox transaction may hold: libpq sends at most
+ * 65,535 parameters in one statement and a row takes nine. */
+#define OB_INBOX_BATCH_LIMIT (65535 / 9)
+
 /* The logical decoding plugin the slot uses (README, "Choosing a decoder"). */
 typedef enum ob_plugin {
 	OB_PLUGIN_WAL2JSON = 0,
@@ -91,7 +104,8 @@ typedef struct ob_config {
 		char *topics;     /* comma-separated; "" until configured */
 		char *group;
 		char *id_header;
-		int batch_max;
+		int batch_max; /* at most OB_INBOX_BATCH_LIMIT */
+		ob_mismatch_policy on_position_mismatch;
 	} inbox;
 	/* postgres.conninfo, postgres.slot or outbox.table was set (file or
 	 * -s): the config describes a publisher, which `check` then checks
@@ -149,6 +163,12 @@ ob_topic_scan ob_topic_template_next(const char **cursor, ob_topic_piece *piece)
 
 /* The value of a [kafka] property as set by the user, or NULL. */
 const char *ob_config_kafka_get(const ob_config *cfg, const char *key);
+
+/* The entries of inbox.topics (comma-separated, blanks around each
+ * trimmed, empty entries left out) as *n strings; free them with
+ * ob_config_free_topics(). */
+char **ob_config_inbox_topics(const char *topics, size_t *n);
+void ob_config_free_topics(char **topics, size_t n);
 
 /* Expand ${NAME} references in value; NULL (logged) if one is unset or
  * unterminated. The result is the caller's to free. */

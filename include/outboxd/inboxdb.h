@@ -23,30 +23,45 @@ typedef enum ob_inboxdb_status {
 			      * backoff; a failed commit's outcome is unknown */
 	OB_INBOXDB_REJECTED, /* the server refused the data (SQLSTATE class 22 or 23,
 			      * 54000): some row of the transaction cannot be stored */
-	OB_INBOXDB_FATAL,    /* a table is missing or unlike sql/inbox.sql: exit 1 */
+	OB_INBOXDB_FATAL,    /* a table is missing or unlike sql/inbox.sql, or has a NOT
+			      * NULL column the inbox does not write: exit 1 */
 } ob_inboxdb_status;
 
+/* Room for a Kafka cluster id (a base64 UUID of 22 characters). */
+#define OB_CLUSTER_ID_LEN 128
+
 /* Where consumption of one partition resumes: the offset of the first
- * record not yet stored. topic is borrowed. */
+ * record not yet stored, and the Kafka cluster the position belongs to.
+ * topic is borrowed. */
 typedef struct ob_inbox_position {
 	const char *topic;
 	int32_t partition;
-	int64_t next_offset; /* -1: nothing stored for this partition */
+	int64_t next_offset;                /* -1: nothing stored for this partition */
+	char cluster_id[OB_CLUSTER_ID_LEN]; /* "": unknown (stored before outboxd kept it) */
 } ob_inbox_position;
 
-/* Connect to inbox.conninfo and check that both tables exist. On
+/* Connect to inbox.conninfo (ob_pgconnect_open(): the publisher's
+ * settings, timeouts pinned) and check that both tables exist, adding
+ * outboxd_inbox_offsets.cluster_id when missing (FATAL naming the ALTER
+ * TABLE when the role may not). On
  * OB_INBOXDB_OK *out is the caller's to close; otherwise *out is NULL and
  * detail (may be NULL) holds the one-line reason, which is also logged. */
 ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail,
 				     size_t detail_len) OB_MUST_CHECK;
 void ob_inboxdb_close(ob_inboxdb *db);
 
-/* Fill next_offset of each of the n positions from outboxd_inbox_offsets
- * (-1 where no row is stored for inbox.group). */
+/* Fill next_offset and cluster_id of each of the n positions from
+ * outboxd_inbox_offsets (-1 and "" where no row is stored for
+ * inbox.group). */
 ob_inboxdb_status ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n) OB_MUST_CHECK;
 
+/* Store one position whatever was stored before (in a transaction of its
+ * own): where a partition restarts after a position mismatch. */
+ob_inboxdb_status ob_inboxdb_reset(ob_inboxdb *db, const ob_inbox_position *pos) OB_MUST_CHECK;
+
 /* In one transaction: insert the rows (ON CONFLICT (id) DO NOTHING) and
- * store the positions (a stored position only ever moves forward). On
+ * store the positions with their cluster ids (a stored position only ever
+ * moves forward here). On
  * OB_INBOXDB_OK *inserted is the number of rows that were new. On
  * OB_INBOXDB_REJECTED error holds the server's message. */
 ob_inboxdb_status ob_inboxdb_commit(ob_inboxdb *db, const ob_inbox_row *rows, size_t n_rows,

@@ -51,8 +51,9 @@ bool ob_inbox_row_build(const ob_record_view *rec, int32_t partition, int64_t of
 void ob_inbox_row_free(ob_inbox_row *row);
 
 /* True when value[0..len) is one JSON value (object, array, string,
- * number, true, false or null) that jsonb accepts: UTF-8, no \u0000, and
- * numbers within the range of a double. */
+ * number, true, false or null) that a jsonb column accepts: PostgreSQL's
+ * JSON grammar, UTF-8, no \u0000 or unpaired surrogate escapes, numbers
+ * of any size numeric holds, nesting up to 10000 deep. */
 bool ob_inbox_value_is_json(const void *value, size_t len);
 
 /* True when s[0..len) is valid UTF-8 without NUL bytes. */

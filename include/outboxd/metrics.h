@@ -44,6 +44,20 @@ void ob_metrics_set_ready(ob_ready_state state);
  * yet stored (high watermark minus the stored position, summed). */
 void ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered);
 void ob_metrics_set_inbox_lag(uint64_t records);
+
+/* Why a stored inbox position cannot belong to the partition the broker
+ * serves (README, "Inbox"). */
+typedef enum ob_position_mismatch {
+	OB_POSITION_PAST_HIGH,  /* past the partition's high watermark */
+	OB_POSITION_BELOW_LOW,  /* below its low watermark: records expired unread */
+	OB_POSITION_CLUSTER,    /* stored for another Kafka cluster */
+	OB_POSITION_NOT_STORED, /* none stored, but the group has a committed offset */
+	OB_POSITION_MISMATCH_COUNT
+} ob_position_mismatch;
+
+/* The label value of reason in outboxd_inbox_position_mismatches_total. */
+const char *ob_position_mismatch_name(ob_position_mismatch reason);
+void ob_metrics_inbox_mismatch(ob_position_mismatch reason);
 /* The refusal of the latest Postgres connection attempt (NONE once one
  * connects, or fails for another reason). */
 void ob_metrics_set_pg_refusal(ob_pg_refusal refusal);

@@ -1,10 +1,11 @@
 /*
- * pgconnect.h: what the outcome of a Postgres connection attempt means,
- * and who is told.
+ * pgconnect.h: every Postgres connection outboxd opens, what the outcome
+ * of an attempt means, and who is told.
  *
- * ob_pgrepl_connect() hands every connection libpq made (or failed to
- * make) to ob_pgconnect_ok(). A refusal (pgrefusal.h) is logged once with
- * its fix while it lasts, shown on /readyz ("postgres-refused") and in
+ * ob_pgconnect_open() opens the publisher's connections (pgrepl.c) and
+ * the inbox's (inboxdb.c) with the same settings, and hands every
+ * connection libpq made (or failed to make) to ob_pgconnect_ok(). A refusal (pgrefusal.h) is logged
+ * once with its fix while it lasts, shown on /readyz ("postgres-refused") and in
  * outboxd_postgres_refused{reason}, and kept for `outboxd check` to print;
  * every other failure is logged each time, as a reconnect is.
  */
@@ -15,6 +16,17 @@
 
 #include "outboxd/common.h"
 #include "outboxd/pgrefusal.h"
+
+/* Connect to conninfo (a connection string or URI; libpq's environment
+ * fills the rest) as a replication connection (replication=database) or a
+ * plain one, with outboxd's connection timeouts and keepalives,
+ * fallback_application_name application_name, and the pinned session
+ * settings of pgconnect.c (among them statement_timeout,
+ * idle_in_transaction_session_timeout and idle_session_timeout 0,
+ * whatever the database or role sets). The connection, the caller's to
+ * PQfinish(); NULL when ob_pgconnect_ok() found it failed (logged). */
+PGconn *ob_pgconnect_open(const char *conninfo, bool replication,
+			  const char *application_name) OB_MUST_CHECK;
 
 /* True if conn is connected. When the server itself turned the attempt
  * down, the attempt is repeated once on conn with PQERRORS_VERBOSE

@@ -165,10 +165,36 @@ static const json_case json_cases[] = {
     {"{", 0, false},
     {"{} {}", 0, false},
     {"hello", 0, false},
-    {"\"\\u0000\"", 0, false},                    /* jsonb refuses \u0000 */
-    {"\"\xff\"", 0, false},                       /* not UTF-8 */
-    {"{\"a\":1}\0", 8, false},                    /* a NUL byte after the value */
-    {"123456789012345678901234567890", 0, false}, /* too big for jansson */
+    {"\"\\u0000\"", 0, false},                   /* jsonb refuses \u0000 */
+    {"\"\xff\"", 0, false},                      /* not UTF-8 */
+    {"{\"a\":1}\0", 8, false},                   /* a NUL byte after the value */
+    {"123456789012345678901234567890", 0, true}, /* numeric holds it, a double not */
+    {"{\"x\": 1e400}", 0, true},
+    /* numeric's limits, as PostgreSQL 15 takes them in a jsonb column. */
+    {"1e131071", 0, true},
+    {"1e131072", 0, false},
+    {"0.0001e131075", 0, true},
+    {"1e-16383", 0, true},
+    {"1e-16384", 0, false},
+    {"1.5e-16382", 0, true},
+    {"1.55e-16382", 0, false},
+    {"0e999999999", 0, true},
+    {"0.0e-16383", 0, false},
+    {"1e999999999", 0, false},
+    {"01", 0, false},
+    {"1.", 0, false},
+    {".5", 0, false},
+    {"[1,]", 0, false},
+    {"{\"a\" 1}", 0, false},
+    {"{\"a\":1,}", 0, false},
+    {"[[[]]]", 0, true},
+    {"{\"a\":[{\"b\":{}}],\"c\":\"\\ud83d\\ude00\"}", 0, true},
+    {"\"\\ud83d\"", 0, false}, /* an unpaired surrogate */
+    {"\"\\ude00\"", 0, false},
+    {"\"a\tb\"", 0, false}, /* a control character unescaped */
+    {"\"\\x\"", 0, false},
+    {"tru", 0, false},
+    {"\ftrue", 0, false}, /* form feed is not JSON white space */
 };
 
 static void

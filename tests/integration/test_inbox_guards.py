@@ -1,0 +1,457 @@
+"""Integration tests of what `outboxd inbox` refuses to get wrong (README,
+"Inbox"; issue 19): stored positions that cannot belong to the partition
+the broker serves, a subscription that takes in the dead-letter topic,
+the database's timeouts, libpq's parameter limit, dead letters of records
+with many headers, JSON that only jsonb takes, a NOT NULL column the
+inbox does not write; and its /readyz, sd_notify and rebalances while
+Postgres is down.
+
+The helpers and the inbox_env fixture are test_inbox.py's."""
+
+import os
+import re
+import socket
+import time
+
+import psycopg2
+import pytest
+
+import harness
+from conftest import BROKER_BIN, OUTBOXD_BIN
+from harness import header, wait_until
+from test_inbox import (PARTITIONS, Feed, assert_exactly_once, http_status,
+                        inbox_env)
+
+__all__ = ["inbox_env"]  # the fixture, used by name
+
+
+def mismatches(port):
+    """{reason: count} of outboxd_inbox_position_mismatches_total."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                timeout=5) as r:
+        text = r.read().decode()
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^outboxd_inbox_position_mismatches_total\{reason="(\w+)"\} (\d+)$',
+        text, re.M)}
+
+
+def committed_offsets(broker, group, topic, partitions=PARTITIONS):
+    """{partition: offset} the group has committed in Kafka."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": broker.bootstraps, "group.id": group,
+                  "log_level": 3})
+    try:
+        got = c.committed([TopicPartition(topic, p)
+                           for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
+    finally:
+        c.close()
+
+
+def watermarks(broker, topic, partition):
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": broker.bootstraps,
+                  "group.id": "watermarks", "log_level": 3})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition),
+                                       timeout=10)
+    finally:
+        c.close()
+
+
+def consume_all(env, broker, n):
+    """Starts an inbox, lets it store the n records produced so far, waits
+    until Kafka has the group's committed offsets too, and stops it."""
+    d = env.start()
+    hw = env.wait_consumed()
+    want = {p: o for p, o in hw.items() if o > 0}
+    wait_until(lambda: committed_offsets(broker, env.group, env.topic)
+               == want, 30, 0.5, "kafka's committed offsets")
+    assert env.rows() == n
+    assert d.stop() == 0
+    return d
+
+
+# ---------------------------------------------------------------------------
+# loss: positions that cannot belong to the partition
+
+
+def test_inbox_position_past_high_watermark_halts(inbox_env, broker):
+    """A stored position past the partition's high watermark (what a topic
+    deleted and created again looks like: its offsets start at 0 again;
+    the test broker cannot delete a topic, so the positions of the former
+    incarnation are written into outboxd_inbox_offsets) stops the inbox
+    with exit 1, naming the partition and both positions, instead of
+    skipping the new records. With inbox.on_position_mismatch = earliest
+    it starts at the low watermark, stores that position (a stored
+    position otherwise only moves forward) and counts the mismatch."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(40)
+    feed.flush()
+    consume_all(env, broker, 40)
+    before = env.stored()
+    env.sql("UPDATE public.outboxd_inbox_offsets SET next_offset = "
+            "next_offset + 1000")
+    ids += feed.events(20, prefix="new")
+    feed.flush()
+    d = env.start()
+    assert d.wait(60) == 1, d.log_tail()
+    log = d.log_text()
+    part, off = next(iter(before.items()))
+    assert re.search(r"position mismatch on %s \[%d\]: stored offset %d is "
+                     r"past the partition's high watermark \d+"
+                     % (re.escape(env.topic), part, off + 1000), log), log
+    assert "inbox.on_position_mismatch = halt" in log
+    assert env.rows() == 40  # nothing stored past the mismatch
+
+    port = harness.free_port()
+    d2 = env.start(inbox_on_position_mismatch="earliest",
+                   http_listen="127.0.0.1:%d" % port)
+    assert_exactly_once(env, ids)
+    assert mismatches(port)["past_high_watermark"] == len(before)
+    assert d2.stop() == 0
+
+
+def test_inbox_restored_database_halts(inbox_env, broker):
+    """A database restored to before the inbox's first commit: Postgres
+    has no stored positions while the group has committed offsets in
+    Kafka. The inbox stops with exit 1 instead of starting at Kafka's
+    committed offsets (which would never store again the records the
+    restore took away); with on_position_mismatch = earliest every record
+    ends up in the table once."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(60)
+    feed.flush()
+    consume_all(env, broker, 60)
+    env.sql("TRUNCATE public.inbox, public.outboxd_inbox_offsets")  # restore
+    ids += feed.events(10, prefix="new")
+    feed.flush()
+    d = env.start()
+    assert d.wait(60) == 1, d.log_tail()
+    assert re.search(r"position mismatch on %s \[\d\]: postgres has no stored "
+                     r"position, but the group's committed offset in kafka "
+                     r"is \d+" % re.escape(env.topic), d.log_text())
+    assert env.rows() == 0
+    env.start(inbox_on_position_mismatch="earliest")
+    assert_exactly_once(env, ids)
+
+
+def test_inbox_expired_records_halt(inbox_env, broker):
+    """Records that expired unread: the stored position is below the
+    partition's low watermark (the test broker drops a partition's oldest
+    record batches past 5 MB). The inbox stops with exit 1 naming the
+    records lost; on_position_mismatch = latest starts at the high
+    watermark and stores it."""
+    env = inbox_env()
+    topic = "%s.one" % env.topic
+    broker.create_topic(topic, 1)
+    feed = Feed(broker, topic)
+    feed.send(key=b"k", value=b"{}")
+    feed.flush()
+    d = env.start(inbox_topics=topic)
+    wait_until(lambda: env.sql("SELECT next_offset FROM "
+                               "public.outboxd_inbox_offsets WHERE topic = %s",
+                               (topic,)) == [(1,)], 30, 0.2)
+    assert d.stop() == 0
+    big = b'"' + b"x" * 900000 + b'"'
+    for _ in range(8):
+        feed.send(key=b"k", value=big)
+        feed.flush()
+    low, high = watermarks(broker, topic, 0)
+    assert low > 1 and high == 9, (low, high)
+    d = env.start(inbox_topics=topic)
+    assert d.wait(60) == 1, d.log_tail()
+    assert re.search(r"position mismatch on %s \[0\]: stored offset 1 is below "
+                     r"the partition's low watermark %d: records 1 to %d "
+                     r"expired" % (re.escape(topic), low, low - 1),
+                     d.log_text()), d.log_tail()
+    d = env.start(inbox_topics=topic, inbox_on_position_mismatch="latest")
+    wait_until(lambda: env.sql("SELECT next_offset FROM "
+                               "public.outboxd_inbox_offsets WHERE topic = %s",
+                               (topic,)) == [(9,)], 30, 0.2)
+    assert "starting at offset 9 (inbox.on_position_mismatch = latest)" \
+        in d.log_text()
+    assert d.stop() == 0
+
+
+def test_inbox_other_cluster_halts(inbox_env, broker, tmp_path):
+    """The same topic name on another Kafka cluster: the positions are
+    stored with the cluster id, and a position of another cluster stops
+    the inbox with exit 1 naming both clusters, even where the offsets
+    would fit."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    feed.events(20)
+    feed.flush()
+    consume_all(env, broker, 20)
+    clusters = env.sql("SELECT DISTINCT cluster_id FROM "
+                       "public.outboxd_inbox_offsets")
+    assert len(clusters) == 1 and clusters[0][0], clusters
+    other = harness.MockBroker(BROKER_BIN, brokers=1,
+                               logfile=str(tmp_path / "other-broker.log"))
+    try:
+        other.create_topic(env.topic, PARTITIONS)
+        other_feed = Feed(other, env.topic)
+        other_feed.events(200)
+        other_feed.flush()
+        d = env.start(**{"kafka_bootstrap.servers": other.bootstraps})
+        assert d.wait(60) == 1, d.log_tail()
+        m = re.search(r"position mismatch on %s \[\d\]: stored offset \d+ "
+                      r"belongs to kafka cluster (\S+), but the broker is "
+                      r"cluster (\S+) " % re.escape(env.topic), d.log_text())
+        assert m and m.group(1) == clusters[0][0] and m.group(2) != m.group(1), \
+            d.log_tail()
+        assert env.rows() == 20
+    finally:
+        other.stop()
+
+
+# ---------------------------------------------------------------------------
+# loops, stalls, wrong results
+
+
+def test_inbox_subscription_taking_dlq_refused(inbox_env):
+    """A subscription that takes in the dead-letter topic (a regular
+    expression matching it, or its name) would consume its own dead
+    letters forever: exit 2 naming both keys."""
+    env = inbox_env()
+    for topics in (r"^%s\..*" % env.topic.split(".")[0], env.dlq_topic):
+        d = env.start(inbox_topics=topics)
+        assert d.wait(30) == 2, d.log_tail()
+        log = d.log_text()
+        assert "inbox.topics" in log and "outbox.dlq_topic (%s)" \
+            % env.dlq_topic in log, log
+
+
+def _pinned_sql(env, query):
+    conn = psycopg2.connect(
+        env.pg.conninfo(env.db), connect_timeout=10,
+        options="-c statement_timeout=0 -c idle_session_timeout=0 "
+                "-c idle_in_transaction_session_timeout=0")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def test_inbox_pins_session_timeouts(inbox_env, broker):
+    """The database sets statement_timeout, idle_session_timeout and
+    idle_in_transaction_session_timeout to 1 ms: the inbox's connection
+    pins them off (as the publisher's do) and stores every record."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(2000)
+    feed.flush()
+    for setting in ("statement_timeout", "idle_session_timeout",
+                    "idle_in_transaction_session_timeout"):
+        env.pg.sql("ALTER DATABASE %s SET %s = '1ms'" % (env.db, setting))
+    try:
+        d = env.start(inbox_batch_max=500)
+        wait_until(lambda: _pinned_sql(
+            env, "SELECT count(*) FROM public.inbox")[0][0] == 2000, 60, 0.5,
+            "2000 rows")
+        assert d.running(), d.log_tail()
+    finally:
+        env.pg.sql("ALTER DATABASE %s RESET ALL" % env.db)
+    assert_exactly_once(env, ids)
+
+
+def test_inbox_batch_max_bounded(inbox_env, broker):
+    """inbox.batch_max above 7281 would need more than libpq's 65,535
+    parameters in one statement: exit 2 naming the key. 7281 works."""
+    env = inbox_env()
+    d = env.start(inbox_batch_max=7282)
+    assert d.wait(30) == 2, d.log_tail()
+    assert "inbox.batch_max" in d.log_text() and "7281" in d.log_text()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(7600)
+    feed.flush()
+    d = env.start(inbox_batch_max=7281)
+    assert_exactly_once(env, ids)
+    assert d.stop() == 0
+
+
+def test_inbox_many_headers_dead_letter_keeps_headers(inbox_env, broker,
+                                                      consumer):
+    """A record with more than 64 headers is a bad record; its dead letter
+    carries its id header and as many of its other headers as the record
+    holds (64 in all)."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    hs = [("h%02d" % i, b"v%d" % i) for i in range(70)]
+    feed.send(key=b"many", value=b"{}", headers=hs[:10], event_id="ok-1")
+    # The id header last: it must survive the cut all the same.
+    feed._p.produce(env.topic, key=b"many", value=b"{}",
+                    headers=hs + [("id", b"many-1")])
+    feed.flush()
+    d = env.start()
+    dlq = consumer.collect(env.dlq_topic, min_count=1, timeout=30)
+    assert len(dlq) == 1
+    r = dlq[0]
+    assert header(r, "id") == b"many-1", r["headers"]
+    assert header(r, "error").startswith(b"bad-header: more than 64 headers")
+    names = [h[0] for h in r["headers"]]
+    assert len(names) == 64, names
+    assert names[5:] == ["h%02d" % i for i in range(59)], names
+    assert d.running()
+
+
+def test_inbox_json_as_jsonb_takes_it(inbox_env, broker):
+    """Values jsonb accepts are payload, whatever a double holds: a number
+    of 30 digits, an exponent of 400; text jsonb refuses is payload_raw."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    cases = {
+        "big": b'{"amount": 123456789012345678901234567890}',
+        "exp": b'{"x": 1e400}',
+        "deep": b'{"a": [1.50, {"b": -0.0e-7}], "c": "\\ud83d\\ude00"}',
+        "nul": b'{"a": "\\u0000"}',
+        "lead0": b'{"a": 01}',
+    }
+    for name, value in cases.items():
+        feed.send(key=b"j", value=value, event_id=name)
+    feed.flush()
+    env.start()
+    wait_until(lambda: env.rows() == len(cases), 30, 0.2)
+    for name in ("big", "exp", "deep"):
+        same = env.sql("SELECT payload = %s::jsonb, payload_raw IS NULL FROM "
+                       "public.inbox WHERE id = %s",
+                       (cases[name].decode(), name))[0]
+        assert same == (True, True), name
+    for name in ("nul", "lead0"):
+        raw = env.sql("SELECT payload IS NULL, payload_raw FROM public.inbox "
+                      "WHERE id = %s", (name,))[0]
+        assert raw[0] and bytes(raw[1]) == cases[name], name
+
+
+def test_inbox_not_null_column_halts(inbox_env, broker, consumer):
+    """An inbox table with a NOT NULL column the inbox does not write: no
+    record can ever be stored, so that is the table's fault, not the
+    records'. The inbox stops with exit 1 naming the column, dead-letters
+    nothing and stores no position."""
+    env = inbox_env()
+    env.sql("ALTER TABLE public.inbox ADD COLUMN tenant text NOT NULL")
+    feed = Feed(broker, env.topic)
+    feed.events(30)
+    feed.flush()
+    d = env.start()
+    assert d.wait(60) == 1, d.log_tail()
+    assert re.search(r'column "tenant" of inbox is NOT NULL', d.log_text()), \
+        d.log_tail()
+    assert env.stored() == {}
+    assert consumer.collect(env.dlq_topic, timeout=3) == []
+
+
+# ---------------------------------------------------------------------------
+# operations left untested before
+
+
+def test_inbox_readyz_during_broker_outage(inbox_env, broker):
+    """/readyz answers 503 kafka-down while every broker is down and 200
+    again once they are back; the inbox keeps running."""
+    env = inbox_env()
+    port = harness.free_port()
+    d = env.start(http_listen="127.0.0.1:%d" % port)
+    d.wait_log(r"serving /metrics", 15)
+    wait_until(lambda: http_status(port, "/readyz") == 200, 30, 0.2)
+    broker.cmd("down all")
+    try:
+        wait_until(lambda: http_status(port, "/readyz") == 503, 30, 0.2)
+        import urllib.request
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port,
+                                   timeout=5)
+        except urllib.error.HTTPError as e:
+            assert b"kafka-down" in e.read()
+    finally:
+        broker.cmd("up all")
+    wait_until(lambda: http_status(port, "/readyz") == 200, 60, 0.2)
+    feed = Feed(broker, env.topic)
+    ids = feed.events(50)
+    feed.flush()
+    assert_exactly_once(env, ids)
+    assert d.running()
+
+
+def test_inbox_sd_notify(inbox_env, broker, tmp_path):
+    """With NOTIFY_SOCKET set, the inbox says READY=1 once its database is
+    connected, sends WATCHDOG=1 while WATCHDOG_USEC asks for it, and
+    STOPPING=1 on SIGTERM."""
+    env = inbox_env()
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(1)
+    try:
+        d = harness.Outboxd(OUTBOXD_BIN, env.config(),
+                            str(env.tmpdir / "inbox"), command="inbox",
+                            env={"NOTIFY_SOCKET": path,
+                                 "WATCHDOG_USEC": "2000000"})
+        env.instances.append(d)
+        got = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                any("READY=1" in g for g in got)
+                and any("WATCHDOG=1" in g for g in got)):
+            try:
+                got.append(sock.recv(4096).decode())
+            except socket.timeout:
+                pass
+        assert any("READY=1" in g for g in got), got
+        assert any("WATCHDOG=1" in g for g in got), got
+        assert d.stop() == 0
+        rest = []
+        try:
+            while True:
+                rest.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+        assert any("STOPPING=1" in g for g in rest), rest
+    finally:
+        sock.close()
+        os.unlink(path)
+
+
+def test_inbox_rebalance_while_postgres_down(inbox_env, broker, tmp_path):
+    """A rebalance (the regular expression subscription takes in a new
+    topic) while Postgres is down for longer than max.poll.interval.ms:
+    the rebalance callback does not wait for the database, so the consumer
+    is not thrown out of its group; once Postgres is back, the new
+    topic's partitions start and every record is stored once."""
+    cluster = harness.PgCluster(str(tmp_path / "pg-own")).start()
+    try:
+        env = inbox_env(cluster)
+        prefix = env.topic.split(".")[0]
+        feed = Feed(broker, env.topic)
+        ids = feed.events(50)
+        feed.flush()
+        d = env.start(inbox_topics=r"^%s\.inbox\.ev.*" % prefix,
+                      **{"kafka_max.poll.interval.ms": 7000})
+        d.wait_log(r"assigned %s \[" % re.escape(env.topic), 30)
+        wait_until(lambda: env.rows() == 50, 30, 0.2)
+        cluster.stop("immediate")
+        broker.create_topic("%s.inbox.event2" % prefix, 2)
+        # The metadata refresh (1 s) finds the topic and the rebalance
+        # starts; Postgres stays down for longer than max.poll.interval.ms.
+        time.sleep(15)
+        cluster.start()
+        other = Feed(broker, "%s.inbox.event2" % prefix)
+        ids2 = other.events(30)
+        other.flush()
+        ids += feed.events(20, prefix="after")
+        feed.flush()
+        wait_until(lambda: env.rows() == 100, 60, 0.3, "100 rows")
+        log = d.log_text()
+        assert "maximum poll interval" not in log.lower(), log[-4000:]
+        have = set(r[0] for r in env.sql("SELECT id FROM public.inbox"))
+        assert have == set(ids + ids2)
+        assert d.running()
+        d.stop()
+    finally:
+        cluster.destroy()
