@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
 import checker  # noqa: E402
 import faults  # noqa: E402
-from workload import Driver  # noqa: E402
+from workload import FEATURES, Driver  # noqa: E402
 
 PARTITIONS = 8
 DRAIN_TIMEOUT = 90
@@ -63,6 +63,19 @@ class Parts:
 
     def close(self):
         self.broker.stop()
+
+
+class Clock:
+    """Run time: seconds since start() (the workload's start)."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+
+    def start(self):
+        self.t0 = time.monotonic()
+
+    def __call__(self):
+        return time.monotonic() - self.t0
 
 
 class Result:
@@ -152,11 +165,12 @@ def drain(pg, slot, end, injector):
         time.sleep(0.2)
 
 
-def run_seed(parts, seed, seconds, keep):
-    """Runs one seed end to end; returns its Result."""
+def run_seed(parts, seed, seconds, keep, without=frozenset()):
+    """Runs one seed end to end (its workload lacking the features in
+    without); returns its Result."""
     res = Result(seed)
-    t0 = time.monotonic()
-    clock = lambda: time.monotonic() - t0  # noqa: E731
+    clock = Clock()
+    started = time.monotonic()
     rng = random.Random(seed)
     decoder, table = dims(seed)
     parts.runs += 1
@@ -184,7 +198,9 @@ def run_seed(parts, seed, seconds, keep):
                                        % (out, err))
         daemon.start()
         broker.cmd("rtt all %d" % rng.choice([0, 0, 5, 20]))
-        driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock)
+        driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
+                        without)
+        clock.start()
         injector = faults.Injector(faults.plan(rng, seconds), pg,
                                    broker, daemon, "chaos", clock)
         res.faults = injector.log
@@ -215,7 +231,7 @@ def run_seed(parts, seed, seconds, keep):
             daemon.stop(30)
         if pg is not None:
             pg.stop("immediate")
-        res.seconds = time.monotonic() - t0
+        res.seconds = time.monotonic() - started
         _keep_or_remove(res, pg, workdir, keep)
     return res
 
@@ -308,6 +324,13 @@ def main(argv=None):
                     help="soak: first seed (default: random)")
     ap.add_argument("--seconds", type=float, default=10,
                     help="how long each run's workload lasts (default 10)")
+    ap.add_argument("--only", default="",
+                    help="soak: only seeds of these dimensions, e.g. "
+                    "wal2json or pgoutput,partitioned")
+    ap.add_argument("--without", default="",
+                    help="workload features to leave out, comma-separated "
+                    "(%s): steers around a known defect while it is "
+                    "being fixed" % ", ".join(sorted(FEATURES)))
     ap.add_argument("--keep", default="/tmp/outboxd-chaos",
                     help="where failed runs' logs are kept")
     args = ap.parse_args(argv)
@@ -320,11 +343,19 @@ def main(argv=None):
     elif soak:
         first = args.start if args.start is not None \
             else random.randrange(10 ** 6)
-        seeds = (first + i for i in range(args.seeds or 10 ** 9))
+        only = set(filter(None, args.only.split(",")))
+        seeds = (s for s in range(first, first + 10 ** 9)
+                 if only <= set(dims(s)))
+        if args.seeds:
+            seeds = (s for _, s in zip(range(args.seeds), seeds))
     else:
         seeds = iter(fixed_seeds())
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
 
+    without = set(filter(None, args.without.split(",")))
+    if not without <= FEATURES:
+        ap.error("--without: unknown feature(s) %s"
+                 % ", ".join(sorted(without - FEATURES)))
     started = time.monotonic()
     os.makedirs(args.keep, exist_ok=True)
     results = []
@@ -340,7 +371,7 @@ def main(argv=None):
             res = Result(seed)
             res.error = err
         else:
-            res = run_seed(parts, seed, args.seconds, args.keep)
+            res = run_seed(parts, seed, args.seconds, args.keep, without)
         print_result(res)
         sys.stdout.flush()
         results.append(res)

@@ -365,7 +365,8 @@ def _check_daemon(rep, ctx, drained):
     if final_rc != 0:
         rep.add("exit", "outboxd exited %s on the final SIGTERM" % final_rc)
     for e in ctx.faults.entries:
-        if e[2] == "sigterm" and e[3] != "rc=0":
+        # -15: the signal came before outboxd installed its handler
+        if e[2] == "sigterm" and e[3] not in ("rc=0", "rc=-15"):
             rep.add("exit", "SIGTERM at t=%.2f: %s" % (e[0], e[3]))
         if e[2] != "exit":
             continue

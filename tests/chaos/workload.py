@@ -36,6 +36,12 @@ NUM_KEYS = 30
 LOCK_TIMEOUT = "1s"
 OTHER_PREFIX = "other"
 CONN_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
+# Features a run can leave out (Driver's without): a non-transactional
+# message as the last statement before COMMIT/PREPARE; non-transactional
+# messages with the outbox prefix (bad events); partitions created,
+# attached or detached while streaming.
+FEATURES = frozenset({"nontx-before-commit", "bad-messages",
+                      "new-partitions"})
 
 
 class Event:
@@ -143,9 +149,12 @@ class Driver:
 
     agg is the aggregate_type of every event (so one topic); partitioned
     says whether the outbox table is partitioned by LIST (bucket);
-    slot_name is outboxd's slot (read before detaching a partition)."""
+    slot_name is outboxd's slot (read before detaching a partition);
+    clock() gives the run time; without is a subset of FEATURES to leave
+    out (the random draws stay the same)."""
 
-    def __init__(self, pg, rng, agg, partitioned, slot_name, clock):
+    def __init__(self, pg, rng, agg, partitioned, slot_name, clock,
+                 without=frozenset()):
         self.pg = pg
         self.rng = rng
         self.agg = agg
@@ -153,6 +162,7 @@ class Driver:
         self.slot_name = slot_name
         self.clock = clock
         self.history = History()
+        self.without = frozenset(without)
         self.keys = ["k%02d" % i for i in range(NUM_KEYS)]
         self.reserved = set()
         self.open = []
@@ -282,6 +292,9 @@ class Driver:
         trailer = self.rng.choices(
             [None, "nontx-other", "nontx-bad", "tx-other"],
             [0.55, 0.25, 0.1, 0.1])[0]
+        if trailer and trailer.startswith("nontx") and \
+                "nontx-before-commit" in self.without:
+            trailer = None
         return keys, parts, end, trailer
 
     # -- running ----------------------------------------------------------
@@ -476,6 +489,8 @@ class Driver:
         """Emits a logical message of kind 'tx-other', 'nontx-other' or
         'nontx-bad' (non-transactional, outbox prefix: a bad event) on
         cursor cur; notes it in txn's ops (or the history's notes)."""
+        if kind == "nontx-bad" and "bad-messages" in self.without:
+            kind = "nontx-other"
         transactional = kind.startswith("tx")
         prefix = "outbox" if kind == "nontx-bad" else OTHER_PREFIX
         bad = None
@@ -656,6 +671,8 @@ class Driver:
             self._autocommit_ddl(
                 "ALTER TABLE public.outbox ADD COLUMN extra%d text "
                 "DEFAULT 'x%d'" % (self.columns_added, self.columns_added))
+        elif "new-partitions" in self.without:
+            return
         elif kind == "bucket" and self.partitioned:
             self._new_bucket(self.rng.choice(["create", "attach",
                                               "create-with-rows"]))
