@@ -27,7 +27,9 @@ The rules:
   new wal2json partition); otherwise a finding;
 - the slot is confirmed up to the WAL end once the run is drained; every
   exit of outboxd nobody asked for is a finding, except exit 1 on a failed
-  dead-letter publish when record errors were injected (README)."""
+  dead-letter publish when record errors were injected (README); a fast
+  shutdown of Postgres that does not end in 60 s (pg_ctl's wait) is a
+  finding (README: a walsender outboxd reads must not hold it up)."""
 
 import collections
 import json
@@ -45,7 +47,7 @@ CONTEXT = 4
 
 class Finding:
     """kind (loss, phantom, order, dead-letter, duplicate, slot, exit,
-    record), summary, and lines: the excerpt of the history that shows
+    shutdown, record), summary, and lines: the excerpt of the history that shows
     it."""
 
     def __init__(self, kind, summary, lines=()):
@@ -368,6 +370,9 @@ def _check_daemon(rep, ctx, drained):
         # -15: the signal came before outboxd installed its handler
         if e[2] == "sigterm" and e[3] not in ("rc=0", "rc=-15"):
             rep.add("exit", "SIGTERM at t=%.2f: %s" % (e[0], e[3]))
+        if e[2] == "pg_fast" and e[3]:
+            rep.add("shutdown", "Postgres' fast shutdown at t=%.2f did not "
+                    "end: %s" % (e[0], e[3]), ctx.around(e[0] - 3, e[1]))
         if e[2] != "exit":
             continue
         if "rc=1" in e[3] and ctx.record_errors and \

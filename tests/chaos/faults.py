@@ -28,6 +28,7 @@ KINDS = {
     "pg_immediate": 1,
     "walsender": 2,
     "broker_down": 2,
+    "outage_kill9": 1,
     "batch_error": 1,
     "record_error": 1,
 }
@@ -38,7 +39,8 @@ RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 def plan(rng, duration):
     """A schedule [(at seconds, kind, arg)] for a workload of about
     duration seconds: 2 to 6 faults. arg is a delay (s) for kill9,
-    sigterm and broker_down, (code, count) for produce errors."""
+    sigterm, broker_down and outage_kill9, (code, count) for produce
+    errors."""
     out = []
     for _ in range(rng.randint(2, 6)):
         kind = rng.choices(list(KINDS), list(KINDS.values()))[0]
@@ -46,7 +48,7 @@ def plan(rng, duration):
             arg = (rng.choice(BATCH_CODES), 1)
         elif kind == "record_error":
             arg = (rng.choice(RECORD_CODES), rng.randint(2, 3))
-        elif kind == "broker_down":
+        elif kind in ("broker_down", "outage_kill9"):
             arg = rng.uniform(1.0, 4.0)
         else:
             arg = rng.uniform(0.0, 0.5)
@@ -190,6 +192,18 @@ class Injector(threading.Thread):
     def _broker_down(self, seconds):
         self.broker.cmd("down all")
         time.sleep(seconds)
+        self.broker.cmd("up all")
+        return "%.1f s" % seconds
+
+    def _outage_kill9(self, seconds):
+        """Every broker down; outboxd killed and started again halfway
+        through the outage (what it confirmed before the outage is all
+        it may skip)."""
+        self.broker.cmd("down all")
+        time.sleep(seconds / 2)
+        self.daemon.kill9()
+        self.daemon.start()
+        time.sleep(seconds / 2)
         self.broker.cmd("up all")
         return "%.1f s" % seconds
 
