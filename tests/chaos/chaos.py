@@ -204,6 +204,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset()):
         injector = faults.Injector(faults.plan(rng, seconds), pg,
                                    broker, daemon, "chaos", clock)
         res.faults = injector.log
+        driver.on_commit = injector.commit_seen
         injector.start()
         try:
             while clock() < seconds:

@@ -132,6 +132,7 @@ class _Context:
         self.txns = history.txns
         self.order = history.committed()
         self.record_errors = faults.produce_errors(RECORD_CODES)
+        self.too_large_errors = faults.produce_errors(("MSG_SIZE_TOO_LARGE",))
         kinds = set(faults.kinds())
         self.batch_failed = bool(kinds & {"batch_error", "record_error"}) \
             and RECREATED in daemon_log
@@ -162,15 +163,19 @@ def _check_dead_letters(rep, ctx, dead):
     """Classifies dead-letter records; returns {id} of good events the
     broker refused alone (counted as delivered)."""
     refused, seen_bad = set(), set()
+    bad_at = {b.lsn: b.id for b in ctx.history.bad if b.lsn}
     for r in dead:
         error = (header(r, "error") or b"").decode("utf-8", "replace")
         rid = header(r, "id")
         rid = rid.decode() if rid is not None else None
         if error.startswith(NOT_TRANSACTIONAL):
+            lsn = (header(r, "source-lsn") or b"").decode()
             try:
                 rid = json.loads(r["value"])["id"]
             except (TypeError, ValueError, KeyError):
-                rid = None
+                # headers only: its own dead-letter record was refused as
+                # too large (README), which only an injected error can do
+                rid = bad_at.get(lsn) if ctx.too_large_errors else None
             if rid in ctx.bad:
                 seen_bad.add(rid)
                 continue
@@ -337,7 +342,8 @@ def _check_duplicates(rep, ctx, delivered):
     rep.stats["extra_copies"] = sum(n - 1 for n in dups.values())
     if not dups:
         return
-    reasons = [k for k in ("kill9", "pg_immediate", "exit")
+    reasons = [k for k in ("kill9", "kill9_after_commit", "outage_kill9",
+                           "pg_immediate", "exit")
                if ctx.faults.count(k)]
     if RECREATED in ctx.log:
         reasons.append("producer recreated")

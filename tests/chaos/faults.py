@@ -23,6 +23,7 @@ import harness
 KINDS = {
     # kind: weight
     "kill9": 3,
+    "kill9_after_commit": 2,
     "sigterm": 1,
     "pg_fast": 1,
     "pg_immediate": 1,
@@ -39,8 +40,8 @@ RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 def plan(rng, duration):
     """A schedule [(at seconds, kind, arg)] for a workload of about
     duration seconds: 2 to 6 faults. arg is a delay (s) for kill9,
-    sigterm, broker_down and outage_kill9, (code, count) for produce
-    errors."""
+    sigterm, broker_down and outage_kill9, (min events, delay) for
+    kill9_after_commit, (code, count) for produce errors."""
     out = []
     for _ in range(rng.randint(2, 6)):
         kind = rng.choices(list(KINDS), list(KINDS.values()))[0]
@@ -50,6 +51,8 @@ def plan(rng, duration):
             arg = (rng.choice(RECORD_CODES), rng.randint(2, 3))
         elif kind in ("broker_down", "outage_kill9"):
             arg = rng.uniform(1.0, 4.0)
+        elif kind == "kill9_after_commit":
+            arg = (rng.choice([1, 100]), rng.uniform(0.0, 0.15))
         else:
             arg = rng.uniform(0.0, 0.5)
         out.append((rng.uniform(0.3, duration), kind, arg))
@@ -105,6 +108,8 @@ class Injector(threading.Thread):
         self.log = FaultLog()
         self.error = None
         self._halt = threading.Event()
+        self._commits = []
+        self._committed = threading.Condition()
 
     def stop(self):
         """Ends the thread after the fault in progress."""
@@ -127,6 +132,12 @@ class Injector(threading.Thread):
                 self._halt.wait(0.1)
         except BaseException as e:  # reported by the run
             self.error = e
+
+    def commit_seen(self, txn):
+        """The workload's commit hook: txn committed just now."""
+        with self._committed:
+            self._commits.append(txn)
+            self._committed.notify_all()
 
     def watch(self):
         """Logs and restarts an outboxd that exited by itself."""
@@ -154,6 +165,27 @@ class Injector(threading.Thread):
         self.daemon.kill9()
         time.sleep(delay)
         self.daemon.start()
+
+    def _kill9_after_commit(self, arg):
+        """kill -9 delay seconds after the next commit of a transaction of
+        at least min_events events (waiting for one at most 5 s): the
+        moments when a transaction is being published."""
+        min_events, delay = arg
+        deadline = time.monotonic() + 5
+        with self._committed:
+            self._commits.clear()
+            while not any(len(t.events) >= min_events
+                          for t in self._commits):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._halt.is_set():
+                    return "no such commit came"
+                self._committed.wait(min(left, 0.2))
+            txn = next(t for t in self._commits
+                       if len(t.events) >= min_events)
+        time.sleep(delay)
+        self._kill9(0)
+        return "%.0f ms after %s committed (%d events)" % (
+            delay * 1000, txn.name, len(txn.events))
 
     def _sigterm(self, delay):
         self.daemon.terminate()

@@ -90,12 +90,15 @@ class BadMessage:
     """A non-transactional logical message with the outbox prefix: a bad
     event on purpose (README "Failure modes": dead-lettered). emitted is
     True when the server answered the SELECT, None when the answer was
-    lost (it may or may not be in the WAL)."""
+    lost (it may or may not be in the WAL); lsn is what the SELECT
+    returned (the end of its WAL record: the decoders' message LSN, so
+    the dead-letter record's source-lsn)."""
 
-    __slots__ = ("id", "t", "emitted", "session")
+    __slots__ = ("id", "t", "emitted", "session", "lsn")
 
     def __init__(self, id_, t, emitted, session):
         self.id, self.t, self.emitted, self.session = id_, t, emitted, session
+        self.lsn = None
 
 
 class History:
@@ -163,6 +166,7 @@ class Driver:
         self.clock = clock
         self.history = History()
         self.without = frozenset(without)
+        self.on_commit = None   # called with each Txn that commits
         self.keys = ["k%02d" % i for i in range(NUM_KEYS)]
         self.reserved = set()
         self.open = []
@@ -504,10 +508,11 @@ class Driver:
                                   "payload": {"e": bad.id}})
         else:
             content = "x"
-        cur.execute("SELECT pg_logical_emit_message(%s, %s, %s)",
+        cur.execute("SELECT pg_logical_emit_message(%s, %s, %s)::text",
                     (transactional, prefix, content))
         if bad is not None:
             bad.emitted = True
+            bad.lsn = cur.fetchone()[0]
         what = "%s message %s%s" % (kind, where,
                                     " " + bad.id[:8] if bad else "")
         if txn is not None:
@@ -584,6 +589,8 @@ class Driver:
             for b in txn.buckets:
                 self.bucket_last_lsn[b] = max(self.bucket_last_lsn.get(b, 0),
                                               lsn)
+            if self.on_commit is not None:
+                self.on_commit(txn)
 
     def _lsn(self):
         """pg_current_wal_lsn() as an int (waiting while the server is
