@@ -197,12 +197,13 @@ def run_seed(parts, seed, seconds, keep, without=frozenset()):
             raise harness.HarnessError("outboxd slot create: %s %s"
                                        % (out, err))
         daemon.start()
-        broker.cmd("rtt all %d" % rng.choice([0, 0, 5, 20]))
+        rtt = rng.choice([0, 0, 5, 20, 100])
+        broker.cmd("rtt all %d" % rtt)
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
                         without)
         clock.start()
         injector = faults.Injector(faults.plan(rng, seconds), pg,
-                                   broker, daemon, "chaos", clock)
+                                   broker, daemon, "chaos", clock, rtt)
         res.faults = injector.log
         driver.on_commit = injector.commit_seen
         injector.start()

@@ -29,19 +29,29 @@ KINDS = {
     "pg_immediate": 1,
     "walsender": 2,
     "broker_down": 2,
+    "broker_slow": 1,
     "outage_kill9": 1,
     "batch_error": 1,
     "record_error": 1,
 }
 BATCH_CODES = ("UNKNOWN", "INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
+# Which commit a kill9_after_commit waits for: any, one of at least 100
+# events (long to publish), or one whose last statement before COMMIT was
+# a non-transactional message (two kinds of positions meet there).
+TRIGGERS = {
+    "any": lambda t: bool(t.events),
+    "large": lambda t: len(t.events) >= 100,
+    "after-nontx": lambda t: bool(t.trailer and t.trailer.startswith("nontx")),
+}
 
 
 def plan(rng, duration):
     """A schedule [(at seconds, kind, arg)] for a workload of about
     duration seconds: 2 to 6 faults. arg is a delay (s) for kill9,
-    sigterm, broker_down and outage_kill9, (min events, delay) for
-    kill9_after_commit, (code, count) for produce errors."""
+    sigterm, broker_down and outage_kill9, (trigger, delay) for
+    kill9_after_commit (TRIGGERS), (ms, seconds) for broker_slow,
+    (code, count) for produce errors."""
     out = []
     for _ in range(rng.randint(2, 6)):
         kind = rng.choices(list(KINDS), list(KINDS.values()))[0]
@@ -51,8 +61,10 @@ def plan(rng, duration):
             arg = (rng.choice(RECORD_CODES), rng.randint(2, 3))
         elif kind in ("broker_down", "outage_kill9"):
             arg = rng.uniform(1.0, 4.0)
+        elif kind == "broker_slow":
+            arg = (rng.choice([100, 200, 400]), rng.uniform(1.0, 4.0))
         elif kind == "kill9_after_commit":
-            arg = (rng.choice([1, 100]), rng.uniform(0.0, 0.15))
+            arg = (rng.choice(list(TRIGGERS)), rng.uniform(0.0, 0.4))
         else:
             arg = rng.uniform(0.0, 0.5)
         out.append((rng.uniform(0.3, duration), kind, arg))
@@ -94,10 +106,10 @@ class FaultLog:
 class Injector(threading.Thread):
     """Runs schedule against the run's parts (pg: harness.PgCluster,
     broker: harness.MockBroker, daemon: harness.Outboxd, slot name) until
-    stopped; clock() gives the run time. heal() afterwards leaves
-    everything up."""
+    stopped; clock() gives the run time; rtt is the brokers' response
+    delay (ms) between faults. heal() afterwards leaves everything up."""
 
-    def __init__(self, schedule, pg, broker, daemon, slot, clock):
+    def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0):
         super().__init__(daemon=True)
         self.schedule = list(schedule)
         self.pg = pg
@@ -105,6 +117,7 @@ class Injector(threading.Thread):
         self.daemon = daemon
         self.slot = slot
         self.clock = clock
+        self.rtt = rtt
         self.log = FaultLog()
         self.error = None
         self._halt = threading.Event()
@@ -167,25 +180,24 @@ class Injector(threading.Thread):
         self.daemon.start()
 
     def _kill9_after_commit(self, arg):
-        """kill -9 delay seconds after the next commit of a transaction of
-        at least min_events events (waiting for one at most 5 s): the
-        moments when a transaction is being published."""
-        min_events, delay = arg
+        """kill -9 delay seconds after the next commit the trigger picks
+        (waiting for one at most 5 s): a moment when that transaction is
+        being published."""
+        trigger, delay = arg
+        picks = TRIGGERS[trigger]
         deadline = time.monotonic() + 5
         with self._committed:
             self._commits.clear()
-            while not any(len(t.events) >= min_events
-                          for t in self._commits):
+            while not any(picks(t) for t in self._commits):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._halt.is_set():
-                    return "no such commit came"
+                    return "no %s commit came" % trigger
                 self._committed.wait(min(left, 0.2))
-            txn = next(t for t in self._commits
-                       if len(t.events) >= min_events)
+            txn = next(t for t in self._commits if picks(t))
         time.sleep(delay)
         self._kill9(0)
-        return "%.0f ms after %s committed (%d events)" % (
-            delay * 1000, txn.name, len(txn.events))
+        return "%.0f ms after %s committed (%s, %d events)" % (
+            delay * 1000, txn.name, trigger, len(txn.events))
 
     def _sigterm(self, delay):
         self.daemon.terminate()
@@ -238,6 +250,15 @@ class Injector(threading.Thread):
         time.sleep(seconds / 2)
         self.broker.cmd("up all")
         return "%.1f s" % seconds
+
+    def _broker_slow(self, arg):
+        """Every broker answers ms late for a while: acknowledgements lag
+        far behind the stream."""
+        ms, seconds = arg
+        self.broker.cmd("rtt all %d" % ms)
+        time.sleep(seconds)
+        self.broker.cmd("rtt all %d" % self.rtt)
+        return "%d ms for %.1f s" % (ms, seconds)
 
     def _batch_error(self, arg):
         code, count = arg

@@ -64,7 +64,9 @@ class Txn:
     'aborted', 'prepared' or 'unknown' (during resolution); commit_no is
     its place in the global order of observed commits; t_end the run time
     (s) its outcome was known; events are those it would publish, dropped
-    those of its rolled-back savepoints; ops describes what it did."""
+    those of its rolled-back savepoints; ops describes what it did;
+    trailer is the kind of message it emits right before its end, if
+    any."""
 
     def __init__(self, name, t_start):
         self.name = name
@@ -77,6 +79,7 @@ class Txn:
         self.dropped = []
         self.ops = []
         self.buckets = set()
+        self.trailer = None
 
     def describe(self):
         return "%s [%s] %s: %s" % (
@@ -358,6 +361,7 @@ class Driver:
         txn = Txn(self._name(), self.clock())
         self.history.txns[txn.name] = txn
         s = Session(self._free_slot(), txn, keys, parts, end, trailer)
+        txn.trailer = trailer
         self.reserved.update(keys)
         self.open.append(s)
         txn.ops.append("keys %s" % ",".join(sorted(keys)))
