@@ -38,11 +38,13 @@ BATCH_CODES = ("UNKNOWN", "INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 # Which commit a kill9_after_commit waits for: any, one of at least 100
 # events (long to publish), or one whose last statement before COMMIT was
-# a non-transactional message (two kinds of positions meet there).
+# a non-transactional message of another prefix or of the outbox prefix
+# (two kinds of positions meet there).
 TRIGGERS = {
     "any": lambda t: bool(t.events),
     "large": lambda t: len(t.events) >= 100,
-    "after-nontx": lambda t: bool(t.trailer and t.trailer.startswith("nontx")),
+    "after-nontx": lambda t: t.trailer == "nontx-other" and bool(t.events),
+    "after-bad": lambda t: t.trailer == "nontx-bad" and bool(t.events),
 }
 
 

@@ -298,7 +298,7 @@ class Driver:
             [0.78, 0.1, 0.08, 0.04])[0]
         trailer = self.rng.choices(
             [None, "nontx-other", "nontx-bad", "tx-other"],
-            [0.55, 0.25, 0.1, 0.1])[0]
+            [0.45, 0.2, 0.2, 0.15])[0]
         if trailer and trailer.startswith("nontx") and \
                 "nontx-before-commit" in self.without:
             trailer = None
