@@ -306,21 +306,20 @@ def _check_order(rep, ctx, delivered, refused):
 def _order_excerpt(ctx, key, want, got, i, delivered):
     """The commit order and the partition's records of key around the
     first inversion at got[i], and the transactions involved."""
-    lo, hi = got[i].seq - CONTEXT, got[i - 1].seq + CONTEXT
+    def near(seq):
+        return any(abs(seq - d.seq) <= CONTEXT for d in (got[i - 1], got[i]))
     lines = ["commit order of %s (seq txn#commit):" % key]
     lines += ["  %d %s#%d" % (e.seq, e.txn, ctx.txns[e.txn].commit_no)
-              for e in want if lo <= e.seq <= hi]
+              for e in want if near(e.seq)]
     lines.append("records of %s in partition %d (offset seq txn first?):"
                  % (key, got[i].partition))
-    firsts = {d.id for d in got}
     first_off = {d.id: d.offset for d in got}
     for d in sorted(delivered, key=lambda d: d.offset):
-        if d.key == key and d.seq is not None and lo <= d.seq <= hi:
+        if d.key == key and d.seq is not None and near(d.seq):
             e = ctx.committed.get(d.id)
             lines.append("  %d seq %d %s %s" % (
                 d.offset, d.seq, e.txn if e else "?",
-                "first" if d.id in firsts and first_off[d.id] == d.offset
-                else "again"))
+                "first" if first_off.get(d.id) == d.offset else "again"))
     names = []
     for d in (got[i - 1], got[i]):
         name = ctx.committed[d.id].txn
