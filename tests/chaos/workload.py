@@ -36,12 +36,13 @@ NUM_KEYS = 30
 LOCK_TIMEOUT = "1s"
 OTHER_PREFIX = "other"
 CONN_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
-# Features a run can leave out (Driver's without): a non-transactional
-# message as the last statement before COMMIT/PREPARE; non-transactional
-# messages with the outbox prefix (bad events); partitions created,
+# Features a run can leave out (Driver's without): non-transactional
+# messages of any prefix (each becomes a transactional one of another
+# prefix: with interleaved sessions any of them may land right before a
+# COMMIT record); non-transactional messages with the outbox prefix (bad
+# events; they become ones of another prefix); partitions created,
 # attached or detached while streaming.
-FEATURES = frozenset({"nontx-before-commit", "bad-messages",
-                      "new-partitions"})
+FEATURES = frozenset({"nontx-messages", "bad-messages", "new-partitions"})
 
 
 class Event:
@@ -299,9 +300,6 @@ class Driver:
         trailer = self.rng.choices(
             [None, "nontx-other", "nontx-bad", "tx-other"],
             [0.45, 0.2, 0.2, 0.15])[0]
-        if trailer and trailer.startswith("nontx") and \
-                "nontx-before-commit" in self.without:
-            trailer = None
         return keys, parts, end, trailer
 
     # -- running ----------------------------------------------------------
@@ -499,6 +497,8 @@ class Driver:
         cursor cur; notes it in txn's ops (or the history's notes)."""
         if kind == "nontx-bad" and "bad-messages" in self.without:
             kind = "nontx-other"
+        if kind.startswith("nontx") and "nontx-messages" in self.without:
+            kind = "tx-other"
         transactional = kind.startswith("tx")
         prefix = "outbox" if kind == "nontx-bad" else OTHER_PREFIX
         bad = None
