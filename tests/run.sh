@@ -9,15 +9,19 @@
 #    of each fuzz target's corpus in tests/fuzz/corpus/),
 # 4. runs the integration tests (pytest tests/integration: a throwaway
 #    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker),
-# 5. fuzzes: builds the libFuzzer targets with clang-14 into build-fuzz/
+# 5. runs the fixed seeds of the randomized fault checker (tests/chaos:
+#    a seeded workload under random faults, then a check of what reached
+#    Kafka; each seed counts as one test),
+# 6. fuzzes: builds the libFuzzer targets with clang-14 into build-fuzz/
 #    (-Dfuzz=true: AddressSanitizer and UndefinedBehaviorSanitizer) and runs
 #    each for OUTBOXD_FUZZ_SECONDS, starting from its corpus in the tree,
-# 6. runs the unit and integration suites again on a build with
+# 7. runs the unit and integration suites again on a build with
 #    AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer,
 #    build-asan/ (gcc, -Db_sanitize=address,undefined); every sanitizer
 #    report written by any process of that build is a failure,
-# 7. prints one last line "N passed, N failed" over unit test cases,
-#    integration tests, fuzz targets and the sanitizer report check, and
+# 8. prints one last line "N passed, N failed" over unit test cases,
+#    integration tests, chaos seeds, fuzz targets and the sanitizer report
+#    check, and
 #    exits non-zero if anything failed, was skipped (a missing part must
 #    fail, never skip) or nothing ran.
 #
@@ -200,6 +204,24 @@ say "integration tests"
 run_integration "$BUILD"
 passed=$((passed + it_passed))
 failed=$((failed + it_failed))
+
+# --- chaos: the fault checker's fixed seeds, one test each ------------------
+# tests/chaos/seeds.txt; a seed that fails prints its findings, its fault
+# log and the command that replays it (tests/chaos/README.md).
+say "chaos (fixed seeds)"
+chaos_log="$BUILD/chaos.log"
+# SIGINT after 15 minutes (the runs then still stop their Postgres).
+OUTBOXD_BUILD="$BUILD" timeout --signal=INT --kill-after=60 900 \
+    bash tests/chaos/run.sh 2>&1 | tee "$chaos_log"
+if read -r chaos_passed chaos_failed < <(sed -n \
+        's/^chaos: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$chaos_log" | tail -n 1) &&
+        [[ -n "$chaos_passed" ]]; then
+    passed=$((passed + chaos_passed))
+    failed=$((failed + chaos_failed))
+else
+    echo "the chaos checker ended without its summary line" >&2
+    failed=$((failed + 1))
+fi
 
 # --- fuzzing: each target for FUZZ_SECONDS, one test each -------------------
 # New inputs go to build-fuzz/corpus/<target> (kept between runs, read

@@ -1,0 +1,271 @@
+"""Faults of a chaos run: a seeded schedule and the thread that injects it.
+
+Faults run one at a time, each healed before the next (a broker outage
+ends with `up all`; a killed outboxd is started again), so the system is
+always one fault away from healthy. Between faults the thread watches
+outboxd: an exit nobody asked for is logged (kind 'exit') with its code
+and the daemon is started again, so the run goes on and the checker can
+judge the exit.
+
+Produce errors (apikey 0) are only ever ones the test broker handles like
+a real one: UNKNOWN_SERVER_ERROR for a failed batch, INVALID_RECORD and
+MSG_SIZE_TOO_LARGE for a record's own error. Retriable codes
+(NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS) are never
+injected: ob-mockbroker does not check idempotent sequence numbers, so a
+retried batch it already stored would be lost or duplicated by the broker
+itself, not by outboxd."""
+
+import threading
+import time
+
+import harness
+
+KINDS = {
+    # kind: weight
+    "kill9": 3,
+    "kill9_after_commit": 2,
+    "sigterm": 1,
+    "pg_fast": 1,
+    "pg_immediate": 1,
+    "walsender": 2,
+    "broker_down": 2,
+    "broker_slow": 1,
+    "outage_kill9": 1,
+    "batch_error": 1,
+    "record_error": 1,
+}
+BATCH_CODES = ("UNKNOWN", "INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
+RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
+# Which commit a kill9_after_commit waits for: any, one of at least 100
+# events (long to publish), or one whose last statement before COMMIT was
+# a non-transactional message of another prefix or of the outbox prefix
+# (two kinds of positions meet there).
+TRIGGERS = {
+    "any": lambda t: bool(t.events),
+    "large": lambda t: len(t.events) >= 100,
+    "after-nontx": lambda t: t.trailer == "nontx-other" and bool(t.events),
+    "after-bad": lambda t: t.trailer == "nontx-bad" and bool(t.events),
+}
+
+
+def plan(rng, duration):
+    """A schedule [(at seconds, kind, arg)] for a workload of about
+    duration seconds: 2 to 6 faults. arg is a delay (s) for kill9,
+    sigterm, broker_down and outage_kill9, (trigger, delay) for
+    kill9_after_commit (TRIGGERS), (ms, seconds) for broker_slow,
+    (code, count) for produce errors."""
+    out = []
+    for _ in range(rng.randint(2, 6)):
+        kind = rng.choices(list(KINDS), list(KINDS.values()))[0]
+        if kind == "batch_error":
+            arg = (rng.choice(BATCH_CODES), 1)
+        elif kind == "record_error":
+            arg = (rng.choice(RECORD_CODES), rng.randint(2, 3))
+        elif kind in ("broker_down", "outage_kill9"):
+            arg = rng.uniform(1.0, 4.0)
+        elif kind == "broker_slow":
+            arg = (rng.choice([100, 200, 400]), rng.uniform(1.0, 4.0))
+        elif kind == "kill9_after_commit":
+            arg = (rng.choice(list(TRIGGERS)), rng.uniform(0.0, 0.4))
+        else:
+            arg = rng.uniform(0.0, 0.5)
+        out.append((rng.uniform(0.3, duration), kind, arg))
+    return sorted(out)
+
+
+class FaultLog:
+    """Every fault injected and every unexpected exit: entries (t_start,
+    t_end, kind, detail, arg), thread-safe."""
+
+    def __init__(self):
+        self.entries = []
+        self._lock = threading.Lock()
+
+    def add(self, t0, t1, kind, detail="", arg=None):
+        with self._lock:
+            self.entries.append((t0, t1, kind, detail, arg))
+
+    def kinds(self):
+        return [e[2] for e in self.entries]
+
+    def count(self, kind):
+        return sum(1 for k in self.kinds() if k == kind)
+
+    def lines(self):
+        return ["  %7.2f..%7.2f  %-13s %s" % e[:4] for e in self.entries]
+
+    def near(self, t0, t1):
+        """Entries that overlap [t0, t1]."""
+        return [e for e in self.entries if e[1] >= t0 and e[0] <= t1]
+
+    def produce_errors(self, codes):
+        """How many produce requests were set to fail with one of codes."""
+        return sum(e[4][1] for e in self.entries
+                   if e[2] in ("batch_error", "record_error")
+                   and e[4][0] in codes)
+
+
+class Injector(threading.Thread):
+    """Runs schedule against the run's parts (pg: harness.PgCluster,
+    broker: harness.MockBroker, daemon: harness.Outboxd, slot name) until
+    stopped; clock() gives the run time; rtt is the brokers' response
+    delay (ms) between faults. heal() afterwards leaves everything up."""
+
+    def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0):
+        super().__init__(daemon=True)
+        self.schedule = list(schedule)
+        self.pg = pg
+        self.broker = broker
+        self.daemon = daemon
+        self.slot = slot
+        self.clock = clock
+        self.rtt = rtt
+        self.log = FaultLog()
+        self.error = None
+        self._halt = threading.Event()
+        self._commits = []
+        self._committed = threading.Condition()
+
+    def stop(self):
+        """Ends the thread after the fault in progress."""
+        self._halt.set()
+        self.join(180)
+
+    def run(self):
+        try:
+            for at, kind, arg in self.schedule:
+                while not self._halt.is_set() and self.clock() < at:
+                    self.watch()
+                    self._halt.wait(0.1)
+                if self._halt.is_set():
+                    return
+                t0 = self.clock()
+                detail = getattr(self, "_" + kind)(arg)
+                self.log.add(t0, self.clock(), kind, detail or "", arg)
+            while not self._halt.is_set():
+                self.watch()
+                self._halt.wait(0.1)
+        except BaseException as e:  # reported by the run
+            self.error = e
+
+    def commit_seen(self, txn):
+        """The workload's commit hook: txn committed just now."""
+        with self._committed:
+            self._commits.append(txn)
+            self._committed.notify_all()
+
+    def watch(self):
+        """Logs and restarts an outboxd that exited by itself."""
+        d = self.daemon
+        if d.proc is not None and not d.running():
+            t = self.clock()
+            tail = d.log_tail(600).strip().splitlines()[-3:]
+            self.log.add(t, t, "exit", "rc=%s; %s" % (d.proc.returncode,
+                                                     " | ".join(tail)))
+            time.sleep(0.5)
+            d.start()
+
+    def heal(self):
+        """Everything up: broker up, no pending produce errors, Postgres
+        running, outboxd running."""
+        for c in ("up all", "rtt all 0", "clear 0"):
+            self.broker.cmd(c)
+        if not self.pg.running:
+            self.pg.start()
+        self.watch()
+
+    # -- the faults ---------------------------------------------------------
+
+    def _kill9(self, delay):
+        self.daemon.kill9()
+        time.sleep(delay)
+        self.daemon.start()
+
+    def _kill9_after_commit(self, arg):
+        """kill -9 delay seconds after the next commit the trigger picks
+        (waiting for one at most 5 s): a moment when that transaction is
+        being published."""
+        trigger, delay = arg
+        picks = TRIGGERS[trigger]
+        deadline = time.monotonic() + 5
+        with self._committed:
+            self._commits.clear()
+            while not any(picks(t) for t in self._commits):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._halt.is_set():
+                    return "no %s commit came" % trigger
+                self._committed.wait(min(left, 0.2))
+            txn = next(t for t in self._commits if picks(t))
+        time.sleep(delay)
+        self._kill9(0)
+        return "%.0f ms after %s committed (%s, %d events)" % (
+            delay * 1000, txn.name, trigger, len(txn.events))
+
+    def _sigterm(self, delay):
+        self.daemon.terminate()
+        try:
+            rc = self.daemon.wait(60)
+        except Exception:
+            self.daemon.kill9()
+            rc = "hung (killed after 60 s)"
+        time.sleep(delay)
+        self.daemon.start()
+        return "rc=%s" % rc
+
+    def _pg_restart(self, mode):
+        try:
+            self.pg.restart(mode)
+            return ""
+        except harness.HarnessError as e:
+            self.pg.running = True
+            self.pg.stop("immediate")
+            self.pg.start()
+            return "pg_ctl stop -m %s failed, restarted immediate: %s" % (
+                mode, str(e).splitlines()[0])
+
+    def _pg_fast(self, _):
+        return self._pg_restart("fast")
+
+    def _pg_immediate(self, _):
+        return self._pg_restart("immediate")
+
+    def _walsender(self, _):
+        rows = self.pg.sql("SELECT pg_terminate_backend(active_pid) FROM "
+                           "pg_replication_slots WHERE slot_name = %s "
+                           "AND active_pid IS NOT NULL", (self.slot,))
+        return "terminated %d" % len(rows)
+
+    def _broker_down(self, seconds):
+        self.broker.cmd("down all")
+        time.sleep(seconds)
+        self.broker.cmd("up all")
+        return "%.1f s" % seconds
+
+    def _outage_kill9(self, seconds):
+        """Every broker down; outboxd killed and started again halfway
+        through the outage (what it confirmed before the outage is all
+        it may skip)."""
+        self.broker.cmd("down all")
+        time.sleep(seconds / 2)
+        self.daemon.kill9()
+        self.daemon.start()
+        time.sleep(seconds / 2)
+        self.broker.cmd("up all")
+        return "%.1f s" % seconds
+
+    def _broker_slow(self, arg):
+        """Every broker answers ms late for a while: acknowledgements lag
+        far behind the stream."""
+        ms, seconds = arg
+        self.broker.cmd("rtt all %d" % ms)
+        time.sleep(seconds)
+        self.broker.cmd("rtt all %d" % self.rtt)
+        return "%d ms for %.1f s" % (ms, seconds)
+
+    def _batch_error(self, arg):
+        code, count = arg
+        self.broker.cmd("error 0 %s %d" % (code, count))
+        return "%s x%d" % (code, count)
+
+    def _record_error(self, arg):
+        return self._batch_error(arg)
