@@ -70,6 +70,7 @@ static const config_key config_keys[] = {
     {"inbox", "batch_max", KEY_COUNT, OFF(inbox.batch_max), "500"},
     {"inbox", "on_position_mismatch", KEY_MISMATCH, OFF(inbox.on_position_mismatch), "halt"},
     {"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
+    {"http", "stall_after_ms", KEY_MS, OFF(http.stall_after_ms), "60000"},
     {"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
     {"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
 };

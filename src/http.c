@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
@@ -26,19 +27,123 @@
  * the ones past that, so a single client cannot fill the server nor the
  * kernel's accept queue. A connection idle for IDLE_TIMEOUT_S seconds (a
  * request sent by halves, a kept-alive scrape connection between scrapes)
- * is closed. CONNECTION_LIMIT bounds the whole: when many addresses flood
- * the port together, new connections wait in the accept queue until idle
- * ones time out (keeping such clients off the port is the network's job).
- * Polling is epoll (MHD_USE_AUTO), which has no limit on descriptor
- * numbers.
+ * is closed. CONNECTION_LIMIT bounds the whole. Many addresses flooding
+ * the port together are kept from filling it by HEAD_WAIT_LIMIT: at most
+ * that many connections may wait for a whole request head (a new
+ * connection, or a kept-alive one between requests); when a new connection
+ * would be one more, the one that has waited longest is closed. A probe,
+ * which sends its request at once, is answered before a flood's newer
+ * connections can push it out, and the table always has room for new
+ * connections. Polling is epoll (MHD_USE_AUTO), which has no limit on
+ * descriptor numbers.
  */
 #define PER_CLIENT_LIMIT 8U
 #define IDLE_TIMEOUT_S   5U
 #define CONNECTION_LIMIT 128U
+#define HEAD_WAIT_LIMIT  96U
+
+/* A connection, listed while it waits for a request head. Touched only on
+ * libmicrohttpd's one polling thread (every callback runs there). */
+typedef struct head_wait {
+	struct head_wait *prev, *next;
+	MHD_socket fd;
+	bool listed;
+} head_wait;
 
 struct ob_http {
 	struct MHD_Daemon *daemon;
+	/* The connections waiting for a request head, oldest first. */
+	head_wait *oldest, *newest;
+	unsigned waiting;
 };
+
+static void
+wait_list(ob_http *h, head_wait *w)
+{
+	if (w->listed)
+		return;
+	w->prev = h->newest;
+	w->next = NULL;
+	if (h->newest != NULL)
+		h->newest->next = w;
+	else
+		h->oldest = w;
+	h->newest = w;
+	w->listed = true;
+	h->waiting++;
+}
+
+static void
+wait_unlist(ob_http *h, head_wait *w)
+{
+	if (!w->listed)
+		return;
+	if (w->prev != NULL)
+		w->prev->next = w->next;
+	else
+		h->oldest = w->next;
+	if (w->next != NULL)
+		w->next->prev = w->prev;
+	else
+		h->newest = w->prev;
+	w->listed = false;
+	h->waiting--;
+}
+
+/* The head_wait of conn (its socket context). */
+static head_wait *
+conn_wait(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *info =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return info != NULL ? info->socket_context : NULL;
+}
+
+/* A connection opened or closed. A new one that would make more than
+ * HEAD_WAIT_LIMIT wait for a request head first closes the one that has
+ * waited longest: shutting its socket down makes libmicrohttpd read its
+ * end and close it (reporting MHD_CONNECTION_NOTIFY_CLOSED). */
+static void
+on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+	      enum MHD_ConnectionNotificationCode toe)
+{
+	ob_http *h = cls;
+	head_wait *w = *socket_context;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (w != NULL)
+			wait_unlist(h, w);
+		free(w);
+		*socket_context = NULL;
+		return;
+	}
+	if (h->waiting >= HEAD_WAIT_LIMIT) {
+		head_wait *victim = h->oldest;
+
+		wait_unlist(h, victim);
+		ob_debug("http: %u connections wait for a request; closing the oldest",
+			 HEAD_WAIT_LIMIT);
+		(void)shutdown(victim->fd, SHUT_RDWR);
+	}
+	w = ob_xcalloc(1, sizeof(*w));
+	w->fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD)->connect_fd;
+	*socket_context = w;
+	wait_list(h, w);
+}
+
+/* A request ended: a connection kept alive waits for the next head. */
+static void
+on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+	     enum MHD_RequestTerminationCode toe)
+{
+	head_wait *w = conn_wait(conn);
+
+	(void)req_cls;
+	(void)toe;
+	if (w != NULL)
+		wait_list(cls, w);
+}
 
 static enum MHD_Result
 respond(struct MHD_Connection *conn, unsigned status, const char *type, char *body,
@@ -58,6 +163,10 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	   const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
 	const char *text = "text/plain; charset=utf-8";
+	head_wait *w = conn_wait(conn);
+
+	if (w != NULL)
+		wait_unlist(cls, w); /* its head came whole */
 
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, text, "method not allowed\n",
@@ -163,10 +272,11 @@ ob_http_start(const char *listen, ob_http **out)
 		flags |= MHD_USE_IPv6;
 	h = ob_xcalloc(1, sizeof(*h));
 	h->daemon = MHD_start_daemon(
-	    flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+	    flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 	    MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 	    PER_CLIENT_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
-	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_NOTIFY_COMPLETED,
+	    on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
 	if (h->daemon == NULL) {
 		ob_error("could not listen on %s for http: address in use or not available",
 			 listen);

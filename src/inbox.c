@@ -820,22 +820,29 @@ recover(ob_inbox *ib)
 		wait_polling(ib);
 }
 
+/* The lag of each assigned partition (its high watermark as the consumer
+ * last heard it, minus the stored position) and their sum, to metrics.h. */
 static void
 update_lag(ob_inbox *ib)
 {
 	uint64_t lag = 0;
+	ob_partition_lag *lags = ob_xcalloc((size_t)ib->assigned->cnt + 1, sizeof(*lags));
 
 	for (int i = 0; i < ib->assigned->cnt; i++) {
 		const rd_kafka_topic_partition_t *a = &ib->assigned->elems[i];
 		int64_t low, high;
 
+		lags[i] = (ob_partition_lag){a->topic, a->partition, 0};
 		if (a->offset >= 0 &&
 		    rd_kafka_get_watermark_offsets(ib->rk, a->topic, a->partition, &low, &high) ==
 			RD_KAFKA_RESP_ERR_NO_ERROR &&
 		    high > a->offset)
-			lag += (uint64_t)(high - a->offset);
+			lags[i].records = (uint64_t)(high - a->offset);
+		lag += lags[i].records;
 	}
+	ob_metrics_set_inbox_partition_lags(lags, (size_t)ib->assigned->cnt);
 	ob_metrics_set_inbox_lag(lag);
+	free(lags);
 }
 
 /* ---- rebalances ------------------------------------------------------- */
@@ -1102,8 +1109,12 @@ run_loop(ob_inbox *ib)
 		if (m != NULL)
 			take(ib, m);
 		if (ib->batch_len >= (size_t)ib->cfg->inbox.batch_max ||
-		    (m == NULL && ib->batch_len > 0))
+		    (m == NULL && ib->batch_len > 0)) {
+			/* The records in hand count as waiting (README, "Metrics
+			 * and health") while they are being stored. */
+			update_lag(ib);
 			flush(ib);
+		}
 		if (ob_mono_ms() >= next_lag) {
 			update_lag(ib);
 			next_lag = ob_mono_ms() + 1000;

@@ -148,7 +148,7 @@ run(const ob_config *cfg, bool inbox)
 	}
 	if (!inbox)
 		log_startup(cfg);
-	ob_metrics_init();
+	ob_metrics_init(cfg->http.stall_after_ms);
 	if (!ob_http_start(cfg->http.listen, &http))
 		return EXIT_OPERATOR; /* the address is taken or not ours */
 	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
@@ -166,7 +166,7 @@ slot_command(const ob_config *cfg, const char *sub)
 	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
 		return EXIT_OPERATOR;
 	if (strcmp(sub, "create") == 0 && cfg->outbox.backlog_where[0] != '\0') {
-		ob_metrics_init();
+		ob_metrics_init(cfg->http.stall_after_ms);
 		rc = ob_relay_create_slot(cfg);
 	} else if (strcmp(sub, "create") == 0) {
 		/* The table, and pgoutput's publication, which must exist

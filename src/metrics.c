@@ -25,12 +25,20 @@ typedef struct label_counter {
 	uint64_t count;
 } label_counter;
 
+typedef struct partition_lag {
+	char *topic;
+	int32_t partition;
+	uint64_t records;
+} partition_lag;
+
 static struct {
 	pthread_mutex_t lock; /* guards the label tables and the histogram */
 	label_counter published[MAX_LABELS];
 	size_t published_len;
 	label_counter dead[MAX_LABELS];
 	size_t dead_len;
+	partition_lag lags[MAX_LABELS];
+	size_t lags_len;
 	uint64_t latency_buckets[N_BUCKETS];
 	uint64_t latency_count;
 	double latency_sum;
@@ -52,12 +60,48 @@ static struct {
 	atomic_int ready;
 	atomic_int pg_refusal;
 	atomic_int_fast64_t heartbeat_ms;
+
+	/* The stall (ob_metrics_ready()): since when nothing progressed, and
+	 * whether events wait. progress_ms is stored before waiting turns
+	 * true, so a reader that sees waiting sees its start. */
+	atomic_int_fast64_t stall_after_ms;
+	atomic_int_fast64_t progress_ms;
+	atomic_bool waiting;
+	atomic_int_fast64_t oldest_unconfirmed_us;
+	atomic_int_fast64_t slot_unread_us;
+	atomic_int_fast64_t slot_retained;
+	atomic_int slot_wal_status;
 } m = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static const char *const wal_status_words[OB_WAL_STATUS_COUNT] = {NULL, "reserved", "extended",
+								  "unreserved", "lost"};
+
 void
-ob_metrics_init(void)
+ob_metrics_init(int stall_after_ms)
 {
 	atomic_store(&m.heartbeat_ms, ob_mono_ms());
+	atomic_store(&m.progress_ms, ob_mono_ms());
+	atomic_store(&m.stall_after_ms, stall_after_ms);
+}
+
+/* Something was acknowledged, confirmed or stored. */
+static void
+progressed(void)
+{
+	atomic_store(&m.progress_ms, ob_mono_ms());
+}
+
+/* Recompute whether events wait; the stall clock starts when they begin
+ * to. */
+static void
+note_waiting(void)
+{
+	bool waiting = atomic_load(&m.inflight) > 0 || atomic_load(&m.oldest_unconfirmed_us) != 0 ||
+		       atomic_load(&m.slot_unread_us) != 0 || atomic_load(&m.inbox_lag) > 0;
+
+	if (waiting && !atomic_load(&m.waiting))
+		progressed();
+	atomic_store(&m.waiting, waiting);
 }
 
 /* Add one to the counter of label in table; a new label is copied. Past
@@ -95,6 +139,7 @@ ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds
 
 	pthread_mutex_lock(&m.lock);
 	bump(m.published, &m.published_len, topic, topic_len);
+	progressed();
 	for (b = 0; b < N_BUCKETS && latency_seconds > latency_bounds[b]; b++)
 		;
 	if (b < N_BUCKETS)
@@ -128,14 +173,42 @@ void
 ob_metrics_set_inflight(uint64_t n)
 {
 	atomic_store(&m.inflight, n);
+	note_waiting();
 }
 
 void
 ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end)
 {
-	atomic_store(&m.confirmed_lsn, confirmed);
+	if (atomic_exchange(&m.confirmed_lsn, confirmed) != confirmed)
+		progressed();
 	atomic_store(&m.received_lsn, received);
 	atomic_store(&m.server_wal_end, server_wal_end);
+}
+
+void
+ob_metrics_set_oldest_unconfirmed(int64_t commit_us)
+{
+	atomic_store(&m.oldest_unconfirmed_us, commit_us);
+	note_waiting();
+}
+
+ob_wal_status
+ob_wal_status_parse(const char *word)
+{
+	for (int s = OB_WAL_STATUS_UNKNOWN + 1; s < OB_WAL_STATUS_COUNT; s++) {
+		if (strcmp(word, wal_status_words[s]) == 0)
+			return (ob_wal_status)s;
+	}
+	return OB_WAL_STATUS_UNKNOWN;
+}
+
+void
+ob_metrics_set_slot(int64_t retained_bytes, ob_wal_status status, int64_t unread_since_us)
+{
+	atomic_store(&m.slot_retained, retained_bytes);
+	atomic_store(&m.slot_wal_status, (int)status);
+	atomic_store(&m.slot_unread_us, unread_since_us);
+	note_waiting();
 }
 
 void
@@ -157,6 +230,8 @@ ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_le
 	atomic_fetch_add(&m.inbox_inserted, inserted);
 	atomic_fetch_add(&m.inbox_duplicate, duplicate);
 	atomic_fetch_add(&m.inbox_dead_lettered, dead_lettered);
+	if (inserted + duplicate + dead_lettered > 0)
+		progressed();
 }
 
 const char *
@@ -178,6 +253,20 @@ void
 ob_metrics_set_inbox_lag(uint64_t records)
 {
 	atomic_store(&m.inbox_lag, records);
+	note_waiting();
+}
+
+void
+ob_metrics_set_inbox_partition_lags(const ob_partition_lag *lags, size_t n)
+{
+	pthread_mutex_lock(&m.lock);
+	for (size_t i = 0; i < m.lags_len; i++)
+		free(m.lags[i].topic);
+	m.lags_len = n < MAX_LABELS ? n : MAX_LABELS;
+	for (size_t i = 0; i < m.lags_len; i++)
+		m.lags[i] =
+		    (partition_lag){ob_xstrdup(lags[i].topic), lags[i].partition, lags[i].records};
+	pthread_mutex_unlock(&m.lock);
 }
 
 void
@@ -205,6 +294,9 @@ ob_metrics_ready(void)
 
 	if (state == OB_READY_CONNECTING && atomic_load(&m.pg_refusal) != OB_PG_REFUSAL_NONE)
 		return OB_READY_PG_REFUSED;
+	if (state == OB_READY_STREAMING && atomic_load(&m.waiting) &&
+	    ob_mono_ms() - atomic_load(&m.progress_ms) >= atomic_load(&m.stall_after_ms))
+		return OB_READY_STALLED;
 	return state;
 }
 
@@ -222,7 +314,10 @@ ob_metrics_ready_word(ob_ready_state state)
 		return "postgres-refused";
 	case OB_READY_BACKLOG:
 		return "backlog";
+	case OB_READY_STALLED:
+		return "stalled";
 	case OB_READY_CONNECTING:
+	case OB_READY_STATE_COUNT:
 		break;
 	}
 	return "connecting";
@@ -294,6 +389,23 @@ put_gauge(text *t, const char *name, const char *help, unsigned long long v)
 	put(t, "%s %llu\n", name, v);
 }
 
+/* outboxd_lag_seconds: the age of the oldest event committed and not
+ * confirmed, from what the relay received and what the server says was
+ * written past the stream; 0 when none waits. Computed at each scrape, so
+ * it keeps rising while a stall lasts, however quiet the source is. */
+static void
+put_lag(text *t)
+{
+	int64_t relay = atomic_load(&m.oldest_unconfirmed_us);
+	int64_t server = atomic_load(&m.slot_unread_us);
+	int64_t oldest = relay == 0 || (server != 0 && server < relay) ? server : relay;
+	int64_t age = oldest == 0 ? 0 : ob_now_us() - oldest;
+
+	put_header(t, "outboxd_lag_seconds", "gauge",
+		   "Age of the oldest committed event not yet confirmed; 0 when none waits.");
+	put(t, "outboxd_lag_seconds %.3f\n", age > 0 ? (double)age / 1e6 : 0.0);
+}
+
 char *
 ob_metrics_render(void)
 {
@@ -301,6 +413,7 @@ ob_metrics_render(void)
 	uint64_t cumulative = 0;
 	ob_lsn confirmed = atomic_load(&m.confirmed_lsn);
 	ob_lsn wal_end = atomic_load(&m.server_wal_end);
+	ob_ready_state ready = ob_metrics_ready();
 
 	t.s[0] = '\0';
 	pthread_mutex_lock(&m.lock);
@@ -373,6 +486,29 @@ ob_metrics_render(void)
 	put_gauge(&t, "outboxd_inbox_lag_records",
 		  "Records of the assigned partitions past the positions stored in Postgres.",
 		  atomic_load(&m.inbox_lag));
+	put_header(&t, "outboxd_inbox_partition_lag_records", "gauge",
+		   "Records of one assigned partition past the position stored in Postgres.");
+	pthread_mutex_lock(&m.lock);
+	for (size_t i = 0; i < m.lags_len; i++) {
+		put(&t, "outboxd_inbox_partition_lag_records{topic=\"");
+		put_label_value(&t, m.lags[i].topic);
+		put(&t, "\",partition=\"%d\"} %llu\n", (int)m.lags[i].partition,
+		    (unsigned long long)m.lags[i].records);
+	}
+	pthread_mutex_unlock(&m.lock);
+	put_lag(&t);
+	put_header(&t, "outboxd_slot_retained_wal_bytes", "gauge",
+		   "WAL the replication slot keeps on the server (bytes; 0 until read).");
+	put(&t, "outboxd_slot_retained_wal_bytes %lld\n", (long long)atomic_load(&m.slot_retained));
+	put_header(&t, "outboxd_slot_wal_status", "gauge",
+		   "1 for the replication slot's wal_status in pg_replication_slots.");
+	for (int s = OB_WAL_STATUS_UNKNOWN + 1; s < OB_WAL_STATUS_COUNT; s++)
+		put(&t, "outboxd_slot_wal_status{status=\"%s\"} %d\n", wal_status_words[s],
+		    atomic_load(&m.slot_wal_status) == s);
+	put_header(&t, "outboxd_ready", "gauge", "1 for the state /readyz answers with.");
+	for (int s = 0; s < OB_READY_STATE_COUNT; s++)
+		put(&t, "outboxd_ready{state=\"%s\"} %d\n",
+		    ob_metrics_ready_word((ob_ready_state)s), ready == (ob_ready_state)s);
 	put_header(&t, "outboxd_build_info", "gauge", "Build information.");
 	put(&t, "outboxd_build_info{version=\"%s\"} 1\n", OB_VERSION);
 	return t.s;

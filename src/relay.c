@@ -53,6 +53,7 @@
 #include "outboxd/producer.h"
 #include "outboxd/replay.h"
 #include "outboxd/signals.h"
+#include "outboxd/slotwatch.h"
 #include "outboxd/wal2json.h"
 
 /* How long SIGTERM waits for in-flight events before giving up. */
@@ -165,6 +166,7 @@ typedef struct relay {
 	ob_leafset latest;
 	ob_lsn ceiling;
 	ob_partwatch watch;
+	ob_slotwatch slots; /* the slot as the server sees it, read after the set */
 
 	/* The backlog (backlog.h): publishing it now, and whether this relay
 	 * only creates the slot (`slot create`) and has created it. */
@@ -350,9 +352,16 @@ send_status(relay *r, bool force)
 	int64_t since = now - r->last_status_ms;
 	bool due = force || r->reply_due || since >= r->cfg->pg.status_interval_ms ||
 		   (flush != r->sent_flush && since >= STATUS_MIN_INTERVAL_MS);
+	ob_pos oldest_unit;
+	int64_t oldest_us = 0;
 
 	ob_metrics_set_lsns(flush, r->received, r->wal_end);
 	ob_metrics_set_inflight(ob_acktrack_inflight(&r->ack));
+	/* confirmable() dropped the confirmed prefix: the oldest entry left
+	 * is the oldest transaction received and not confirmed. */
+	ob_metrics_set_oldest_unconfirmed(
+	    ob_acktrack_txn_info(&r->ack, r->ack.head_seq, &oldest_unit, &oldest_us) ? oldest_us
+										     : 0);
 	if (!due || r->pg == NULL)
 		return true;
 	if (!ob_pgrepl_send_status(r->pg, r->received > flush ? r->received : flush, flush, false))
@@ -876,6 +885,7 @@ watch_tables(relay *r, outcome *out)
 		*out = OUTCOME_RETRY;
 		return false;
 	}
+	ob_slotwatch_poll(&r->slots, r->watch.conn, r->cfg, r->wal_end);
 	return take_latest(r, out);
 }
 
@@ -1545,6 +1555,7 @@ relay_init(relay *r, const ob_config *cfg)
 	ob_leafset_init(&r->latest);
 	r->ceiling = NO_CEILING;
 	ob_partwatch_init(&r->watch, cfg, on_query_tick, r);
+	ob_slotwatch_init(&r->slots);
 	r->backoff = BACKOFF_START_MS;
 	r->reproduce_backoff = BACKOFF_START_MS;
 	r->last_reproduced = (ob_lsn)-1;

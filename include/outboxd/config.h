@@ -114,7 +114,8 @@ typedef struct ob_config {
 	ob_kafka_prop *kafka;
 	size_t kafka_len;
 	struct {
-		char *listen; /* "" disables the HTTP server */
+		char *listen;       /* "" disables the HTTP server */
+		int stall_after_ms; /* /readyz: stalled after this long without progress */
 	} http;
 	struct {
 		ob_log_format format;

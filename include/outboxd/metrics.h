@@ -20,14 +20,37 @@ typedef enum ob_ready_state {
 	OB_READY_KAFKA_DOWN,
 	OB_READY_PG_REFUSED, /* connecting, and Postgres refused the last attempt */
 	OB_READY_BACKLOG,    /* publishing the backlog before the slot exists */
+	OB_READY_STALLED,    /* streaming, but waiting events make no progress */
+	OB_READY_STATE_COUNT
 } ob_ready_state;
+
+/* The slot's wal_status in pg_replication_slots (UNKNOWN: not read yet,
+ * or the slot is missing). */
+typedef enum ob_wal_status {
+	OB_WAL_STATUS_UNKNOWN = 0,
+	OB_WAL_STATUS_RESERVED,
+	OB_WAL_STATUS_EXTENDED,
+	OB_WAL_STATUS_UNRESERVED,
+	OB_WAL_STATUS_LOST,
+	OB_WAL_STATUS_COUNT
+} ob_wal_status;
+
+/* The inbox's records not yet stored in one assigned partition. */
+typedef struct ob_partition_lag {
+	const char *topic;
+	int32_t partition;
+	uint64_t records;
+} ob_partition_lag;
 
 typedef enum ob_reconnect_target {
 	OB_TARGET_POSTGRES = 0,
 	OB_TARGET_KAFKA,
 } ob_reconnect_target;
 
-void ob_metrics_init(void);
+/* Reset the heartbeat and set http.stall_after_ms (README, "Metrics and
+ * health"): /readyz says stalled when events have been waiting that long
+ * with nothing acknowledged, confirmed or stored meanwhile. */
+void ob_metrics_init(int stall_after_ms);
 
 void ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds);
 void ob_metrics_dead_lettered(const char *reason);
@@ -35,7 +58,17 @@ void ob_metrics_transaction(void);
 /* One backlog row was acknowledged by the broker (or dead-lettered). */
 void ob_metrics_backlog_event(void);
 void ob_metrics_set_inflight(uint64_t n);
+/* A confirmed position other than the last one counts as progress. */
 void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end);
+/* The commit time (µs since the epoch) of the oldest transaction the relay
+ * received and has not confirmed yet; 0 when there is none. */
+void ob_metrics_set_oldest_unconfirmed(int64_t commit_us);
+/* What the server says of the slot (slotwatch.h): the WAL it retains, its
+ * wal_status, and since when (µs since the epoch; 0: not) outbox rows have
+ * been committed in WAL the stream has not read yet. */
+void ob_metrics_set_slot(int64_t retained_bytes, ob_wal_status status, int64_t unread_since_us);
+/* The wal_status word of pg_replication_slots as an ob_wal_status. */
+ob_wal_status ob_wal_status_parse(const char *word);
 void ob_metrics_set_connected(bool postgres, bool kafka);
 void ob_metrics_reconnect(ob_reconnect_target target);
 void ob_metrics_set_ready(ob_ready_state state);
@@ -44,6 +77,8 @@ void ob_metrics_set_ready(ob_ready_state state);
  * yet stored (high watermark minus the stored position, summed). */
 void ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered);
 void ob_metrics_set_inbox_lag(uint64_t records);
+/* The inbox's lag per assigned partition (the strings are copied). */
+void ob_metrics_set_inbox_partition_lags(const ob_partition_lag *lags, size_t n);
 
 /* Why a stored inbox position cannot belong to the partition the broker
  * serves (README, "Inbox"). */
@@ -66,7 +101,15 @@ void ob_metrics_heartbeat(void);
 
 /* For /readyz: the state and its one-word name. While the relay is
  * connecting and the latest attempt was refused, the state is
- * OB_READY_PG_REFUSED. */
+ * OB_READY_PG_REFUSED. While it streams (or the inbox consumes) and
+ * events wait (transactions received and not confirmed, outbox rows
+ * committed in WAL the stream has not read, the inbox's records not
+ * stored) with no event acknowledged, no position confirmed and no inbox
+ * record stored for stall_after_ms, counted from the latest of those or
+ * from when events began to wait, the state is OB_READY_STALLED; it goes
+ * back to OB_READY_STREAMING with the next progress. Every setter but the
+ * heartbeat and the ready state is called on one thread (the relay's or
+ * the inbox's). */
 ob_ready_state ob_metrics_ready(void);
 const char *ob_metrics_ready_word(ob_ready_state state);
 /* Milliseconds since the last heartbeat (monotonic). */

@@ -129,6 +129,7 @@ test_defaults(void **state)
 	assert_null(ob_config_kafka_get(&cfg, "acks"));
 	/* [http], [log] */
 	assert_string_equal(cfg.http.listen, "127.0.0.1:9187");
+	assert_int_equal(cfg.http.stall_after_ms, 60000);
 	assert_int_equal(cfg.log.format, OB_LOG_TEXT);
 	assert_int_equal(cfg.log.level, OB_LOG_INFO);
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -93,12 +94,17 @@ test_declared_metrics(void **state)
 	    {"outboxd_reconnects_total", "counter"},
 	    {"outboxd_build_info", "gauge"},
 	    {"outboxd_postgres_refused", "gauge"},
+	    {"outboxd_lag_seconds", "gauge"},
+	    {"outboxd_slot_retained_wal_bytes", "gauge"},
+	    {"outboxd_slot_wal_status", "gauge"},
+	    {"outboxd_inbox_partition_lag_records", "gauge"},
+	    {"outboxd_ready", "gauge"},
 	};
 	char *text;
 	char line[256];
 
 	(void)state;
-	ob_metrics_init();
+	ob_metrics_init(60000);
 	text = ob_metrics_render();
 	for (size_t i = 0; i < OB_ARRAY_LEN(metrics); i++) {
 		snprintf(line, sizeof(line), "# TYPE %s %s", metrics[i].name, metrics[i].type);
@@ -275,6 +281,110 @@ test_ready_and_heartbeat(void **state)
 	assert_true(ob_metrics_heartbeat_age_ms() < 1000);
 }
 
+static void
+sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * /readyz's stall: events wait and nothing progresses for stall_after_ms
+ * (the clock starting when they began to wait); any acknowledgement,
+ * confirmation or stored inbox record ends it, and so does nothing
+ * waiting. outboxd_lag_seconds is computed at each scrape.
+ */
+static void
+test_stall_and_lag(void **state)
+{
+	enum { STALL_MS = 50 };
+	const ob_partition_lag lags[] = {{"in.a", 0, 3}, {"in.\"b", 7, 0}};
+	char *text;
+
+	(void)state;
+	ob_metrics_init(STALL_MS);
+	ob_metrics_set_ready(OB_READY_STREAMING);
+	ob_metrics_set_inflight(0);
+	ob_metrics_set_oldest_unconfirmed(0);
+	ob_metrics_set_slot(4096, ob_wal_status_parse("extended"), 0);
+	ob_metrics_set_inbox_lag(0);
+	sleep_ms(STALL_MS + 20);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING); /* nothing waits */
+	text = ob_metrics_render();
+	assert_sample(text, "outboxd_lag_seconds", 0);
+	assert_sample(text, "outboxd_slot_retained_wal_bytes", 4096);
+	assert_sample(text, "outboxd_slot_wal_status{status=\"extended\"}", 1);
+	assert_sample(text, "outboxd_slot_wal_status{status=\"reserved\"}", 0);
+	assert_sample(text, "outboxd_ready{state=\"ready\"}", 1);
+	assert_sample(text, "outboxd_ready{state=\"stalled\"}", 0);
+	free(text);
+
+	/* A transaction received two seconds after its commit: waiting
+	 * starts the clock now, not at the commit. */
+	ob_metrics_set_oldest_unconfirmed(ob_now_us() - 2000000);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
+	sleep_ms(STALL_MS + 20);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+	assert_string_equal(ob_metrics_ready_word(OB_READY_STALLED), "stalled");
+	text = ob_metrics_render();
+	assert_true(sample(text, "outboxd_lag_seconds") >= 2.0);
+	assert_sample(text, "outboxd_ready{state=\"stalled\"}", 1);
+	assert_sample(text, "outboxd_ready{state=\"ready\"}", 0);
+	free(text);
+	/* Only a streaming relay is stalled: the other states say more. */
+	ob_metrics_set_ready(OB_READY_KAFKA_DOWN);
+	assert_int_equal(ob_metrics_ready(), OB_READY_KAFKA_DOWN);
+	ob_metrics_set_ready(OB_READY_STREAMING);
+
+	/* An acknowledgement, then a confirmation, each end it for a while. */
+	ob_metrics_published("t", 1, 0.1);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
+	sleep_ms(STALL_MS + 20);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+	ob_metrics_set_lsns(0x9000, 0x9000, 0x9000);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
+	sleep_ms(STALL_MS + 20);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+	ob_metrics_set_lsns(0x9000, 0x9100, 0x9100); /* not a confirmation */
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+
+	/* Caught up: ready, lag 0. Rows unread on the server wait too. */
+	ob_metrics_set_oldest_unconfirmed(0);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
+	text = ob_metrics_render();
+	assert_sample(text, "outboxd_lag_seconds", 0);
+	free(text);
+	ob_metrics_set_slot(8192, ob_wal_status_parse("lost"), ob_now_us() - 1000000);
+	sleep_ms(STALL_MS + 20);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+	text = ob_metrics_render();
+	assert_true(sample(text, "outboxd_lag_seconds") >= 1.0);
+	assert_sample(text, "outboxd_slot_wal_status{status=\"lost\"}", 1);
+	free(text);
+	ob_metrics_set_slot(8192, OB_WAL_STATUS_UNKNOWN, 0);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
+
+	/* The inbox: records not stored wait until stored ones progress. */
+	ob_metrics_set_inbox_partition_lags(lags, OB_ARRAY_LEN(lags));
+	ob_metrics_set_inbox_lag(3);
+	sleep_ms(STALL_MS + 20);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+	ob_metrics_inbox_records(0, 0, 0); /* nothing stored */
+	assert_int_equal(ob_metrics_ready(), OB_READY_STALLED);
+	ob_metrics_inbox_records(2, 1, 0);
+	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
+	text = ob_metrics_render();
+	assert_sample(text, "outboxd_inbox_partition_lag_records{topic=\"in.a\",partition=\"0\"}",
+		      3);
+	assert_sample(text,
+		      "outboxd_inbox_partition_lag_records{topic=\"in.\\\"b\",partition=\"7\"}", 0);
+	free(text);
+	ob_metrics_set_inbox_lag(0);
+	ob_metrics_set_inbox_partition_lags(NULL, 0);
+	ob_metrics_init(60000);
+}
+
 /*
  * Topics come from row data ({aggregate_type}), so there may be any number
  * of them. Past the label table's size, new topics are counted under
@@ -309,8 +419,9 @@ test_many_topics(void **state)
 	for (const char *p = strstr(text, "outboxd_events_published_total{"); p != NULL;
 	     p = strstr(p + 1, "outboxd_events_published_total{"))
 		sum += strtod(strchr(p, ' ') + 1, NULL);
-	/* + the publications of test_published_and_latency */
-	assert_true(sum == 2.0 * N_TOPICS + OB_ARRAY_LEN(observations));
+	/* + the publications of test_published_and_latency and the one of
+	 * test_stall_and_lag */
+	assert_true(sum == 2.0 * N_TOPICS + OB_ARRAY_LEN(observations) + 1);
 	assert_sample(text, "outboxd_events_published_total{topic=\"other\"}",
 		      2.0 * (N_TOPICS - (255 - before)));
 	free(text);
@@ -325,6 +436,7 @@ main(void)
 	    cmocka_unit_test(test_published_and_latency),
 	    cmocka_unit_test(test_label_escaping),
 	    cmocka_unit_test(test_ready_and_heartbeat),
+	    cmocka_unit_test(test_stall_and_lag),
 	    /* Last: when it fails, it may leave the tables corrupted. */
 	    cmocka_unit_test(test_many_topics),
 	};

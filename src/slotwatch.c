@@ -1,0 +1,97 @@
+/*
+ * slotwatch.c: reading the slot's state and the outbox's insert counter
+ * on the stream's plain connection (see slotwatch.h for the contract).
+ */
+#include "outboxd/slotwatch.h"
+
+#include <libpq-fe.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+
+void
+ob_slotwatch_init(ob_slotwatch *w)
+{
+	memset(w, 0, sizeof(*w));
+}
+
+/* Take one reading: the counter, the server's WAL position read after it,
+ * and the position up to which nothing waits (the stream's or the slot's,
+ * whichever is further). */
+static void
+take(ob_slotwatch *w, int64_t inserts, ob_lsn wal_lsn, ob_lsn done_lsn)
+{
+	size_t kept = 0;
+
+	if (w->counted && inserts > w->inserts && wal_lsn > done_lsn) {
+		if (w->n_marks == OB_SLOTWATCH_MARKS) {
+			size_t k = 1;
+
+			for (size_t i = 2; i < w->n_marks; i += 2)
+				w->marks[k++] = w->marks[i];
+			w->n_marks = k;
+		}
+		w->marks[w->n_marks++] = (ob_slotwatch_mark){wal_lsn, ob_now_us()};
+	}
+	/* A counter that went down was reset (pg_stat_reset): a new start. */
+	w->counted = true;
+	w->inserts = inserts;
+	while (kept < w->n_marks && w->marks[kept].lsn <= done_lsn)
+		kept++;
+	memmove(w->marks, w->marks + kept, (w->n_marks - kept) * sizeof(w->marks[0]));
+	w->n_marks -= kept;
+}
+
+void
+ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn read_lsn)
+{
+	char *table = NULL, *schema = NULL, *slot = NULL, *sql = NULL;
+	PGresult *res = NULL;
+	ob_lsn wal_lsn = 0, confirmed = 0;
+	bool ok;
+
+	if (p == NULL)
+		return;
+	schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
+	table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
+	slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
+	/* The counter comes before the WAL position in the target list, so
+	 * it is read first. */
+	sql = ob_xasprintf(
+	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(relid)), 0)"
+	    "::bigint FROM pg_partition_tree(to_regclass(format('%%I.%%I', %s, %s)))), "
+	    "pg_current_wal_lsn(), s.confirmed_flush_lsn, s.wal_status, "
+	    "coalesce(pg_current_wal_lsn() - s.restart_lsn, 0)::bigint "
+	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s "
+	    "ON s.slot_name = %s",
+	    schema, table, slot);
+	res = ob_pgrepl_exec(p, sql);
+	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 5 &&
+	     ob_lsn_parse(PQgetvalue(res, 0, 1), &wal_lsn) &&
+	     (PQgetisnull(res, 0, 2) || ob_lsn_parse(PQgetvalue(res, 0, 2), &confirmed));
+	if (!ok) {
+		if (!w->failing)
+			ob_warn("could not read replication slot %s and the insert counter of "
+				"%s.%s: %s",
+				cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
+				PQresultStatus(res) == PGRES_TUPLES_OK ? "unexpected answer"
+								       : PQresultErrorMessage(res));
+		w->failing = true;
+		goto done;
+	}
+	if (w->failing)
+		ob_info("read replication slot %s again", cfg->pg.slot);
+	w->failing = false;
+	take(w, atoll(PQgetvalue(res, 0, 0)), wal_lsn, read_lsn > confirmed ? read_lsn : confirmed);
+	ob_metrics_set_slot(atoll(PQgetvalue(res, 0, 4)),
+			    ob_wal_status_parse(PQgetvalue(res, 0, 3)),
+			    w->n_marks > 0 ? w->marks[0].seen_us : 0);
+done:
+	PQclear(res);
+	free(sql);
+	free(slot);
+	free(table);
+	free(schema);
+}
