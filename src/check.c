@@ -33,20 +33,42 @@ typedef struct checker {
 	ob_slot_info slot;
 } checker;
 
-static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
+/* Print a result line (name, status word, detail), or log it when there
+ * is no output (the relay's checks): failures as errors, warnings as
+ * warnings. */
+static void OB_PRINTF(4, 0)
+    put_result(checker *c, const char *name, const char *status, const char *fmt, va_list ap)
 {
 	char detail[1024];
+
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	if (c->out != NULL)
+		fprintf(c->out, "%-20s %-4s %s\n", name, status, detail);
+	else if (strcmp(status, "FAIL") == 0)
+		ob_error("%s: %s", name, detail);
+	else if (strcmp(status, "warn") == 0)
+		ob_warn("%s: %s", name, detail);
+}
+
+static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!ok)
+		c->all_ok = false;
+	va_start(ap, fmt);
+	put_result(c, name, ok ? "ok" : "FAIL", fmt, ap);
+	va_end(ap);
+}
+
+/* A result that passes but costs something the operator should choose. */
+static void OB_PRINTF(3, 4) warn(checker *c, const char *name, const char *fmt, ...)
+{
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	put_result(c, name, "warn", fmt, ap);
 	va_end(ap);
-	if (!ok)
-		c->all_ok = false;
-	if (c->out != NULL)
-		fprintf(c->out, "%-20s %-4s %s\n", name, ok ? "ok" : "FAIL", detail);
-	else if (!ok)
-		ob_error("%s: %s", name, detail);
 }
 
 /* Run a query for one value; a failed query is a failed check. */
@@ -433,6 +455,46 @@ check_slot(checker *c)
 				       : "");
 }
 
+/* What the slot's WAL may cost: without a bound (max_slot_wal_keep_size =
+ * -1) the server keeps every WAL file the slot has not confirmed, so an
+ * outboxd stopped or stalled long enough fills its disk; with one, a slot
+ * further behind is invalidated (wal_status lost) and must be recreated
+ * and its events republished. An unreserved slot is past the bound
+ * already and is lost at the next checkpoint unless outboxd catches up; a
+ * lost one is the slot check's failure. */
+static void
+check_wal_retention(checker *c)
+{
+	char *keep = NULL;
+
+	if (!read_slot(c) || !query(c, "wal retention", "SHOW max_slot_wal_keep_size", &keep))
+		goto done;
+	if (c->slot.exists && strcmp(c->slot.wal_status, "lost") == 0)
+		goto done;
+	if (c->slot.exists && strcmp(c->slot.wal_status, "unreserved") == 0)
+		warn(c, "wal retention",
+		     "replication slot %s is unreserved: it holds more WAL than "
+		     "max_slot_wal_keep_size (%s) allows, and the next checkpoint invalidates it "
+		     "unless outboxd catches up first; an invalidated slot must be dropped and "
+		     "recreated, and the events committed since its position republished",
+		     c->cfg->pg.slot, keep != NULL ? keep : "?");
+	else if (keep != NULL && strcmp(keep, "-1") == 0)
+		warn(c, "wal retention",
+		     "max_slot_wal_keep_size = -1: the slot keeps all the WAL it has not "
+		     "confirmed, so an outboxd stopped or stalled long enough fills the server's "
+		     "disk (and Postgres stops); a limit (ALTER SYSTEM SET max_slot_wal_keep_size "
+		     "= '50GB', sized for the longest outage to ride out) bounds the WAL kept, at "
+		     "the cost of the slot being invalidated (wal_status lost: drop, recreate, "
+		     "republish) when outboxd falls further behind than that");
+	else
+		report(c, "wal retention", true,
+		       "max_slot_wal_keep_size = %s: a slot further behind than that is "
+		       "invalidated (wal_status lost) and must be recreated",
+		       keep != NULL ? keep : "?");
+done:
+	free(keep);
+}
+
 /* The backlog's predicate and order, as the server reads them (README,
  * "Migrating from a polling outbox processor"), with the planner's
  * estimate of the rows they match and the order settled. */
@@ -530,6 +592,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 			c.all_ok = false;
 		check_replication(&c);
 		check_slot(&c);
+		check_wal_retention(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);
 	}

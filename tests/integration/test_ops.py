@@ -235,9 +235,9 @@ def check_lines(stdout):
     (`name  ok|FAIL  detail`), and the remaining lines."""
     results, other = [], []
     for line in stdout.splitlines():
-        m = re.match(r"^(\S.*?)\s+(ok|FAIL)\b\s*(.*)$", line)
+        m = re.match(r"^(\S.*?)\s+(ok|warn|FAIL)\b\s*(.*)$", line)
         if m:
-            results.append((m.group(1), m.group(2) == "ok", m.group(3)))
+            results.append((m.group(1), m.group(2) != "FAIL", m.group(3)))
         elif line.strip():
             other.append(line)
     return results, other
