@@ -272,11 +272,11 @@ ob_http_start(const char *listen, ob_http **out)
 		flags |= MHD_USE_IPv6;
 	h = ob_xcalloc(1, sizeof(*h));
 	h->daemon = MHD_start_daemon(
-	    flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-	    MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-	    PER_CLIENT_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_NOTIFY_COMPLETED,
-	    on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+	    flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+	    CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT, PER_CLIENT_LIMIT,
+	    MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION,
+	    on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 	if (h->daemon == NULL) {
 		ob_error("could not listen on %s for http: address in use or not available",
 			 listen);

@@ -57,15 +57,17 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn re
 	schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
 	table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
 	slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
-	/* The counter comes before the WAL position in the target list, so
-	 * it is read first. */
+	/* The counter (of the table and, when it is partitioned, of every
+	 * partition: pg_partition_tree() lists nothing for a plain table)
+	 * comes before the WAL position in the target list, so it is read
+	 * first. */
 	sql = ob_xasprintf(
-	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(relid)), 0)"
-	    "::bigint FROM pg_partition_tree(to_regclass(format('%%I.%%I', %s, %s)))), "
+	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(tree.r)), 0)::bigint "
+	    "FROM (SELECT to_regclass(format('%%I.%%I', %s, %s)) AS t) AS o, "
+	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS tree(r)), "
 	    "pg_current_wal_lsn(), s.confirmed_flush_lsn, s.wal_status, "
 	    "coalesce(pg_current_wal_lsn() - s.restart_lsn, 0)::bigint "
-	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s "
-	    "ON s.slot_name = %s",
+	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
 	    schema, table, slot);
 	res = ob_pgrepl_exec(p, sql);
 	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 5 &&
