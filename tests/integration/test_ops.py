@@ -162,6 +162,11 @@ DOCUMENTED_FAMILIES = {
     "outboxd_postgres_refused": "gauge",
     "outboxd_inbox_records_total": "counter",
     "outboxd_inbox_lag_records": "gauge",
+    "outboxd_inbox_partition_lag_records": "gauge",
+    "outboxd_lag_seconds": "gauge",
+    "outboxd_ready": "gauge",
+    "outboxd_slot_retained_wal_bytes": "gauge",
+    "outboxd_slot_wal_status": "gauge",
 }
 
 UNLABELLED = ("outboxd_transactions_total", "outboxd_inflight_events",

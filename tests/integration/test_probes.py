@@ -9,6 +9,7 @@ while idle connections from many addresses flood it; `outboxd check`
 warns about unbounded WAL retention."""
 
 import os
+import re
 import resource
 import signal
 import socket
@@ -23,6 +24,8 @@ from test_ops import (check_lines, commit_events, http_get, http_overrides,
                       scrape, wait_http)
 
 STALL_MS = 1500
+RULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                     "deploy", "prometheus-rules.yml")
 
 
 def lag(port):
@@ -86,6 +89,12 @@ def test_stalled_while_the_broker_holds_acknowledgements(
     got = consumer.collect("outbox.event.%s" % agg, min_count=6, timeout=30,
                            settle=0.2)
     assert len(got) >= 6
+    # The rules example alerts only on families outboxd exports.
+    with open(RULES) as f:
+        named = set(re.findall(r"\b(outboxd_[a-z_]+)", f.read()))
+    assert {"outboxd_ready", "outboxd_lag_seconds"} <= named
+    m = scrape(port)
+    assert named <= set(m.types), named - set(m.types)
     assert d.stop() == 0, d.log_tail()
 
 
