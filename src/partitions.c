@@ -283,6 +283,7 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 		w->failing = false;
 		w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
 		w->next_ms = now + OB_PARTITIONS_INTERVAL_MS;
+		w->last_ms = now;
 		return true;
 	}
 	if (!w->failing)
@@ -297,4 +298,17 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 	if (w->backoff_ms > w->cfg->pg.reconnect_max_backoff_ms)
 		w->backoff_ms = w->cfg->pg.reconnect_max_backoff_ms;
 	return false;
+}
+
+void
+ob_partwatch_hurry(ob_partwatch *w, int64_t min_gap_ms)
+{
+	if (!w->failing && w->last_ms + min_gap_ms < w->next_ms)
+		w->next_ms = w->last_ms + min_gap_ms;
+}
+
+int64_t
+ob_partwatch_due_ms(const ob_partwatch *w)
+{
+	return w->next_ms;
 }

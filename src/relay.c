@@ -58,6 +58,11 @@
 
 /* How long SIGTERM waits for in-flight events before giving up. */
 #define SHUTDOWN_FLUSH_MS       30000
+/* The shortest gap between two reads of the stream's tables when
+ * acknowledgements wait on the verified position. */
+#define HURRIED_READ_MS         20
+/* How long the last read of the stream's tables may take at shutdown. */
+#define FINAL_READ_MS           5000
 /* The fastest pace of status updates sent because the position moved. */
 #define STATUS_MIN_INTERVAL_MS  20
 /* Records read per loop turn before serving delivery reports again. */
@@ -157,6 +162,12 @@ typedef struct relay {
 	/* Producers keep failing with the slot no further on: /readyz says
 	 * kafka-down until a record is delivered again. */
 	bool kafka_failing;
+	/* stream() runs: a query waiting meanwhile (the stream's tables read
+	 * again) leaves the stream's state on /readyz and the gauges. */
+	bool streaming;
+	/* Until when a query may still run after a stop was asked for (the
+	 * last read of the stream's tables at shutdown); 0: it may not. */
+	int64_t stopping_query_until;
 
 	/* wal2json: the tables the stream reads (add-tables), kept after it
 	 * ends to compare the next stream's with; the latest set read; the
@@ -165,6 +176,7 @@ typedef struct relay {
 	bool have_tables;
 	ob_leafset latest;
 	ob_lsn ceiling;
+	ob_lsn events_end; /* what the latest unit with events confirms */
 	ob_partwatch watch;
 	ob_slotwatch slots; /* the slot as the server sees it, read after the set */
 
@@ -583,9 +595,10 @@ commit_txn(relay *r, ob_lsn end_lsn)
 	ob_replay_commit(&r->replay);
 	if (skipped)
 		return;
-	if (r->txn_tracked)
+	if (r->txn_tracked) {
 		ob_acktrack_commit(&r->ack, r->txn_seq, end_lsn);
-	else
+		r->events_end = end_lsn;
+	} else
 		ob_acktrack_empty(&r->ack, end_lsn);
 	ob_metrics_transaction();
 }
@@ -972,9 +985,16 @@ stream(relay *r)
 
 		fds[0] = (struct pollfd){ob_pgrepl_socket(r->pg), POLLIN, 0};
 		fds[1] = (struct pollfd){ob_producer_wake_fd(r->producer), POLLIN, 0};
+		/* Acknowledgements wait on the verified position while the
+		 * stream is idle: read the tables soon, not a second later. */
+		if (drained && r->events_end > r->ceiling &&
+		    ob_acktrack_confirmable(&r->ack) >= r->events_end)
+			ob_partwatch_hurry(&r->watch, HURRIED_READ_MS);
 		wait_ms = r->cfg->pg.status_interval_ms - (ob_mono_ms() - r->last_status_ms);
 		if (confirmable(r) != r->sent_flush)
 			wait_ms = STATUS_MIN_INTERVAL_MS;
+		if (wait_ms > ob_partwatch_due_ms(&r->watch) - ob_mono_ms())
+			wait_ms = ob_partwatch_due_ms(&r->watch) - ob_mono_ms();
 		if (wait_ms > 1000)
 			wait_ms = 1000;
 		if (wait_ms < 0 || !drained)
@@ -1059,16 +1079,16 @@ note_server_error(relay *r)
 }
 
 /* While a query waits for the server: stay alive, keep serving delivery
- * reports, and give up when asked to stop. */
+ * reports, and give up when asked to stop (after stopping_query_until). */
 static bool
 on_query_tick(void *ctx)
 {
 	relay *r = ctx;
 
-	report_alive(r, false);
+	report_alive(r, r->streaming);
 	if (r->producer != NULL)
 		ob_producer_poll(r->producer, 0);
-	return !ob_signals_stop_requested();
+	return !ob_signals_stop_requested() || ob_mono_ms() < r->stopping_query_until;
 }
 
 /* The server must be the one streamed from before: the same system
@@ -1462,7 +1482,9 @@ run_connection(relay *r)
 	}
 	ob_metrics_set_ready(OB_READY_STREAMING);
 	ob_notify_ready("streaming");
+	r->streaming = true;
 	out = stream(r);
+	r->streaming = false;
 	if (out == OUTCOME_REFILTER) {
 		/* Confirm what may be before the next stream reads more. */
 		if (!send_status(r, true))
@@ -1504,6 +1526,24 @@ reproduce(relay *r)
 	return ob_producer_new(r->cfg, on_delivery, r, &r->producer);
 }
 
+/* Read the stream's tables once more before the last confirmation, so
+ * that it goes as far as the acknowledgements do rather than to the
+ * verified position of up to a second ago (a set that changed leaves the
+ * ceiling where it is). False when the publication changed (logged). */
+static bool
+final_read(relay *r)
+{
+	outcome out = OUTCOME_STOP;
+	char err[512];
+	bool ok = true;
+
+	r->stopping_query_until = ob_mono_ms() + FINAL_READ_MS;
+	if (ob_partwatch_read(&r->watch, &r->latest, err, sizeof(err)))
+		ok = take_latest(r, &out) || out != OUTCOME_HALT;
+	r->stopping_query_until = 0;
+	return ok;
+}
+
 /* Stop: flush what is in flight (bounded), confirm it, close. False when
  * a record met during the flush needs an operator (exit 1). */
 static bool
@@ -1528,6 +1568,8 @@ shut_down(relay *r)
 			"again on restart",
 			(unsigned long long)ob_acktrack_inflight(&r->ack));
 	if (r->pg != NULL) {
+		if (!final_read(r))
+			out = OUTCOME_HALT;
 		if (!send_status(r, true))
 			ob_warn("could not confirm the final position");
 		else

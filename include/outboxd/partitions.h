@@ -60,6 +60,7 @@ typedef struct ob_partwatch {
 	void *tick_ctx;
 	ob_pgrepl *conn;    /* NULL until the first read, and after a failure */
 	int64_t next_ms;    /* when the next read is due */
+	int64_t last_ms;    /* when the latest read succeeded */
 	int64_t backoff_ms; /* the wait after a failed read; doubles */
 	bool failing;       /* the latest read failed (said once) */
 } ob_partwatch;
@@ -71,6 +72,12 @@ void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn 
  * read leaves *set undefined and its connection closed; the first of a
  * run of failures is logged, and so is the read that ends it. */
 bool ob_partwatch_poll(ob_partwatch *w, ob_leafset *set) OB_MUST_CHECK;
+/* Make the next read due soon, at least min_gap_ms after the latest
+ * successful one (the stream waits for a verified position); no effect
+ * while reads fail and back off. */
+void ob_partwatch_hurry(ob_partwatch *w, int64_t min_gap_ms);
+/* When the next read is due (ob_mono_ms() time). */
+int64_t ob_partwatch_due_ms(const ob_partwatch *w);
 /* Read the set into *set now, on the watch's connection (opened when
  * there is none). False, with err, on failure. */
 bool ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen) OB_MUST_CHECK;
