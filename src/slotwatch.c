@@ -11,6 +11,9 @@
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 
+/* The least time between two readings. */
+#define SLOTWATCH_INTERVAL_MS 1000
+
 void
 ob_slotwatch_init(ob_slotwatch *w)
 {
@@ -52,8 +55,9 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn re
 	ob_lsn wal_lsn = 0, confirmed = 0;
 	bool ok;
 
-	if (p == NULL)
+	if (p == NULL || ob_mono_ms() < w->next_ms)
 		return;
+	w->next_ms = ob_mono_ms() + SLOTWATCH_INTERVAL_MS;
 	schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
 	table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
 	slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);

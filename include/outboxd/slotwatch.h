@@ -41,12 +41,14 @@ typedef struct ob_slotwatch {
 	int64_t inserts; /* the outbox's insert counter at the latest reading */
 	ob_slotwatch_mark marks[OB_SLOTWATCH_MARKS]; /* oldest first */
 	size_t n_marks;
-	bool failing; /* the latest reading failed (logged once) */
+	bool failing;    /* the latest reading failed (logged once) */
+	int64_t next_ms; /* when the next reading is due (at most one a second) */
 } ob_slotwatch;
 
 void ob_slotwatch_init(ob_slotwatch *w);
 /* Read the slot on p (a plain connection; nothing is done when it is
- * NULL) and hand what it says to metrics.h; read_lsn is the position the
+ * NULL, or when the last reading is less than a second old) and hand what
+ * it says to metrics.h; read_lsn is the position the
  * stream has read up to. A failed reading is logged, once while failures
  * last, and leaves the metrics as they were. */
 void ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn read_lsn);
