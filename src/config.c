@@ -21,11 +21,12 @@ typedef enum key_type {
 	KEY_STRING,   /* may be empty */
 	KEY_NONEMPTY, /* must not be empty */
 	KEY_BOOL,
-	KEY_MS,        /* positive milliseconds */
-	KEY_COUNT,     /* a positive count */
-	KEY_BAD_EVENT, /* dlq | halt */
-	KEY_PLUGIN,    /* wal2json | pgoutput */
-	KEY_MISMATCH,  /* halt | earliest | latest | stored */
+	KEY_MS,          /* positive milliseconds */
+	KEY_COUNT,       /* a positive count */
+	KEY_BAD_EVENT,   /* dlq | halt */
+	KEY_PLUGIN,      /* wal2json | pgoutput */
+	KEY_MISMATCH,    /* halt | earliest | latest | stored */
+	KEY_CLOUDEVENTS, /* off | binary | structured */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -62,6 +63,8 @@ static const config_key config_keys[] = {
     {"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
     {"outbox", "backlog_where", KEY_STRING, OFF(outbox.backlog_where), ""},
     {"outbox", "backlog_order_by", KEY_STRING, OFF(outbox.backlog_order_by), ""},
+    {"outbox", "cloudevents", KEY_CLOUDEVENTS, OFF(outbox.cloudevents), "off"},
+    {"outbox", "cloudevents_source", KEY_STRING, OFF(outbox.cloudevents_source), ""},
     {"inbox", "conninfo", KEY_STRING, OFF(inbox.conninfo), ""},
     {"inbox", "table", KEY_NONEMPTY, OFF(inbox.table), "public.inbox"},
     {"inbox", "topics", KEY_STRING, OFF(inbox.topics), ""},
@@ -206,6 +209,17 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 	case KEY_MISMATCH:
 		ok = parse_mismatch(value, (ob_mismatch_policy *)field);
 		expected = "halt, earliest, latest or stored";
+		break;
+	case KEY_CLOUDEVENTS:
+		if (strcmp(value, "off") == 0)
+			*(ob_ce_mode *)field = OB_CE_OFF;
+		else if (strcmp(value, "binary") == 0)
+			*(ob_ce_mode *)field = OB_CE_BINARY;
+		else if (strcmp(value, "structured") == 0)
+			*(ob_ce_mode *)field = OB_CE_STRUCTURED;
+		else
+			ok = false;
+		expected = "off, binary or structured";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);
@@ -489,9 +503,10 @@ ob_topic_template_next(const char **cursor, ob_topic_piece *piece)
 	return OB_TOPIC_PIECE;
 }
 
-/* Check that every {column} of the topic template is closed and non-empty. */
+/* Check that every {column} of the template of key (outbox.topic,
+ * outbox.cloudevents_source) is closed and non-empty. */
 static bool
-check_topic_template(const char *tpl)
+check_template(const char *key, const char *tpl)
 {
 	const char *cursor = tpl;
 	ob_topic_piece piece;
@@ -500,12 +515,32 @@ check_topic_template(const char *tpl)
 	while ((scan = ob_topic_template_next(&cursor, &piece)) == OB_TOPIC_PIECE)
 		;
 	if (scan == OB_TOPIC_BAD_BRACE) {
-		ob_error("invalid value \"%s\" for outbox.topic: expected literal text and "
+		ob_error("invalid value \"%s\" for %s: expected literal text and "
 			 "{column} placeholders, found a stray brace at offset %zu",
-			 tpl, (size_t)(cursor - tpl));
+			 tpl, key, (size_t)(cursor - tpl));
 		return false;
 	}
 	return true;
+}
+
+/* With outbox.cloudevents on, a CloudEvent needs a source (a non-empty
+ * template) and a type (a mapped type column). */
+static bool
+check_cloudevents(const ob_config *cfg)
+{
+	if (cfg->outbox.cloudevents == OB_CE_OFF)
+		return true;
+	if (cfg->outbox.cloudevents_source[0] == '\0') {
+		ob_error("outbox.cloudevents is %s but outbox.cloudevents_source is empty: set it "
+			 "to a URI-reference such as /orders/{aggregate_type}",
+			 cfg->outbox.cloudevents == OB_CE_BINARY ? "binary" : "structured");
+		return false;
+	}
+	if (cfg->outbox.type_column[0] == '\0') {
+		ob_error("outbox.cloudevents needs outbox.type_column: a CloudEvent has a type");
+		return false;
+	}
+	return check_template("outbox.cloudevents_source", cfg->outbox.cloudevents_source);
 }
 
 /* A name of at most 63 lower-case letters, digits and underscores. */
@@ -607,7 +642,9 @@ ob_config_finish(ob_config *cfg)
 			 &cfg->inbox.table_name))
 		ok = false;
 
-	if (!check_topic_template(cfg->outbox.topic) || !check_inbox(cfg))
+	if (!check_template("outbox.topic", cfg->outbox.topic) || !check_inbox(cfg))
+		ok = false;
+	if (!check_cloudevents(cfg))
 		ok = false;
 	/* Postgres itself allows only these in slot names; a publication
 	 * named so needs no quoting in SQL or in pgoutput's options. */

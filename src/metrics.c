@@ -45,6 +45,7 @@ static struct {
 
 	atomic_uint_fast64_t transactions;
 	atomic_uint_fast64_t backlog_events;
+	atomic_uint_fast64_t traceparent_malformed;
 	atomic_uint_fast64_t inflight;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;
@@ -161,6 +162,12 @@ void
 ob_metrics_transaction(void)
 {
 	atomic_fetch_add(&m.transactions, 1);
+}
+
+void
+ob_metrics_traceparent_malformed(void)
+{
+	atomic_fetch_add(&m.traceparent_malformed, 1);
 }
 
 void
@@ -445,6 +452,10 @@ ob_metrics_render(void)
 		   "Backlog rows acknowledged by the broker or dead-lettered.");
 	put(&t, "outboxd_backlog_events_total %llu\n",
 	    (unsigned long long)atomic_load(&m.backlog_events));
+	put_header(&t, "outboxd_traceparent_malformed_total", "counter",
+		   "CloudEvents whose traceparent header is not W3C Trace Context.");
+	put(&t, "outboxd_traceparent_malformed_total %llu\n",
+	    (unsigned long long)atomic_load(&m.traceparent_malformed));
 	put_gauge(&t, "outboxd_inflight_events",
 		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
 	put_gauge(&t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",

@@ -11,7 +11,9 @@
  */
 #include "outboxd/outbox.h"
 
+#include "outboxd/cloudevents.h"
 #include "outboxd/jsontext.h"
+#include "outboxd/metrics.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -263,9 +265,11 @@ put_field(ob_event *ev, const field_source *src, const char *name, ob_span *out)
 	return put_value(ev, &fv, out);
 }
 
-/* Expand the topic template; on failure *missing names the column. */
+/* Expand a template (outbox.topic, outbox.cloudevents_source) into *out;
+ * on failure *missing names the column that is missing or null. */
 static bool
-put_topic(ob_event *ev, const field_source *src, const char *tpl, char *missing, size_t missing_len)
+put_template(ob_event *ev, const field_source *src, const char *tpl, ob_span *out, char *missing,
+	     size_t missing_len)
 {
 	size_t start = ev->buf_len;
 	const char *cursor = tpl;
@@ -285,8 +289,8 @@ put_topic(ob_event *ev, const field_source *src, const char *tpl, char *missing,
 			return false;
 		}
 	}
-	ev->topic.off = start;
-	ev->topic.len = ev->buf_len - start;
+	out->off = start;
+	out->len = ev->buf_len - start;
 	return true;
 }
 
@@ -474,6 +478,146 @@ become_dead_letter(ob_mapper *m, ob_event *ev, const read_fields *f, const bad_e
 	m->scratch = swap;
 }
 
+/* True when header h of ev is called name. */
+static bool
+header_named(const ob_event *ev, const ob_event_header *h, const char *name)
+{
+	return h->name.len == strlen(name) &&
+	       memcmp(ob_event_ptr(ev, h->name), name, h->name.len) == 0;
+}
+
+/* Check that a CloudEvents attribute is a non-empty UTF-8 string; an
+ * empty one is allowed only when may_be_empty (the subject, which is then
+ * left out). */
+static bool
+check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_empty, bad_event *bad)
+{
+	if (s.len == 0 && !may_be_empty) {
+		note_bad(bad, "bad-cloudevent", "CloudEvents attribute %s is empty", what);
+		return false;
+	}
+	if (!ob_ce_utf8_valid(ob_event_ptr(ev, s), s.len)) {
+		note_bad(bad, "bad-cloudevent", "CloudEvents attribute %s is not UTF-8", what);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Turn the plain record in ev (headers: id, type, then the headers object's
+ * members) into a CloudEvent of the configured mode (README, "CloudEvents").
+ * The id and type headers give way to the binding's: in binary mode the
+ * ce_ attribute headers and content-type (application/json when the value
+ * is JSON) come first and the value stays the payload; in structured mode
+ * the value becomes the JSON envelope and content-type says so. The user's
+ * headers follow in their order. A user header the binding reserves, a
+ * source template naming a missing column, an attribute that is empty or
+ * not UTF-8, or a time RFC 3339 cannot write make the event bad, and ev is
+ * then left as it was for its dead-letter record. A traceparent that is
+ * not W3C Trace Context stays a plain header and is counted.
+ */
+static void
+put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields *f, ob_event *ev,
+	       bad_event *bad)
+{
+	ob_event_header user[OB_EVENT_MAX_HEADERS];
+	size_t first_user = (size_t)f->has_id + (size_t)f->has_type;
+	size_t user_len = ev->headers_len - first_user, own;
+	ob_ce_envelope e = {.id = f->id, .type = f->type, .subject = ev->key};
+	char when[OB_CE_TIME_BUFLEN], missing[256];
+
+	if (!f->has_type) {
+		note_bad(bad, "bad-cloudevent",
+			 "type column %s is null or missing: a CloudEvent needs a type",
+			 cfg->outbox.type_column);
+		return;
+	}
+	memcpy(user, &ev->headers[first_user], user_len * sizeof(*user));
+	for (size_t i = 0; i < user_len; i++) {
+		const char *name = ob_event_ptr(ev, user[i].name);
+
+		if (ob_ce_header_reserved(name, user[i].name.len)) {
+			note_bad(bad, "cloudevents-header-collision",
+				 "header %s of headers column %s collides with the CloudEvents "
+				 "Kafka binding's headers",
+				 name, cfg->outbox.headers_column);
+			return;
+		}
+		if (!e.has_traceparent && header_named(ev, &user[i], "traceparent")) {
+			e.has_traceparent = true;
+			e.traceparent = user[i].value;
+		} else if (!e.has_tracestate && header_named(ev, &user[i], "tracestate")) {
+			e.has_tracestate = true;
+			e.tracestate = user[i].value;
+		}
+	}
+	if (!put_template(ev, src, cfg->outbox.cloudevents_source, &e.source, missing,
+			  sizeof(missing))) {
+		note_bad(bad, "missing-source-column",
+			 "cloudevents_source template %s names column %s, which is missing or null",
+			 cfg->outbox.cloudevents_source, missing);
+		return;
+	}
+	if (!check_attribute(ev, "id", e.id, false, bad) ||
+	    !check_attribute(ev, "type", e.type, false, bad) ||
+	    !check_attribute(ev, "source", e.source, false, bad) ||
+	    !check_attribute(ev, "subject", e.subject, true, bad))
+		return;
+	if (!ob_ce_format_time(ev->timestamp_ms, when)) {
+		note_bad(bad, "bad-cloudevent",
+			 "timestamp %lld ms is outside the years RFC 3339 can write",
+			 (long long)ev->timestamp_ms);
+		return;
+	}
+	e.has_subject = e.subject.len > 0;
+	e.has_data = ev->has_value;
+	e.data = ev->value;
+	e.data_is_json = ev->has_value && ob_ce_is_json(ob_event_ptr(ev, ev->value), ev->value.len);
+	own = cfg->outbox.cloudevents == OB_CE_BINARY ? 5 + (size_t)e.has_subject + e.data_is_json
+						      : 1;
+	if (own + user_len > OB_EVENT_MAX_HEADERS) {
+		note_bad(bad, "bad-headers",
+			 "headers column %s has %zu members: with the CloudEvents headers a record "
+			 "has at most %d",
+			 cfg->outbox.headers_column, user_len, OB_EVENT_MAX_HEADERS);
+		return;
+	}
+	if (e.has_traceparent &&
+	    !ob_ce_traceparent_valid(ob_event_ptr(ev, e.traceparent), e.traceparent.len)) {
+		/* W3C Trace Context: a tracestate without a valid traceparent is
+		 * ignored, so neither becomes an attribute. */
+		ob_metrics_traceparent_malformed();
+		e.has_traceparent = false;
+		e.has_tracestate = false;
+	}
+	if (!e.has_traceparent ||
+	    (e.has_tracestate &&
+	     !ob_ce_utf8_valid(ob_event_ptr(ev, e.tracestate), e.tracestate.len)))
+		e.has_tracestate = false;
+	e.time = ob_event_put(ev, when, strlen(when));
+	/* own + user_len headers fit, so no header below is refused. */
+	ev->headers_len = 0;
+	if (cfg->outbox.cloudevents == OB_CE_BINARY) {
+		(void)ob_event_add_header(ev, "ce_specversion", "1.0", 3);
+		(void)ob_event_add_header_span(ev, "ce_id", e.id);
+		(void)ob_event_add_header_span(ev, "ce_type", e.type);
+		(void)ob_event_add_header_span(ev, "ce_source", e.source);
+		if (e.has_subject)
+			(void)ob_event_add_header_span(ev, "ce_subject", e.subject);
+		(void)ob_event_add_header_span(ev, "ce_time", e.time);
+		if (e.data_is_json)
+			(void)ob_event_add_header(ev, "content-type", "application/json",
+						  strlen("application/json"));
+	} else {
+		ev->value = ob_ce_put_envelope(ev, &e);
+		ev->has_value = true;
+		(void)ob_event_add_header(ev, "content-type", OB_CE_STRUCTURED_CONTENT_TYPE,
+					  strlen(OB_CE_STRUCTURED_CONTENT_TYPE));
+	}
+	memcpy(&ev->headers[ev->headers_len], user, user_len * sizeof(*user));
+	ev->headers_len += user_len;
+}
+
 /* The shared mapping of a row or a message's fields into ev; a bad event
  * becomes its dead-letter record (OB_MAP_DLQ). */
 static ob_map_result
@@ -493,7 +637,8 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 		f.has_type = put_field(ev, src, cfg->outbox.type_column, &f.type) == FIELD_OK;
 	put_payload(ev, src, cfg->outbox.payload_column, &bad);
 	f.headers_ok = headers_text(m, src, &f.headers, &f.headers_len);
-	if (bad.reason == NULL && !put_topic(ev, src, cfg->outbox.topic, missing, sizeof(missing)))
+	if (bad.reason == NULL &&
+	    !put_template(ev, src, cfg->outbox.topic, &ev->topic, missing, sizeof(missing)))
 		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);
@@ -507,6 +652,8 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 				 cfg->outbox.headers_column, OB_EVENT_MAX_HEADERS - 2);
 		}
 	}
+	if (bad.reason == NULL && cfg->outbox.cloudevents != OB_CE_OFF)
+		put_cloudevent(cfg, src, &f, ev, &bad);
 	if (bad.reason == NULL)
 		return OB_MAP_EVENT;
 	become_dead_letter(m, ev, &f, &bad, lsn);

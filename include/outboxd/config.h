@@ -36,6 +36,15 @@ typedef enum ob_mismatch_policy {
  * 65,535 parameters in one statement and a row takes nine. */
 #define OB_INBOX_BATCH_LIMIT (65535 / 9)
 
+/* How outbox events are published (README, "CloudEvents"): plain
+ * records, or CloudEvents in the Kafka protocol binding's binary or
+ * structured content mode. */
+typedef enum ob_ce_mode {
+	OB_CE_OFF = 0,
+	OB_CE_BINARY,
+	OB_CE_STRUCTURED,
+} ob_ce_mode;
+
 /* The logical decoding plugin the slot uses (README, "Choosing a decoder"). */
 typedef enum ob_plugin {
 	OB_PLUGIN_WAL2JSON = 0,
@@ -95,6 +104,9 @@ typedef struct ob_config {
 		char *dlq_topic;
 		char *backlog_where;    /* "" means no backlog when the slot is created */
 		char *backlog_order_by; /* "" means timestamp_column, then id_column */
+		ob_ce_mode cloudevents;
+		char *cloudevents_source; /* a template like topic; required unless cloudevents is
+					     off */
 	} outbox;
 	struct {
 		char *conninfo;   /* "" means libpq defaults and environment */

@@ -55,6 +55,10 @@ void ob_metrics_init(int stall_after_ms);
 void ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds);
 void ob_metrics_dead_lettered(const char *reason);
 void ob_metrics_transaction(void);
+/* An event mapped as a CloudEvent carried a traceparent header that is
+ * not W3C Trace Context (README, "CloudEvents"): it was published as a
+ * plain header. Counted each time such an event is mapped. */
+void ob_metrics_traceparent_malformed(void);
 /* One backlog row was acknowledged by the broker (or dead-lettered). */
 void ob_metrics_backlog_event(void);
 void ob_metrics_set_inflight(uint64_t n);

@@ -1,0 +1,70 @@
+/*
+ * cloudevents.h: the pure parts of publishing outbox events as CloudEvents
+ * 1.0 in the Kafka protocol binding (README, "CloudEvents"): the RFC 3339
+ * time, the W3C traceparent check, the header names the binding reserves,
+ * the JSON check of a payload and the structured-mode envelope.
+ *
+ * outbox.c decides what an event's attributes are; this module only
+ * formats and checks them, so the unit tests can reach every rule.
+ */
+#ifndef OUTBOXD_CLOUDEVENTS_H
+#define OUTBOXD_CLOUDEVENTS_H
+
+#include "outboxd/common.h"
+#include "outboxd/event.h"
+
+/* Room for the longest time ob_ce_format_time() writes, NUL included. */
+#define OB_CE_TIME_BUFLEN 32
+
+/* The content-type header of a structured-mode record. */
+#define OB_CE_STRUCTURED_CONTENT_TYPE "application/cloudevents+json"
+
+/* Write ms (milliseconds since the Unix epoch) into buf as an RFC 3339
+ * UTC time with milliseconds, "2026-11-25T19:00:22.123Z". False when the
+ * year falls outside 0000..9999, which RFC 3339 cannot write; buf is then
+ * an empty string. */
+bool ob_ce_format_time(int64_t ms, char buf[OB_CE_TIME_BUFLEN]) OB_MUST_CHECK;
+
+/* True when s is a traceparent as W3C Trace Context level 1 defines it:
+ * version 00 as exactly "00-" 32 lower-case hex digits (not all zero) "-"
+ * 16 lower-case hex digits (not all zero) "-" 2 hex digits; a later
+ * version (not ff) may add fields after a further '-'. */
+bool ob_ce_traceparent_valid(const char *s, size_t len);
+
+/* True when a header of this name would collide with the binding: a name
+ * starting with "ce_" (every CloudEvents attribute's header) or
+ * "content-type", compared without regard to case. */
+bool ob_ce_header_reserved(const char *name, size_t len);
+
+/* True when s is well-formed UTF-8 (no overlong forms, no surrogates,
+ * nothing past U+10FFFF). */
+bool ob_ce_utf8_valid(const char *s, size_t len);
+
+/* True when s is one JSON value (of any kind) in UTF-8. */
+bool ob_ce_is_json(const char *s, size_t len);
+
+/* The attributes of one event as spans of the event whose buffer the
+ * envelope is appended to. id, type, source and time are always there;
+ * the others only where their has_ flag says so. */
+typedef struct ob_ce_envelope {
+	ob_span id, type, source, time;
+	bool has_subject;
+	ob_span subject;
+	bool has_traceparent;
+	ob_span traceparent;
+	bool has_tracestate;
+	ob_span tracestate;
+	bool has_data;     /* false: a tombstone's event, with no data */
+	bool data_is_json; /* data goes in as "data", else base64 in "data_base64" */
+	ob_span data;
+} ob_ce_envelope;
+
+/* Append the structured-mode JSON envelope of e to ev's buffer and return
+ * its span: members specversion, id, source, type, subject, time,
+ * traceparent, tracestate, then datacontenttype "application/json" and
+ * data (the JSON text as it is), or data_base64. The string attributes
+ * must be well-formed UTF-8 (ob_ce_utf8_valid()); they are escaped as JSON
+ * strings. */
+ob_span ob_ce_put_envelope(ob_event *ev, const ob_ce_envelope *e);
+
+#endif
