@@ -1,11 +1,9 @@
 /*
- * cloudevents.c: RFC 3339 time, traceparent check, reserved header names,
- * JSON and UTF-8 checks and the structured-mode envelope (see
- * cloudevents.h).
+ * cloudevents.c: RFC 3339 time, traceparent check, reserved header names
+ * and the structured-mode envelope (see cloudevents.h).
  */
 #include "outboxd/cloudevents.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -83,58 +81,6 @@ ob_ce_header_reserved(const char *name, size_t len)
 {
 	return (len >= 3 && strncasecmp(name, "ce_", 3) == 0) ||
 	       (len == strlen("content-type") && strncasecmp(name, "content-type", len) == 0);
-}
-
-bool
-ob_ce_utf8_valid(const char *s, size_t len)
-{
-	const unsigned char *p = (const unsigned char *)s, *end = p + len;
-
-	while (p < end) {
-		unsigned int c = *p, min;
-		size_t n;
-
-		if (c < 0x80) {
-			p++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf) {
-			n = 1;
-			min = 0x80;
-			c &= 0x1f;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			n = 2;
-			min = 0x800;
-			c &= 0x0f;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			n = 3;
-			min = 0x10000;
-			c &= 0x07;
-		} else {
-			return false;
-		}
-		if ((size_t)(end - p) <= n)
-			return false;
-		for (size_t i = 1; i <= n; i++) {
-			if ((p[i] & 0xc0) != 0x80)
-				return false;
-			c = c << 6 | (p[i] & 0x3f);
-		}
-		if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-			return false;
-		p += n + 1;
-	}
-	return true;
-}
-
-bool
-ob_ce_is_json(const char *s, size_t len)
-{
-	json_error_t err;
-	json_t *v = json_loadb(s, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
-
-	json_decref(v);
-	return v != NULL;
 }
 
 /* Append s as a JSON string (quotes included) at *dst, which has room for

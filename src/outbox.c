@@ -12,6 +12,7 @@
 #include "outboxd/outbox.h"
 
 #include "outboxd/cloudevents.h"
+#include "outboxd/inboxrow.h"
 #include "outboxd/jsontext.h"
 #include "outboxd/metrics.h"
 
@@ -486,9 +487,9 @@ header_named(const ob_event *ev, const ob_event_header *h, const char *name)
 	       memcmp(ob_event_ptr(ev, h->name), name, h->name.len) == 0;
 }
 
-/* Check that a CloudEvents attribute is a non-empty UTF-8 string; an
- * empty one is allowed only when may_be_empty (the subject, which is then
- * left out). */
+/* Check that a CloudEvents attribute is a non-empty UTF-8 string without
+ * NUL bytes; an empty one is allowed only when may_be_empty (the subject,
+ * which is then left out). */
 static bool
 check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_empty, bad_event *bad)
 {
@@ -496,8 +497,9 @@ check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_emp
 		note_bad(bad, "bad-cloudevent", "CloudEvents attribute %s is empty", what);
 		return false;
 	}
-	if (!ob_ce_utf8_valid(ob_event_ptr(ev, s), s.len)) {
-		note_bad(bad, "bad-cloudevent", "CloudEvents attribute %s is not UTF-8", what);
+	if (!ob_inbox_text_ok(ob_event_ptr(ev, s), s.len)) {
+		note_bad(bad, "bad-cloudevent",
+			 "CloudEvents attribute %s is not UTF-8 text without NUL bytes", what);
 		return false;
 	}
 	return true;
@@ -572,7 +574,8 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 	e.has_subject = e.subject.len > 0;
 	e.has_data = ev->has_value;
 	e.data = ev->value;
-	e.data_is_json = ev->has_value && ob_ce_is_json(ob_event_ptr(ev, ev->value), ev->value.len);
+	e.data_is_json =
+	    ev->has_value && ob_inbox_value_is_json(ob_event_ptr(ev, ev->value), ev->value.len);
 	own = cfg->outbox.cloudevents == OB_CE_BINARY ? 5 + (size_t)e.has_subject + e.data_is_json
 						      : 1;
 	if (own + user_len > OB_EVENT_MAX_HEADERS) {
@@ -592,7 +595,7 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 	}
 	if (!e.has_traceparent ||
 	    (e.has_tracestate &&
-	     !ob_ce_utf8_valid(ob_event_ptr(ev, e.tracestate), e.tracestate.len)))
+	     !ob_inbox_text_ok(ob_event_ptr(ev, e.tracestate), e.tracestate.len)))
 		e.has_tracestate = false;
 	e.time = ob_event_put(ev, when, strlen(when));
 	/* own + user_len headers fit, so no header below is refused. */

@@ -1,8 +1,10 @@
 /*
  * cloudevents.h: the pure parts of publishing outbox events as CloudEvents
  * 1.0 in the Kafka protocol binding (README, "CloudEvents"): the RFC 3339
- * time, the W3C traceparent check, the header names the binding reserves,
- * the JSON check of a payload and the structured-mode envelope.
+ * time, the W3C traceparent check, the header names the binding reserves
+ * and the structured-mode envelope. Whether a payload is JSON and whether
+ * an attribute is text are inboxrow.h's tests, so that what the inbox
+ * stores as JSON is what was published as JSON.
  *
  * outbox.c decides what an event's attributes are; this module only
  * formats and checks them, so the unit tests can reach every rule.
@@ -36,13 +38,6 @@ bool ob_ce_traceparent_valid(const char *s, size_t len);
  * "content-type", compared without regard to case. */
 bool ob_ce_header_reserved(const char *name, size_t len);
 
-/* True when s is well-formed UTF-8 (no overlong forms, no surrogates,
- * nothing past U+10FFFF). */
-bool ob_ce_utf8_valid(const char *s, size_t len);
-
-/* True when s is one JSON value (of any kind) in UTF-8. */
-bool ob_ce_is_json(const char *s, size_t len);
-
 /* The attributes of one event as spans of the event whose buffer the
  * envelope is appended to. id, type, source and time are always there;
  * the others only where their has_ flag says so. */
@@ -55,7 +50,8 @@ typedef struct ob_ce_envelope {
 	bool has_tracestate;
 	ob_span tracestate;
 	bool has_data;     /* false: a tombstone's event, with no data */
-	bool data_is_json; /* data goes in as "data", else base64 in "data_base64" */
+	bool data_is_json; /* data goes in as "data", else base64 in "data_base64";
+			    * true only for JSON text (ob_inbox_value_is_json()) */
 	ob_span data;
 } ob_ce_envelope;
 
@@ -63,7 +59,7 @@ typedef struct ob_ce_envelope {
  * its span: members specversion, id, source, type, subject, time,
  * traceparent, tracestate, then datacontenttype "application/json" and
  * data (the JSON text as it is), or data_base64. The string attributes
- * must be well-formed UTF-8 (ob_ce_utf8_valid()); they are escaped as JSON
+ * must be UTF-8 without NUL bytes (ob_inbox_text_ok()); they are escaped as JSON
  * strings. */
 ob_span ob_ce_put_envelope(ob_event *ev, const ob_ce_envelope *e);
 
