@@ -185,7 +185,7 @@ def test_binary_records_follow_the_kafka_binding(pg, broker, consumer,
     # jsonb renders keys shorter first: the message writes them that way.
     hdrs = '{"tenant": "acme", "tracestate": "%s", "traceparent": "%s"}' % (
         TS, TP)
-    payload = '{"amount": 99.5, "note": "\u00e9 \\"q\\""}'
+    payload = '{"note": "\u00e9 \\"q\\"", "amount": 99.5}'
     insert_row(pg, row_id, agg, key, payload, hdrs)
     emit_message(pg, message_text(msg_id, agg, key, payload, hdrs))
     emit_message(pg, message_text(text_id, agg, key, '"plain words"', "null"))
