@@ -5,11 +5,14 @@
  */
 #include "outboxd/inboxrow.h"
 
+#include "outboxd/jsontext.h"
+
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 bool
 ob_inbox_text_ok(const char *s, size_t len)
@@ -345,14 +348,37 @@ add_header(json_t *obj, const char *name, json_t *value)
 	}
 }
 
+/* A header value found while the headers object is built. */
+typedef struct found_header {
+	const char *value; /* NULL: no such header (with a value) */
+	size_t len;
+} found_header;
+
+/* The headers the row takes its id and type from: the configured id
+ * header and "type", and a binary-mode CloudEvent's ce_id and ce_type. */
+typedef struct found_headers {
+	found_header id, type, ce_id, ce_type;
+} found_headers;
+
+/* Remember value as *h when name is want and *h is not set yet. */
+static void
+find_header(found_header *h, const char *name, const char *want, const char *value, size_t len)
+{
+	if (h->value == NULL && value != NULL && strcmp(name, want) == 0) {
+		h->value = value;
+		h->len = len;
+	}
+}
+
 /* The headers of rec as a JSON object; NULL with *bad filled when a name
- * or value is not text. Also finds the id and type headers. */
+ * or value is not text. Also finds the headers of found_headers. */
 static json_t *
-headers_object(const ob_record_view *rec, const char *id_header, const char **id, size_t *id_len,
-	       const char **type, size_t *type_len, ob_inbox_bad *bad)
+headers_object(const ob_record_view *rec, const char *id_header, found_headers *found,
+	       ob_inbox_bad *bad)
 {
 	json_t *obj = json_object();
 
+	memset(found, 0, sizeof(*found));
 	for (size_t i = 0; i < rec->headers_len; i++) {
 		const char *name = rec->header_names[i];
 		const char *value = rec->header_values[i];
@@ -367,53 +393,222 @@ headers_object(const ob_record_view *rec, const char *id_header, const char **id
 			return NULL;
 		}
 		add_header(obj, name, value != NULL ? json_stringn(value, len) : json_null());
-		if (*id == NULL && value != NULL && strcmp(name, id_header) == 0) {
-			*id = value;
-			*id_len = len;
-		}
-		if (*type == NULL && value != NULL && strcmp(name, "type") == 0) {
-			*type = value;
-			*type_len = len;
-		}
+		find_header(&found->id, name, id_header, value, len);
+		find_header(&found->type, name, "type", value, len);
+		find_header(&found->ce_id, name, "ce_id", value, len);
+		find_header(&found->ce_type, name, "ce_type", value, len);
 	}
 	return obj;
+}
+
+/* True when rec is a structured-mode CloudEvent: its first content-type
+ * header (the name in any case) is application/cloudevents+json, perhaps
+ * with parameters after a ';'. */
+static bool
+is_structured_cloudevent(const ob_record_view *rec)
+{
+	static const char media[] = "application/cloudevents+json";
+	const size_t n = sizeof(media) - 1;
+
+	for (size_t i = 0; i < rec->headers_len; i++) {
+		const char *v = rec->header_values[i];
+		size_t len = rec->header_value_lens[i];
+
+		if (strcasecmp(rec->header_names[i], "content-type") != 0)
+			continue;
+		return v != NULL && len >= n && strncasecmp(v, media, n) == 0 &&
+		       (len == n || v[n] == ';' || v[n] == ' ');
+	}
+	return false;
+}
+
+/* A string member's text with its escapes decoded, NUL-terminated and
+ * the caller's to free, or NULL when the member is not a JSON string of
+ * UTF-8 text without NUL bytes. */
+static char *
+member_text(const ob_json_member *m)
+{
+	char *s;
+	long n = (long)m->value_len;
+
+	if (!m->value_is_string)
+		return NULL;
+	s = ob_xmalloc(m->value_len + 1);
+	if (m->value_escaped)
+		n = ob_json_unescape(m->value, m->value_len, s);
+	else
+		memcpy(s, m->value, m->value_len);
+	if (n < 0 || !ob_inbox_text_ok(s, (size_t)n)) {
+		free(s);
+		return NULL;
+	}
+	s[n] = '\0';
+	return s;
+}
+
+/* The value of one base64 digit (RFC 4648), or -1. */
+static int
+base64_digit(char c)
+{
+	static const char alphabet[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const char *p = c != '\0' ? strchr(alphabet, c) : NULL;
+
+	return p != NULL ? (int)(p - alphabet) : -1;
+}
+
+/* Decode padded base64 text s into out (at least len / 4 * 3 bytes);
+ * false when s is not base64. */
+static bool
+base64_decode(const char *s, size_t len, unsigned char *out, size_t *out_len)
+{
+	size_t n = 0;
+
+	if (len % 4 != 0)
+		return false;
+	for (size_t i = 0; i < len; i += 4) {
+		int d[4];
+		size_t pad = 0;
+
+		for (size_t k = 0; k < 4; k++) {
+			/* Padding only at the end: "x===" is never valid. */
+			if (s[i + k] == '=' && i + 4 == len && k >= 2) {
+				d[k] = 0;
+				pad++;
+				continue;
+			}
+			d[k] = base64_digit(s[i + k]);
+			if (d[k] < 0 || pad > 0)
+				return false;
+		}
+		out[n++] = (unsigned char)(d[0] << 2 | d[1] >> 4);
+		if (pad < 2)
+			out[n++] = (unsigned char)((d[1] & 15) << 4 | d[2] >> 2);
+		if (pad < 1)
+			out[n++] = (unsigned char)((d[2] & 3) << 6 | d[3]);
+	}
+	*out_len = n;
+	return true;
+}
+
+/* Set the row's payload to bytes it owns: payload_json when they are JSON,
+ * else payload_raw. */
+static void
+set_owned_payload(ob_inbox_row *row, unsigned char *bytes, size_t len)
+{
+	if (ob_inbox_value_is_json(bytes, len)) {
+		row->payload_json = ob_xstrndup((const char *)bytes, len);
+		free(bytes);
+		return;
+	}
+	row->payload_owned = bytes;
+	row->payload_raw = bytes;
+	row->payload_raw_len = len;
+}
+
+/* Read a structured-mode CloudEvent's envelope (README, "Inbox") into row:
+ * id and type from its string members, the payload from "data" (its JSON
+ * text) or "data_base64" (the bytes it encodes, payload_json when they are
+ * JSON). False with *bad filled (reason "bad-cloudevent") when the value
+ * is not a JSON object, id is missing, or a member read is not what the
+ * JSON event format says; row then holds what was read so far, for
+ * ob_inbox_row_free(). */
+static bool
+read_envelope(const ob_record_view *rec, ob_inbox_row *row, ob_inbox_bad *bad)
+{
+	ob_json_iter it;
+	ob_json_member m;
+	int r = -1;
+
+	if (ob_json_iter_init(&it, rec->value, rec->value_len)) {
+		while ((r = ob_json_iter_next(&it, &m)) == 1) {
+			bool is_data = ob_json_member_named(&m, "data", 4);
+
+			if (ob_json_member_named(&m, "id", 2) && row->id == NULL) {
+				if ((row->id = member_text(&m)) == NULL)
+					break;
+			} else if (ob_json_member_named(&m, "type", 4) && row->type == NULL) {
+				if ((row->type = member_text(&m)) == NULL)
+					break;
+			} else if (is_data && row->payload_json == NULL &&
+				   row->payload_raw == NULL) {
+				/* A string's member text is between its quotes. */
+				const char *text = m.value_is_string ? m.value - 1 : m.value;
+				size_t len = m.value_is_string ? m.value_len + 2 : m.value_len;
+
+				if (!ob_inbox_value_is_json(text, len))
+					break;
+				if (!ob_json_member_is_null(&m))
+					row->payload_json = ob_xstrndup(text, len);
+			} else if (ob_json_member_named(&m, "data_base64", 11) &&
+				   row->payload_json == NULL && row->payload_raw == NULL) {
+				unsigned char *bytes = ob_xmalloc(m.value_len / 4 * 3 + 1);
+				size_t n;
+
+				if (!m.value_is_string || m.value_escaped ||
+				    !base64_decode(m.value, m.value_len, bytes, &n)) {
+					free(bytes);
+					break;
+				}
+				set_owned_payload(row, bytes, n);
+			}
+		}
+	}
+	if (r == 0 && row->id != NULL && row->id[0] != '\0')
+		return true;
+	set_bad(bad, "bad-cloudevent",
+		"structured CloudEvent is not a JSON object with a string id, type and data or "
+		"data_base64 as the JSON event format says");
+	return false;
 }
 
 bool
 ob_inbox_row_build(const ob_record_view *rec, int32_t partition, int64_t offset,
 		   const char *id_header, ob_inbox_row *row, ob_inbox_bad *bad)
 {
-	const char *id = NULL, *type = NULL;
-	size_t id_len = 0, type_len = 0;
+	found_headers found;
+	found_header id, type;
 	json_t *headers;
 
 	memset(row, 0, sizeof(*row));
-	headers = headers_object(rec, id_header, &id, &id_len, &type, &type_len, bad);
+	headers = headers_object(rec, id_header, &found, bad);
 	if (headers == NULL)
 		return false;
-	if (id == NULL || id_len == 0) {
-		set_bad(bad, "missing-id", "record has no \"%s\" header%s", id_header,
-			id == NULL ? "" : " value");
-		json_decref(headers);
-		return false;
+	if (rec->has_value && is_structured_cloudevent(rec)) {
+		if (!read_envelope(rec, row, bad)) {
+			ob_inbox_row_free(row);
+			json_decref(headers);
+			return false;
+		}
+	} else {
+		/* A binary-mode CloudEvent names its id and type in ce_ headers. */
+		id = found.id.value != NULL ? found.id : found.ce_id;
+		type = found.type.value != NULL ? found.type : found.ce_type;
+		if (id.value == NULL || id.len == 0) {
+			set_bad(bad, "missing-id", "record has no \"%s\" header%s", id_header,
+				id.value == NULL ? "" : " value");
+			json_decref(headers);
+			return false;
+		}
+		row->id = ob_xstrndup(id.value, id.len);
+		row->type = type.value != NULL ? ob_xstrndup(type.value, type.len) : NULL;
+		if (rec->has_value && ob_inbox_value_is_json(rec->value, rec->value_len)) {
+			row->payload_json = ob_xstrndup(rec->value, rec->value_len);
+		} else if (rec->has_value) {
+			row->payload_raw = rec->value;
+			row->payload_raw_len = rec->value_len;
+		}
 	}
 	if (rec->has_key && !ob_inbox_text_ok(rec->key, rec->key_len)) {
 		set_bad(bad, "bad-key", "record key is not UTF-8 text without NUL bytes");
+		ob_inbox_row_free(row);
 		json_decref(headers);
 		return false;
 	}
-	row->id = ob_xstrndup(id, id_len);
 	row->topic = ob_xstrndup(rec->topic, rec->topic_len);
 	row->partition = partition;
 	row->offset = offset;
 	row->key = rec->has_key ? ob_xstrndup(rec->key, rec->key_len) : NULL;
-	row->type = type != NULL ? ob_xstrndup(type, type_len) : NULL;
-	if (rec->has_value && ob_inbox_value_is_json(rec->value, rec->value_len)) {
-		row->payload_json = ob_xstrndup(rec->value, rec->value_len);
-	} else if (rec->has_value) {
-		row->payload_raw = rec->value;
-		row->payload_raw_len = rec->value_len;
-	}
 	row->headers_json = json_dumps(headers, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	if (row->headers_json == NULL)
 		abort(); /* jansson fails only on out-of-memory */
@@ -429,6 +624,7 @@ ob_inbox_row_free(ob_inbox_row *row)
 	free(row->key);
 	free(row->type);
 	free(row->payload_json);
+	free(row->payload_owned);
 	free(row->headers_json);
 	memset(row, 0, sizeof(*row));
 }

@@ -14,7 +14,8 @@
 #include "outboxd/event.h"
 
 /* One inbox row. Every string is NUL-terminated UTF-8 owned by the row;
- * payload_raw borrows the record's value. */
+ * payload_raw borrows the record's value, or points at payload_owned (the
+ * bytes a structured CloudEvent's data_base64 encodes). */
 typedef struct ob_inbox_row {
 	char *id;
 	char *topic;
@@ -25,7 +26,8 @@ typedef struct ob_inbox_row {
 	char *payload_json;      /* the value when it is JSON, else NULL */
 	const void *payload_raw; /* the value when it is not JSON, else NULL */
 	size_t payload_raw_len;
-	char *headers_json; /* every header as a JSON object (see below) */
+	void *payload_owned; /* owned; NULL unless payload_raw points here */
+	char *headers_json;  /* every header as a JSON object (see below) */
 } ob_inbox_row;
 
 /* Why a record makes no row; the reason is also the dead-letter metric
@@ -38,7 +40,13 @@ typedef struct ob_inbox_bad {
 /* Build the row of the record rec, read at (partition, offset), whose id
  * is the first header named id_header. The value becomes payload_json when
  * it is JSON (ob_inbox_value_is_json), else payload_raw; a tombstone (no
- * value) leaves both NULL. headers_json maps each header name to its value
+ * value) leaves both NULL. A CloudEvent (README, "Inbox") fills the same
+ * columns: in binary mode the ce_id and ce_type headers stand in for
+ * missing id and type headers; in structured mode (content-type
+ * application/cloudevents+json) id, type and payload come from the
+ * envelope (payload from "data" as its JSON text, or the bytes of
+ * "data_base64"), and an envelope that does not read is a bad record
+ * ("bad-cloudevent"). headers_json maps each header name to its value
  * as a JSON string (null for a header without a value); a name that
  * repeats maps to an array of its values in order.
  *
