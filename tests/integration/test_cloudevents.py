@@ -304,3 +304,60 @@ def test_structured_records_follow_the_json_format(pg, broker, consumer,
     copies = by_id(again, row_id)
     assert len(copies) == 2, again
     same_record(copies[0], copies[1])
+
+
+def test_inbox_stores_cloudevents_like_plain_records(request, pg, broker,
+                                                     consumer, test_id,
+                                                     tmp_path):
+    """`outboxd inbox` stores CloudEvents records, produced as the Kafka
+    binding says by another client, in the columns of a plain record: a
+    binary one's ce_id and ce_type stand in for the id and type headers, a
+    structured one gives id, type and payload from its envelope (data as
+    JSON, data_base64 decoded); an envelope that does not read is
+    dead-lettered."""
+    from confluent_kafka import Producer
+    from test_inbox import InboxEnv
+
+    env = InboxEnv(pg, broker, test_id, tmp_path)
+    request.node._outboxd_instances = env.instances
+    p = Producer({"bootstrap.servers": broker.bootstraps, "log_level": 3})
+    ids = [str(uuid.uuid4()) for _ in range(4)]
+    ct = ("content-type", b"application/cloudevents+json")
+
+    def envelope(eid, **data):
+        e = {"specversion": "1.0", "id": eid, "source": "/shop/order",
+             "type": "order.paid", "time": rfc3339(CREATED_MS)}
+        e.update(data)
+        return json.dumps(e).encode()
+
+    p.produce(env.topic, key=b"o-1", value=b'{"amount": 1}', headers=[
+        ("ce_specversion", b"1.0"), ("ce_id", ids[0].encode()),
+        ("ce_type", b"order.paid"), ("ce_source", b"/shop/order"),
+        ("content-type", b"application/json"), ("traceparent", TP.encode())])
+    p.produce(env.topic, key=b"o-2", headers=[ct, ("tenant", b"acme")],
+              value=envelope(ids[1], datacontenttype="application/json",
+                             data={"amount": 2}))
+    p.produce(env.topic, key=b"o-3", headers=[ct], value=envelope(
+        ids[2], data_base64=base64.b64encode(b"\x00\xffraw").decode()))
+    p.produce(env.topic, key=b"o-4", headers=[ct], value=envelope(ids[3]))
+    p.produce(env.topic, key=b"o-5", headers=[ct], value=b'{"id": 5}')
+    p.flush(10)
+    try:
+        env.start()
+        env.wait_consumed()
+        rows = {r[0]: r[1:] for r in env.sql(
+            "SELECT id, key, type, payload, payload_raw, headers "
+            "FROM public.inbox")}
+    finally:
+        env.stop_all()
+    assert set(rows) == set(ids), rows
+    assert rows[ids[0]][:4] == ("o-1", "order.paid", {"amount": 1}, None)
+    assert rows[ids[0]][4]["ce_id"] == ids[0]
+    assert rows[ids[1]][:4] == ("o-2", "order.paid", {"amount": 2}, None)
+    assert rows[ids[1]][4] == {
+        "content-type": "application/cloudevents+json", "tenant": "acme"}
+    assert rows[ids[2]][2] is None
+    assert bytes(rows[ids[2]][3]) == b"\x00\xffraw"
+    assert rows[ids[3]][2:4] == (None, None)
+    dlq = consumer.collect(env.dlq_topic, 1, timeout=20)
+    assert len(dlq) == 1 and b"bad-cloudevent" in header(dlq[0], "error"), dlq
