@@ -18,6 +18,7 @@
 
 #include "outboxd/cloudevents.h"
 #include "outboxd/config.h"
+#include "outboxd/inboxrow.h"
 #include "outboxd/outbox.h"
 
 static void
@@ -378,6 +379,92 @@ test_config(void **state)
 	ob_config_free(&cfg);
 }
 
+/* --- the inbox reading CloudEvents records ------------------------------- */
+
+/* Build the inbox row of a record with the given value (NULL: none) and
+ * up to two headers. */
+static bool
+inbox_row(const char *value, const char *h1, const char *v1, const char *h2, const char *v2,
+	  ob_inbox_row *row, ob_inbox_bad *bad)
+{
+	ob_record_view rec;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.topic = "t";
+	rec.topic_len = 1;
+	rec.has_value = value != NULL;
+	rec.value = value;
+	rec.value_len = value != NULL ? strlen(value) : 0;
+	if (h1 != NULL) {
+		rec.header_names[rec.headers_len] = h1;
+		rec.header_values[rec.headers_len] = v1;
+		rec.header_value_lens[rec.headers_len++] = strlen(v1);
+	}
+	if (h2 != NULL) {
+		rec.header_names[rec.headers_len] = h2;
+		rec.header_values[rec.headers_len] = v2;
+		rec.header_value_lens[rec.headers_len++] = strlen(v2);
+	}
+	return ob_inbox_row_build(&rec, 0, 7, "id", row, bad);
+}
+
+static void
+test_inbox_reads_cloudevents(void **state)
+{
+	ob_inbox_row row;
+	ob_inbox_bad bad;
+
+	/* Binary: ce_id and ce_type stand in; an id header wins. */
+	assert_true(inbox_row("{\"a\": 1}", "ce_id", "e-1", "ce_type", "t.x", &row, &bad));
+	assert_string_equal(row.id, "e-1");
+	assert_string_equal(row.type, "t.x");
+	assert_string_equal(row.payload_json, "{\"a\": 1}");
+	ob_inbox_row_free(&row);
+	assert_true(inbox_row("x", "ce_id", "e-1", "id", "plain", &row, &bad));
+	assert_string_equal(row.id, "plain");
+	ob_inbox_row_free(&row);
+
+	/* Structured: the envelope's id (escapes decoded), type and data. */
+	assert_true(inbox_row("{\"specversion\":\"1.0\",\"id\":\"e\\u002d2\",\"type\":\"t.y\","
+			      "\"data\":\"caf\\u00e9\"}",
+			      "Content-Type", "application/cloudevents+json; charset=UTF-8", NULL,
+			      NULL, &row, &bad));
+	assert_string_equal(row.id, "e-2");
+	assert_string_equal(row.type, "t.y");
+	assert_string_equal(row.payload_json, "\"caf\\u00e9\"");
+	ob_inbox_row_free(&row);
+	assert_true(inbox_row("{\"id\":\"e-3\",\"data_base64\":\"AP8=\"}", "content-type",
+			      OB_CE_STRUCTURED_CONTENT_TYPE, NULL, NULL, &row, &bad));
+	assert_null(row.payload_json);
+	assert_int_equal(row.payload_raw_len, 2);
+	assert_memory_equal(row.payload_raw, "\x00\xff", 2);
+	ob_inbox_row_free(&row);
+	assert_true(inbox_row("{\"id\":\"e-4\",\"data_base64\":\"eyJhIjoxfQ==\"}", "content-type",
+			      OB_CE_STRUCTURED_CONTENT_TYPE, NULL, NULL, &row, &bad));
+	assert_string_equal(row.payload_json, "{\"a\":1}");
+	ob_inbox_row_free(&row);
+
+	/* Envelopes that do not read. */
+	static const char *const broken[] = {
+	    "{\"type\":\"t\"}",
+	    "{\"id\":5}",
+	    "{\"id\":\"\"}",
+	    "[1]",
+	    "{\"id\":\"e\",\"data_base64\":\"A===\"}",
+	    "{\"id\":\"e\",\"data_base64\":\"AP8\"}",
+	    "{\"id\":\"e\",\"data\":1e}",
+	};
+	for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+		assert_false(inbox_row(broken[i], "content-type", OB_CE_STRUCTURED_CONTENT_TYPE,
+				       NULL, NULL, &row, &bad));
+		assert_string_equal(bad.reason, "bad-cloudevent");
+	}
+	/* Another media type is a plain record: no id header, no row. */
+	assert_false(inbox_row("{\"id\":\"e\"}", "content-type", "application/cloudevents+jsonx",
+			       NULL, NULL, &row, &bad));
+	assert_string_equal(bad.reason, "missing-id");
+}
+
 int
 main(void)
 {
@@ -394,6 +481,7 @@ main(void)
 	    cmocka_unit_test(test_missing_source_column),
 	    cmocka_unit_test(test_tombstone),
 	    cmocka_unit_test(test_config),
+	    cmocka_unit_test(test_inbox_reads_cloudevents),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
