@@ -547,7 +547,7 @@ check_inbox(checker *c)
 
 	if (c->cfg->inbox.topics[0] == '\0')
 		return;
-	switch (ob_inboxdb_connect(c->cfg, &db, detail, sizeof(detail))) {
+	switch (ob_inboxdb_connect(c->cfg, false, &db, detail, sizeof(detail))) {
 	case OB_INBOXDB_OK:
 		report(c, "inbox tables", true, "%s.%s and %s.outboxd_inbox_offsets",
 		       c->cfg->inbox.schema, c->cfg->inbox.table_name, c->cfg->inbox.schema);

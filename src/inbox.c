@@ -164,7 +164,7 @@ connect_db(ob_inbox *ib)
 {
 	if (ib->db != NULL)
 		return true;
-	switch (ob_inboxdb_connect(ib->cfg, &ib->db, NULL, 0)) {
+	switch (ob_inboxdb_connect(ib->cfg, true, &ib->db, NULL, 0)) {
 	case OB_INBOXDB_OK:
 		ob_info("connected to the inbox database");
 		set_ready(ib);

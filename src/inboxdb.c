@@ -248,10 +248,12 @@ quote_name(PGconn *conn, const char *schema, const char *name)
 }
 
 /* Add outboxd_inbox_offsets.cluster_id to a table created before it
- * existed (ADD COLUMN IF NOT EXISTS: a no-op once there). FATAL with the
- * statement in detail when the role may not alter the table. */
+ * existed (ADD COLUMN IF NOT EXISTS: a no-op once there), or, when add is
+ * false (outboxd check changes nothing), only say it is missing. FATAL
+ * with the statement in detail when the role may not alter the table or
+ * add is false. */
 static ob_inboxdb_status
-add_cluster_column(ob_inboxdb *db, char *detail, size_t detail_len)
+add_cluster_column(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
 {
 	char *sql =
 	    ob_xasprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS cluster_id text", db->offsets);
@@ -269,6 +271,13 @@ add_cluster_column(ob_inboxdb *db, char *detail, size_t detail_len)
 		snprintf(detail, detail_len, "could not look up the inbox tables: %s",
 			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
 		st = OB_INBOXDB_RETRY;
+	} else if (strcmp(PQgetvalue(res, 0, 0), "0") == 0 && !add) {
+		snprintf(
+		    detail, detail_len,
+		    "%s has no column cluster_id: outboxd inbox adds it when it starts, if its "
+		    "role may; or run \"%s\" as the table's owner",
+		    db->offsets, sql);
+		st = OB_INBOXDB_FATAL;
 	} else if (strcmp(PQgetvalue(res, 0, 0), "0") == 0) {
 		PQclear(res);
 		res = PQexec(db->conn, sql);
@@ -291,7 +300,8 @@ add_cluster_column(ob_inboxdb *db, char *detail, size_t detail_len)
 }
 
 ob_inboxdb_status
-ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail, size_t detail_len)
+ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out, char *detail,
+		   size_t detail_len)
 {
 	ob_inboxdb *db = ob_xcalloc(1, sizeof(*db));
 	ob_inboxdb_status st = OB_INBOXDB_RETRY;
@@ -318,7 +328,7 @@ ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail, size_t 
 	db->offsets = quote_name(db->conn, cfg->inbox.schema, "outboxd_inbox_offsets");
 	st = check_tables(db, cfg, detail, detail_len);
 	if (st == OB_INBOXDB_OK)
-		st = add_cluster_column(db, detail, detail_len);
+		st = add_cluster_column(db, migrate, detail, detail_len);
 	if (st != OB_INBOXDB_OK)
 		goto fail;
 	*out = db;

@@ -41,13 +41,14 @@ typedef struct ob_inbox_position {
 } ob_inbox_position;
 
 /* Connect to inbox.conninfo (ob_pgconnect_open(): the publisher's
- * settings, timeouts pinned) and check that both tables exist, adding
- * outboxd_inbox_offsets.cluster_id when missing (FATAL naming the ALTER
- * TABLE when the role may not). On
- * OB_INBOXDB_OK *out is the caller's to close; otherwise *out is NULL and
- * detail (may be NULL) holds the one-line reason, which is also logged. */
-ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, ob_inboxdb **out, char *detail,
-				     size_t detail_len) OB_MUST_CHECK;
+ * settings, timeouts pinned) and check that both tables exist; with
+ * migrate, add outboxd_inbox_offsets.cluster_id when missing (FATAL naming
+ * the ALTER TABLE when the role may not), without it (outboxd check) a
+ * missing column is FATAL naming the statement. On OB_INBOXDB_OK *out is
+ * the caller's to close; otherwise *out is NULL and detail (may be NULL)
+ * holds the one-line reason, which is also logged. */
+ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out,
+				     char *detail, size_t detail_len) OB_MUST_CHECK;
 void ob_inboxdb_close(ob_inboxdb *db);
 
 /* Fill next_offset and cluster_id of each of the n positions from

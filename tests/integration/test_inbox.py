@@ -385,6 +385,26 @@ def test_inbox_only_check_passes(pg, broker, inbox_env):
     assert "replication role" not in out, out
 
 
+def test_inbox_check_changes_nothing_and_inbox_adds_cluster_id(pg, broker, inbox_env):
+    """An offsets table made before outboxd kept the cluster id: `check`
+    reports the missing column with the ALTER TABLE and leaves the table as
+    it is; `outboxd inbox` adds the column when it starts."""
+    env = inbox_env()
+    env.sql("ALTER TABLE public.outboxd_inbox_offsets DROP COLUMN cluster_id")
+    has_column = ("SELECT count(*) FROM pg_attribute WHERE attrelid = "
+                  "'public.outboxd_inbox_offsets'::regclass AND attname = 'cluster_id' "
+                  "AND NOT attisdropped")
+    d = harness.Outboxd(OUTBOXD_BIN, env.config(), str(env.tmpdir / "inbox"),
+                        command="inbox", start=False)
+    rc, out, _ = d.run_cmd(["check"])
+    assert rc == 2, out
+    assert re.search(r"inbox tables\s+FAIL.*cluster_id.*ALTER TABLE", out), out
+    assert env.sql(has_column)[0][0] == 0
+    d = env.start()
+    d.wait_log(r"added column cluster_id", 30)
+    assert env.sql(has_column)[0][0] == 1
+
+
 # ---------------------------------------------------------------------------
 # faults
 
