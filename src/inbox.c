@@ -741,7 +741,14 @@ start_partitions(ob_inbox *ib)
 	rd_kafka_resp_err_t err;
 	bool ok = false;
 
-	snprintf(ib->cluster_id, sizeof(ib->cluster_id), "%s", cluster ? cluster : "");
+	if (cluster == NULL) {
+		/* Without it a position stored for another cluster would pass
+		 * unseen: wait for the broker to tell. */
+		ob_warn("could not read the kafka cluster id in %d ms; trying again",
+			QUERY_TIMEOUT_MS);
+		goto out;
+	}
+	snprintf(ib->cluster_id, sizeof(ib->cluster_id), "%s", cluster);
 	free(cluster);
 	for (int i = 0; i < ib->unstarted->cnt; i++) {
 		if (strcmp(ib->unstarted->elems[i].topic, ib->cfg->outbox.dlq_topic) == 0) {

@@ -286,7 +286,10 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
     # still drives the pgoutput decoder under the sanitizers. Also left to
     # the plain pass, for time: the pgoutput attack scenarios, and the
     # tests made of repeated kill -9 (a killed process never reaches the
-    # exit-time leak check) or of long waits.
+    # exit-time leak check) or of long waits. And the test of a second
+    # Kafka cluster: librdkafka names a mock cluster after its address,
+    # which AddressSanitizer's allocator makes the same in every
+    # instrumented broker process, so the two clusters look like one.
     say "integration tests under sanitizers"
     OUTBOXD_TEST_DECODERS=wal2json run_integration "$BUILD_ASAN" \
         --deselect tests/integration/test_faults.py::test_300k_row_transaction_in_bounded_memory \
@@ -297,7 +300,8 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
         --deselect tests/integration/test_pgoutput_attack.py \
         --deselect tests/integration/test_faults.py::test_kill9_five_times_under_load \
         --deselect tests/integration/test_faults.py::test_long_silence_is_not_death \
-        --deselect tests/integration/test_inbox.py::test_inbox_kill9_twice_exactly_once
+        --deselect tests/integration/test_inbox.py::test_inbox_kill9_twice_exactly_once \
+        --deselect tests/integration/test_inbox_guards.py::test_inbox_other_cluster_halts
     passed=$((passed + it_passed))
     failed=$((failed + it_failed))
     unset ASAN_OPTIONS UBSAN_OPTIONS
