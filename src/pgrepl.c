@@ -90,12 +90,13 @@ ob_pgrepl_error_message(const ob_pgrepl *p)
 /* Notices of a replication connection. Before PostgreSQL 18, pgoutput
  * fails with "publication ... does not exist" (SQLSTATE 42704) when the
  * publication does not exist at the position it decodes; from 18 on it
- * warns instead ("skipped loading publication", the same SQLSTATE) and
+ * warns instead ("skipped loading publication", SQLSTATE 55000) and
  * decodes on without it, passing the rows of that stretch over, after
- * which the slot would be confirmed past them. Such a warning while
- * streaming is kept and ob_pgrepl_read() turns it into that error before
- * it returns anything that came after it. Every notice still goes to the
- * receiver libpq had (which prints it). */
+ * which the slot would be confirmed past them. A warning of either
+ * SQLSTATE while streaming (its text may be translated) is kept, and
+ * ob_pgrepl_read() turns it into that error before it returns anything
+ * that came after it. Every notice still goes to the receiver libpq had
+ * (which prints it). */
 static void
 on_notice(void *arg, const PGresult *res)
 {
@@ -103,8 +104,8 @@ on_notice(void *arg, const PGresult *res)
 	const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
 	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 
-	if (p->streaming && !p->pub_skipped && state_is(res, "42704") && severity != NULL &&
-	    strcmp(severity, "WARNING") == 0) {
+	if (p->streaming && !p->pub_skipped && (state_is(res, "55000") || state_is(res, "42704")) &&
+	    severity != NULL && strcmp(severity, "WARNING") == 0) {
 		p->pub_skipped = true;
 		snprintf(p->pub_skipped_msg, sizeof(p->pub_skipped_msg), "%s",
 			 primary ? primary : "a publication was skipped");
@@ -667,7 +668,7 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	}
 	/* What came after the warning is not used (on_notice()). */
 	if (p->pub_skipped) {
-		snprintf(p->err_state, sizeof(p->err_state), "42704");
+		snprintf(p->err_state, sizeof(p->err_state), "55000");
 		snprintf(p->err_msg, sizeof(p->err_msg), "%s", p->pub_skipped_msg);
 		ob_error("replication stream ended: %s (a warning of the server, which decodes on "
 			 "without the publication, passing rows over); the publication must exist "
