@@ -68,7 +68,7 @@ total_failed=0
 
 for m in "${MAJORS[@]}"; do
     start=$SECONDS
-    printf '\n=== PostgreSQL %s (pgoutput)\n' "$m"
+    printf '\n=== PostgreSQL %s: pgoutput only (this server has no wal2json)\n' "$m"
     if ! bash deploy/pgversions.sh "$m"; then
         echo "pg$m: the server could not be fetched: 0 passed, 1 failed" >&2
         total_failed=$((total_failed + 1))
