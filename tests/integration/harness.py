@@ -253,6 +253,12 @@ def check_postgres_and_wal2json():
               file=sys.stderr)
         _checked = (None,)
         return None
+    if not os.access(os.path.join(PG_BIN, "pg_config"), os.X_OK) and \
+            PG_BIN != DEBIAN_PG_BIN:
+        raise HarnessError(
+            "%s has no pg_config, so no wal2json (the version matrix's "
+            "servers): run it with OUTBOXD_TEST_DECODERS=pgoutput "
+            "(tests/versions.sh)" % PG_BIN)
     pkglibdir = subprocess.run(
         [_pg_bin("pg_config"), "--pkglibdir"], check=True,
         capture_output=True, text=True).stdout.strip()
