@@ -7,6 +7,11 @@
 # fuzz targets. gcc's AddressSanitizer and UndefinedBehaviorSanitizer
 # runtimes come with build-essential.
 #
+# Last, it runs deploy/pgversions.sh: the PostgreSQL 16, 17 and 18 servers
+# of the version matrix (tests/versions.sh), from npm (node and npm come
+# from Debian's nodejs and npm when missing), cached in
+# /var/cache/outboxd-pg and reused; a failure there fails this script.
+#
 # It also generates the de_DE.UTF-8 locale: the integration tests run a
 # Postgres cluster with lc_messages = de_DE.UTF-8 (a server answering in
 # German must be understood by outboxd all the same).
@@ -45,14 +50,22 @@ for p in "${PACKAGES[@]}"; do
     status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
     [[ "$status" == "installed" ]] || missing+=("$p")
 done
+# npm and node fetch the matrix's servers; any install of them will do
+# (a nodejs from elsewhere may carry npm itself).
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+    missing+=(nodejs npm)
+fi
 
 # locale -a spells it de_DE.utf8.
 have_locale() {
     locale -a 2>/dev/null | grep -qix "${TEST_LOCALE/UTF-8/utf8}"
 }
 
+HERE=$(dirname "${BASH_SOURCE[0]}")
+
 if ((${#missing[@]} == 0)) && have_locale; then
     echo "deps: all ${#PACKAGES[@]} packages present, locale $TEST_LOCALE generated"
+    bash "$HERE/pgversions.sh"
     exit 0
 fi
 
@@ -84,4 +97,5 @@ if ! have_locale; then
     "${SUDO[@]}" locale-gen >/dev/null
     have_locale || { echo "deps: could not generate locale $TEST_LOCALE" >&2; exit 1; }
 fi
+bash "$HERE/pgversions.sh"
 echo "deps: done"

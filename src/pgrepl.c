@@ -32,6 +32,11 @@ struct ob_pgrepl {
 	/* The last error the server reported on this connection. */
 	char err_state[6]; /* its SQLSTATE; empty for a lost connection */
 	char err_msg[256];
+	/* A warning while streaming that a publication was passed over
+	 * (PostgreSQL 18; on_notice()), and the notice receiver it chains to. */
+	bool pub_skipped;
+	char pub_skipped_msg[256];
+	PQnoticeReceiver prev_notice;
 };
 
 /* The message of a failed result or connection, without the trailing
@@ -82,6 +87,33 @@ ob_pgrepl_error_message(const ob_pgrepl *p)
 	return p->err_msg;
 }
 
+/* Notices of a replication connection. Before PostgreSQL 18, pgoutput
+ * fails with "publication ... does not exist" (SQLSTATE 42704) when the
+ * publication does not exist at the position it decodes; from 18 on it
+ * warns instead ("skipped loading publication", SQLSTATE 55000) and
+ * decodes on without it, passing the rows of that stretch over, after
+ * which the slot would be confirmed past them. A warning of either
+ * SQLSTATE while streaming (its text may be translated) is kept, and
+ * ob_pgrepl_read() turns it into that error before it returns anything
+ * that came after it. Every notice still goes to the receiver libpq had
+ * (which prints it). */
+static void
+on_notice(void *arg, const PGresult *res)
+{
+	ob_pgrepl *p = arg;
+	const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+	if (p->streaming && !p->pub_skipped && (state_is(res, "55000") || state_is(res, "42704")) &&
+	    severity != NULL && strcmp(severity, "WARNING") == 0) {
+		p->pub_skipped = true;
+		snprintf(p->pub_skipped_msg, sizeof(p->pub_skipped_msg), "%s",
+			 primary ? primary : "a publication was skipped");
+	}
+	if (p->prev_notice != NULL)
+		p->prev_notice(NULL, res);
+}
+
 /* Open a connection with outboxd's settings (ob_pgconnect_open()): a
  * replication connection (replication=database) or a plain one.
  * OB_PG_RETRY (logged) on failure. */
@@ -96,6 +128,8 @@ connect_with(const ob_config *cfg, bool replication, ob_pgrepl **out)
 	*out = ob_xcalloc(1, sizeof(**out));
 	(*out)->conn = conn;
 	(*out)->plain = !replication;
+	if (replication)
+		(*out)->prev_notice = PQsetNoticeReceiver(conn, on_notice, *out);
 	return OB_PG_OK;
 }
 
@@ -625,15 +659,27 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 		p->copybuf = NULL;
 	}
 	n = PQgetCopyData(p->conn, &p->copybuf, 1);
-	if (n == 0) {
+	if (n == 0 && !p->pub_skipped) {
 		if (!PQconsumeInput(p->conn)) {
 			ob_error("could not read from postgres: %s", note_error(p, NULL));
 			return OB_READ_ERROR;
 		}
 		n = PQgetCopyData(p->conn, &p->copybuf, 1);
-		if (n == 0)
-			return OB_READ_NONE;
 	}
+	/* What came after the warning is not used (on_notice()). */
+	if (p->pub_skipped) {
+		snprintf(p->err_state, sizeof(p->err_state), "55000");
+		snprintf(p->err_msg, sizeof(p->err_msg), "%s", p->pub_skipped_msg);
+		ob_error("replication stream ended: %s (a warning of the server, which decodes on "
+			 "without the publication, passing rows over); the publication must exist "
+			 "from the slot's position on: drop the slot (\"outboxd slot drop\") and "
+			 "start outboxd again, with outbox.backlog_where to publish the rows "
+			 "written meanwhile",
+			 p->pub_skipped_msg);
+		return OB_READ_ERROR;
+	}
+	if (n == 0)
+		return OB_READ_NONE;
 	if (n == -1) {
 		PGresult *res = PQgetResult(p->conn);
 

@@ -9,6 +9,10 @@
 #    of each fuzz target's corpus in tests/fuzz/corpus/),
 # 4. runs the integration tests (pytest tests/integration: a throwaway
 #    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker),
+# 4b. runs the PostgreSQL version matrix (tests/versions.sh): a chosen part
+#    of the integration tests (streaming, restarts, faults, backlog) with
+#    pgoutput against PostgreSQL 16, 17 and 18 (from npm, fetched by
+#    deploy/pgversions.sh; a version that is missing fails),
 # 5. runs the fixed seeds of the randomized fault checker (tests/chaos:
 #    a seeded workload under random faults, then a check of what reached
 #    Kafka; each seed counts as one test),
@@ -26,7 +30,9 @@
 #    fail, never skip) or nothing ran.
 #
 # Environment: PYTEST_ARGS adds pytest arguments to both integration runs
-# (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1 skips step 1;
+# and to the version matrix (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1
+# skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
+# of the matrix;
 # OUTBOXD_FUZZ_SECONDS (default 30) is how long each fuzz target runs.
 # Each pytest run gets SIGINT after 40 minutes (so its fixtures still stop
 # Postgres and the broker).
@@ -204,6 +210,21 @@ say "integration tests"
 run_integration "$BUILD"
 passed=$((passed + it_passed))
 failed=$((failed + it_failed))
+
+# --- the PostgreSQL version matrix: 16, 17, 18 with pgoutput ---------------
+# tests/versions.sh (which says what it runs and why); each test counts.
+say "PostgreSQL versions (${OUTBOXD_PG_VERSIONS:-16 17 18})"
+versions_log="$BUILD/versions.log"
+OUTBOXD_BUILD="$BUILD" bash tests/versions.sh 2>&1 | tee "$versions_log"
+if read -r versions_passed versions_failed < <(sed -n \
+        's/^versions: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$versions_log" |
+        tail -n 1) && [[ -n "$versions_passed" ]]; then
+    passed=$((passed + versions_passed))
+    failed=$((failed + versions_failed))
+else
+    echo "the version matrix ended without its summary line" >&2
+    failed=$((failed + 1))
+fi
 
 # --- chaos: the fault checker's fixed seeds, one test each ------------------
 # tests/chaos/seeds.txt; a seed that fails prints its findings, its fault

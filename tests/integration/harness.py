@@ -1,6 +1,6 @@
 """Test harness for outboxd's integration tests: real parts only.
 
-- PgCluster: a throwaway PostgreSQL 15 cluster (initdb in a temp dir,
+- PgCluster: a throwaway PostgreSQL cluster (15, or the matrix's 16-18) (initdb in a temp dir,
   wal_level=logical, its own port and socket dir, trust auth), run as the
   `postgres` user when the tests run as root.
 - MockBroker: tests/broker/ob-mockbroker, librdkafka's mock Kafka cluster in
@@ -12,6 +12,17 @@
 
 Only the standard library, psycopg2 and confluent_kafka are used. Missing
 Postgres binaries or wal2json raise HarnessError: tests fail, never skip.
+
+The server comes from $OUTBOXD_PG_BIN (default: Debian's PostgreSQL 15).
+The version matrix (tests/versions.sh) points it at the PostgreSQL 16, 17
+or 18 of deploy/pgversions.sh and sets:
+- OUTBOXD_PG_MAJOR: the major version that server must be (checked);
+- OUTBOXD_PG_LIB: its library directory, LD_LIBRARY_PATH of the server
+  processes (by default <bin>/../lib when that holds a libpq of its own);
+- OUTBOXD_TEST_DECODERS=pgoutput: such a server has no wal2json, so it is
+  not required, and the tests run with pgoutput only (conftest.py).
+Client tools (psql) come from $OUTBOXD_PG_CLIENT_BIN (default: Debian's
+PostgreSQL 15), since those servers ship none.
 """
 
 import os
@@ -22,6 +33,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -29,7 +41,41 @@ import time
 import psycopg2
 import psycopg2.extras
 
-PG_BIN = os.environ.get("OUTBOXD_PG_BIN", "/usr/lib/postgresql/15/bin")
+DEBIAN_PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("OUTBOXD_PG_BIN", DEBIAN_PG_BIN)
+PG_CLIENT_BIN = os.environ.get("OUTBOXD_PG_CLIENT_BIN", DEBIAN_PG_BIN)
+# The major version the server must be; None: whatever PG_BIN holds.
+PG_MAJOR = os.environ.get("OUTBOXD_PG_MAJOR") or None
+
+
+def _pg_lib():
+    """The LD_LIBRARY_PATH for the server's processes, or None."""
+    lib = os.environ.get("OUTBOXD_PG_LIB")
+    if lib:
+        return lib
+    guess = os.path.normpath(os.path.join(PG_BIN, "..", "lib"))
+    if os.path.exists(os.path.join(guess, "libpq.so.5")):
+        return guess
+    return None
+
+
+PG_LIB = _pg_lib()
+
+
+def decoders_under_test():
+    """The decoders $OUTBOXD_TEST_DECODERS allows (a comma list), or None
+    for all."""
+    only = os.environ.get("OUTBOXD_TEST_DECODERS")
+    if not only:
+        return None
+    return [d.strip() for d in only.split(",") if d.strip()]
+
+
+def wal2json_required():
+    """False only when $OUTBOXD_TEST_DECODERS leaves wal2json out (the
+    matrix's servers without it)."""
+    only = decoders_under_test()
+    return only is None or "wal2json" in only
 
 
 class HarnessError(RuntimeError):
@@ -140,20 +186,79 @@ def murmur2_partition(key_bytes, num_partitions):
 # PostgreSQL
 
 
-def _pg_bin(name):
-    path = os.path.join(PG_BIN, name)
+def _pg_bin(name, bindir=None):
+    path = os.path.join(bindir or PG_BIN, name)
     if not os.access(path, os.X_OK):
-        raise HarnessError(
-            "PostgreSQL 15 binary %s is missing: install postgresql-15 "
-            "(deploy/deps.sh)" % path)
+        if (bindir or PG_BIN) == DEBIAN_PG_BIN:
+            hint = "install postgresql-15 (deploy/deps.sh)"
+        else:
+            hint = "fetch it with deploy/pgversions.sh"
+        raise HarnessError("PostgreSQL binary %s is missing: %s"
+                           % (path, hint))
     return path
 
 
+def _pg_client_bin(name):
+    """A client tool (psql): from PG_BIN when it has one, else from
+    PG_CLIENT_BIN (the matrix's servers ship no client tools)."""
+    path = os.path.join(PG_BIN, name)
+    if os.access(path, os.X_OK):
+        return path
+    return _pg_bin(name, PG_CLIENT_BIN)
+
+
+def _server_env():
+    env = dict(os.environ)
+    if PG_LIB:
+        env["LD_LIBRARY_PATH"] = PG_LIB + (
+            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH")
+            else "")
+    return env
+
+
+_checked = None
+
+
+def server_major():
+    """The major version of PG_BIN's postgres (an int)."""
+    r = subprocess.run([_pg_bin("postgres"), "--version"],
+                       capture_output=True, text=True, env=_server_env())
+    m = re.search(r"\(PostgreSQL\) (\d+)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise HarnessError("%s --version failed (%d): %s%s"
+                           % (_pg_bin("postgres"), r.returncode, r.stdout,
+                              r.stderr))
+    return int(m.group(1))
+
+
 def check_postgres_and_wal2json():
-    """Raises HarnessError unless PostgreSQL 15 and wal2json are installed;
-    returns the path of wal2json.so."""
-    for b in ("initdb", "pg_ctl", "postgres", "psql", "pg_config"):
+    """Raises HarnessError unless the server binaries are there (of major
+    version $OUTBOXD_PG_MAJOR when set) and, unless the decoders under test
+    leave it out, wal2json; returns the path of wal2json.so, or None when
+    it is not required."""
+    global _checked
+    if _checked is not None:
+        return _checked[0]
+    for b in ("initdb", "pg_ctl", "postgres"):
         _pg_bin(b)
+    _pg_client_bin("psql")
+    major = server_major()
+    if PG_MAJOR is not None and major != int(PG_MAJOR):
+        raise HarnessError("%s is PostgreSQL %d, not %s (OUTBOXD_PG_MAJOR)"
+                           % (_pg_bin("postgres"), major, PG_MAJOR))
+    if not wal2json_required():
+        # Said, not silent: the run is pgoutput only by the matrix's choice.
+        print("harness: PostgreSQL %d from %s, decoders %s: wal2json not "
+              "required" % (major, PG_BIN, ",".join(decoders_under_test())),
+              file=sys.stderr)
+        _checked = (None,)
+        return None
+    if not os.access(os.path.join(PG_BIN, "pg_config"), os.X_OK) and \
+            PG_BIN != DEBIAN_PG_BIN:
+        raise HarnessError(
+            "%s has no pg_config, so no wal2json (the version matrix's "
+            "servers): run it with OUTBOXD_TEST_DECODERS=pgoutput "
+            "(tests/versions.sh)" % PG_BIN)
     pkglibdir = subprocess.run(
         [_pg_bin("pg_config"), "--pkglibdir"], check=True,
         capture_output=True, text=True).stdout.strip()
@@ -161,12 +266,15 @@ def check_postgres_and_wal2json():
     if not os.path.exists(so):
         raise HarnessError(
             "wal2json is not installed (%s missing): install "
-            "postgresql-15-wal2json (deploy/deps.sh)" % so)
+            "postgresql-15-wal2json (deploy/deps.sh), or run this server "
+            "with OUTBOXD_TEST_DECODERS=pgoutput" % so)
+    _checked = (so,)
     return so
 
 
 class PgCluster:
-    """A throwaway PostgreSQL 15 cluster in a directory of its own.
+    """A throwaway PostgreSQL cluster (15 unless $OUTBOXD_PG_BIN says
+    otherwise) in a directory of its own.
 
     When the tests run as root, the cluster's files belong to `postgres` and
     every server-side command runs through `runuser -u postgres --`. Clients
@@ -214,7 +322,7 @@ class PgCluster:
 
     def _run_server_cmd(self, argv, timeout=120):
         r = subprocess.run(self._as_server_user(argv), capture_output=True,
-                           text=True, timeout=timeout)
+                           text=True, timeout=timeout, env=_server_env())
         if r.returncode != 0:
             raise HarnessError("%s failed (%d):\n%s\n%s\n--- server log:\n%s"
                                % (" ".join(argv), r.returncode, r.stdout,
@@ -312,7 +420,7 @@ class PgCluster:
 
     def run_file(self, path, dbname="postgres"):
         """Runs an SQL file with psql -v ON_ERROR_STOP=1; raises on error."""
-        r = subprocess.run([_pg_bin("psql"), "-X", "-q", "-v",
+        r = subprocess.run([_pg_client_bin("psql"), "-X", "-q", "-v",
                             "ON_ERROR_STOP=1", "-d", self.conninfo(dbname),
                             "-f", path], capture_output=True, text=True,
                            timeout=120)
@@ -367,6 +475,52 @@ class PgCluster:
 
     def log_text(self):
         return _tail(self.logfile, 200000)
+
+
+class PgoutputCommitProbe:
+    """Where transactions committed, read with pgoutput (for the servers
+    without wal2json): a slot of its own and a publication of the same name
+    for table. commits() peeks, never consumes. The probes of the tests
+    (WalProbe, CommitProbe) use wal2json when it is required, this
+    otherwise."""
+
+    def __init__(self, pg, name, table="public.outbox"):
+        self.pg = pg
+        self.name = name[:63]
+        self.table = table
+        pg.sql('CREATE PUBLICATION "%s" FOR TABLE %s' % (self.name, table))
+        pg.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+               (self.name,))
+
+    def transactions(self, prefix="outbox"):
+        """[(xid, commit lsn, end lsn, changed)] in commit order, changed:
+        the transaction inserted into table or emitted a transactional
+        message with prefix."""
+        rows = self.pg.sql(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, "
+            "NULL, 'proto_version', '1', 'publication_names', %s, "
+            "'messages', 'true')", (self.name, '"%s"' % self.name))
+        out, xid, changed = [], None, False
+        for (data,) in rows:
+            b = bytes(data)
+            kind = b[:1]
+            if kind == b"B":    # final lsn, timestamp, xid
+                xid = int.from_bytes(b[17:21], "big")
+                changed = False
+            elif kind == b"I":
+                changed = True
+            elif kind == b"M":  # flags, lsn, prefix\0, length, content
+                end = b.index(b"\0", 10)
+                if b[1] & 1 and b[10:end].decode() == prefix:
+                    changed = True
+            elif kind == b"C":  # flags, commit lsn, end lsn, timestamp
+                out.append((xid, int.from_bytes(b[2:10], "big"),
+                            int.from_bytes(b[10:18], "big"), changed))
+        return out
+
+    def drop(self):
+        self.pg.drop_slot(self.name)
+        self.pg.sql('DROP PUBLICATION IF EXISTS "%s"' % self.name)
 
 
 # ---------------------------------------------------------------------------

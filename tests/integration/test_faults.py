@@ -266,12 +266,20 @@ class CommitProbe:
         self.pg = pg
         self.name = name[:63]
         self.table = table
+        # Servers without wal2json (the version matrix): pgoutput.
+        self.pgoutput = None
+        if not harness.wal2json_required():
+            self.pgoutput = harness.PgoutputCommitProbe(pg, self.name, table)
+            return
         pg.sql("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
                (self.name,))
 
     def commits(self):
         """[(commit lsn, end lsn)] in commit order since the probe was
         made."""
+        if self.pgoutput:
+            return [(lsn, end) for _, lsn, end, changed
+                    in self.pgoutput.transactions() if changed]
         rows = self.pg.sql(
             "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "
             "'format-version', '2', 'include-lsn', '1', 'add-tables', %s, "
@@ -299,7 +307,10 @@ def probe(pg, slot_name):
         return p
     yield make
     for p in made:
-        p.pg.drop_slot(p.name)
+        if p.pgoutput:
+            p.pgoutput.drop()
+        else:
+            p.pg.drop_slot(p.name)
 
 
 @pytest.fixture

@@ -143,6 +143,36 @@ def test_missing_publication_is_created_before_the_slot(pg, broker, consumer,
     assert "pub_%s publishes the inserts of public.outbox" % test_id in out, out
 
 
+def test_unmapped_generated_column_leaves_the_publication_whole(
+        pg, broker, consumer, outboxd_factory, test_id):
+    """A GENERATED ... STORED column that no setting maps is no column list:
+    from PostgreSQL 16 on, pg_publication_tables.attnames leaves such
+    columns out (15 names them), and pgoutput never sends them, so the
+    publication still publishes every event. outboxd streams, and goes on
+    streaming when another such column is added while it runs (the
+    publication's stamp is read again)."""
+    table = "%s_gencol" % test_id
+    pg.sql("CREATE TABLE public.%s (LIKE public.outbox INCLUDING ALL, "
+           "n_len int GENERATED ALWAYS AS (length(event_type)) STORED)"
+           % table)
+    d = outboxd_factory(pgoutput({"outbox": {"table": "public." + table}}))
+    d.wait_log("streaming from slot", 20)
+    rc, out, _ = d.run_cmd(["check"])
+    assert "pub_%s publishes the inserts of public.%s" % (test_id, table) \
+        in out, out
+    atype = "%s_g" % test_id
+    insert(pg, table, atype, 10)
+    consumer_records = consumer.collect("outbox.event." + atype, 10, 30,
+                                        settle=0.2)
+    assert_all_delivered(consumer_records, ids_of(pg, table, atype))
+    pg.sql("ALTER TABLE public.%s ADD COLUMN h_len int GENERATED ALWAYS AS "
+           "(length(aggregate_id)) STORED" % table)
+    insert(pg, table, atype, 10, first=10)
+    records = consumer.collect("outbox.event." + atype, 20, 30)
+    assert_all_delivered(records, ids_of(pg, table, atype))
+    assert d.running(), d.log_tail()
+
+
 @pytest.mark.parametrize("ddl,needle", [
     ("CREATE PUBLICATION {p} FOR TABLE public.outbox WITH (publish = 'update')",
      "SET (publish = 'insert'"),

@@ -124,12 +124,20 @@ class WalProbe:
     def __init__(self, pg, name):
         self.pg = pg
         self.name = name[:63]
+        # Servers without wal2json (the version matrix): pgoutput.
+        self.pgoutput = None
+        if not harness.wal2json_required():
+            self.pgoutput = harness.PgoutputCommitProbe(pg, self.name)
+            return
         pg.sql("SELECT pg_create_logical_replication_slot(%s, 'wal2json')",
                (self.name,))
 
     def commits(self):
         """xid -> (commit lsn, end lsn) as ints, for every transaction that
         touched public.outbox or emitted an outbox message since creation."""
+        if self.pgoutput:
+            return {x: (lsn, end) for x, lsn, end, changed
+                    in self.pgoutput.transactions() if changed}
         rows = self.pg.sql(
             "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "
             "'format-version', '2', 'include-xids', '1', 'include-lsn', '1', "
@@ -144,6 +152,9 @@ class WalProbe:
         return out
 
     def drop(self):
+        if self.pgoutput:
+            self.pgoutput.drop()
+            return
         self.pg.drop_slot(self.name)
 
 
