@@ -137,8 +137,11 @@ def inbox_config(pg, broker, agg, topic, irng):
                   "fetch.wait.max.ms": 100,
                   # a member killed with -9 stays in the group until its
                   # session times out: keep that short for the restarts
-                  "session.timeout.ms": 6000,
-                  "heartbeat.interval.ms": 500,
+                  # (the mock cluster then assigns the partitions again
+                  # about 5 s after a kill -9, 2 s after a SIGTERM; it
+                  # never assigns them with 2000 ms)
+                  "session.timeout.ms": 3000,
+                  "heartbeat.interval.ms": 300,
                   "partition.assignment.strategy": irng.choice(
                       ["range,roundrobin", "cooperative-sticky"])},
         "http": {"listen": ""},

@@ -318,23 +318,48 @@ class Injector(threading.Thread):
 
     # -- the inbox's faults -------------------------------------------------
 
+    def _inbox_moving(self, within=3.0):
+        """Waits (at most within seconds) until the inbox stores a
+        transaction (its stored positions move): a moment when it is
+        consuming. Returns what it saw."""
+        q = ("SELECT coalesce(sum(next_offset), 0) FROM "
+             "public.outboxd_inbox_offsets WHERE group_id = %s")
+        group = self.inbox.config["inbox"]["group"]
+        last, deadline = None, time.monotonic() + within
+        while time.monotonic() < deadline and not self._halt.is_set():
+            try:
+                now = self.pg.sql(q, (group,), dbname=self.inbox_db)[0][0]
+            except Exception:
+                now = None
+            if last is not None and now is not None and now != last:
+                return "while storing (at %d)" % now
+            last = now
+            time.sleep(0.02)
+        return "idle"
+
     def _inbox_kill9(self, delay):
+        """kill -9 of the inbox while it stores (when it does within 3 s),
+        started again delay seconds later."""
+        seen = self._inbox_moving()
         self.inbox.kill9()
         time.sleep(delay)
         self.inbox.start()
+        return seen
 
     def _inbox_sigterm(self, delay):
         return self._sigterm(delay, self.inbox)
 
     def _inbox_conn(self, _):
-        """pg_terminate_backend of the inbox's connection(s)."""
+        """pg_terminate_backend of the inbox's connection(s), while it
+        stores (when it does within 3 s)."""
+        seen = self._inbox_moving()
         try:
             rows = self.pg.sql("SELECT pg_terminate_backend(pid) FROM "
                                "pg_stat_activity WHERE datname = %s AND "
                                "pid <> pg_backend_pid()", (self.inbox_db,))
         except Exception as e:  # the server restarting: nothing to end
             return "failed: %s" % str(e).splitlines()[0][:80]
-        return "terminated %d" % len(rows)
+        return "terminated %d %s" % (len(rows), seen)
 
     def _inbox_outage_kill9(self, seconds):
         """Every broker down; the inbox killed and started again halfway
