@@ -77,9 +77,11 @@ class Clock:
 
     def __init__(self):
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
 
     def start(self):
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
 
     def __call__(self):
         return time.monotonic() - self.t0
@@ -98,6 +100,7 @@ class Result:
         self.seconds = 0.0
         self.dir = None
         self.inbox = False
+        self.wall0 = None   # the wall clock (UTC) at run time 0
 
     @property
     def passed(self):
@@ -343,6 +346,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True):
         injector = faults.Injector(schedule, pg, broker, daemon, "chaos",
                                    clock, rtt, ibx, INBOX_DB)
         res.faults = injector.log
+        res.wall0 = clock.wall0
         driver.on_commit = injector.commit_seen
         injector.start()
         try:
@@ -426,7 +430,11 @@ def print_result(res):
         return
     for f in res.report.findings:
         print(f.render())
-    print("  fault log (run seconds):")
+    print("  fault log (run seconds%s):" % (
+        "; 0 is %s UTC in the logs" % (
+            time.strftime("%H:%M:%S", time.gmtime(res.wall0))
+            + (".%03d" % (res.wall0 % 1 * 1000)))
+        if res.wall0 is not None else ""))
     print("\n".join(res.faults.lines()))
     for n in res.report.notes:
         print("  note: %s" % n)
