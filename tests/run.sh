@@ -15,7 +15,8 @@
 #    deploy/pgversions.sh; a version that is missing fails),
 # 5. runs the fixed seeds of the randomized fault checker (tests/chaos:
 #    a seeded workload under random faults, then a check of what reached
-#    Kafka; each seed counts as one test),
+#    Kafka and of what `outboxd inbox` stored from it; each seed counts as
+#    one test),
 # 6. fuzzes: builds the libFuzzer targets with clang-14 into build-fuzz/
 #    (-Dfuzz=true: AddressSanitizer and UndefinedBehaviorSanitizer) and runs
 #    each for OUTBOXD_FUZZ_SECONDS, starting from its corpus in the tree,

@@ -7,8 +7,10 @@
     python3 tests/chaos/chaos.py --minutes 30      # soak: new seeds for 30 min
 
 Each seed is one run: a throwaway Postgres 15 cluster, outboxd (the seed
-picks the decoder and a plain or partitioned outbox table), the workload
-and the faults of the seed, a drain, and the checker. One mock broker
+picks the decoder and a plain or partitioned outbox table), `outboxd
+inbox` consuming the event topic into a second database (unless
+--no-inbox), the workload and the faults of the seed, a drain, and the
+checker. One mock broker
 serves all runs of a process. Ends with `chaos: N passed, N failed` (each
 seed a test) and exits non-zero when a seed failed or nothing ran; a
 missing part (Postgres, wal2json, the broker or outboxd binaries) fails
@@ -41,6 +43,11 @@ from workload import FEATURES, Driver  # noqa: E402
 
 PARTITIONS = 8
 DRAIN_TIMEOUT = 90
+INBOX_TIMEOUT = 90
+INBOX_DB = "chaos_inbox"
+# librdkafka's mock cluster keeps at most this much of a partition and
+# silently drops older records beyond it (and 100,000 message sets).
+BROKER_PARTITION_BYTES = 5 * 1024 * 1024
 SEEDS_FILE = HERE / "seeds.txt"
 
 
@@ -70,9 +77,11 @@ class Clock:
 
     def __init__(self):
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
 
     def start(self):
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
 
     def __call__(self):
         return time.monotonic() - self.t0
@@ -90,6 +99,8 @@ class Result:
         self.faults = None
         self.seconds = 0.0
         self.dir = None
+        self.inbox = False
+        self.wall0 = None   # the wall clock (UTC) at run time 0
 
     @property
     def passed(self):
@@ -112,6 +123,120 @@ def outboxd_config(pg, broker, slot, agg, decoder, rng):
         "http": {"listen": ""},
         "log": {"level": "info"},
     }
+
+
+def inbox_config(pg, broker, agg, topic, irng):
+    """The inbox's settings for a run: the event topic into the inbox
+    database, a group and a dead-letter topic of the run's own; the batch
+    size and the assignment protocol drawn from irng."""
+    return {
+        "inbox": {"conninfo": pg.conninfo(INBOX_DB), "topics": topic,
+                  "group": "chaos-inbox-%s" % agg,
+                  "batch_max": irng.choice([10, 50, 200, 500])},
+        "outbox": {"dlq_topic": "chaos.%s.inbox.dlq" % agg},
+        "postgres": {"reconnect_max_backoff_ms": 1000},
+        "kafka": {"bootstrap.servers": broker.bootstraps,
+                  "topic.metadata.refresh.interval.ms": 1000,
+                  "fetch.wait.max.ms": 100,
+                  # a member killed with -9 stays in the group until its
+                  # session times out: keep that short for the restarts
+                  # (the mock cluster then assigns the partitions again
+                  # about 5 s after a kill -9, 2 s after a SIGTERM; it
+                  # never assigns them with 2000 ms)
+                  "session.timeout.ms": 3000,
+                  "heartbeat.interval.ms": 300,
+                  "partition.assignment.strategy": irng.choice(
+                      ["range,roundrobin", "cooperative-sticky"])},
+        "http": {"listen": ""},
+        "log": {"level": "info"},
+    }
+
+
+def watermarks(bootstraps, topic):
+    """{partition: (low, high)} of topic."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstraps, "group.id": "chaos-wm",
+                  "log_level": 3, "allow.auto.create.topics": False})
+    try:
+        md = c.list_topics(topic, timeout=20).topics[topic]
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p),
+                                           timeout=20)
+                for p in md.partitions}
+    finally:
+        c.close()
+
+
+def check_broker_limit(bootstraps, topic, records):
+    """Raises HarnessError when a partition of topic lost records to the
+    mock broker's retention (its low watermark above 0) or came near its
+    5 MB: the run's history is then not what the broker holds."""
+    size = collections.Counter()
+    for r in records:
+        size[r["partition"]] += len(r["value"] or b"") + 100
+    for p, (lo, hi) in watermarks(bootstraps, topic).items():
+        if lo > 0 or size[p] > 0.9 * BROKER_PARTITION_BYTES:
+            raise harness.HarnessError(
+                "%s [%d] holds offsets %d..%d, about %d bytes: beyond the "
+                "mock broker's %d bytes a partition, it drops the oldest "
+                "records (make the workload smaller)"
+                % (topic, p, lo, hi, size[p], BROKER_PARTITION_BYTES))
+
+
+class InboxState:
+    """What the inbox stored once caught up: rows {id: (topic, partition,
+    kafka_offset, key, k, s)}, stored {(topic, partition): next_offset},
+    hw {partition: high watermark} of the event topic, dead (its
+    dead-letter topic's records), final_rc, log (its whole log),
+    caught_up (seconds it took after the publisher stopped, None when it
+    never did)."""
+
+    def __init__(self):
+        self.rows = {}
+        self.stored = {}
+        self.hw = {}
+        self.dead = []
+        self.final_rc = None
+        self.log = ""
+        self.caught_up = None
+        self.topic = None
+
+
+def inbox_stored(pg, group):
+    """{(topic, partition): next_offset} stored for group (waits while the
+    server is away)."""
+    return dict(((t, p), n) for t, p, n in pg.sql(
+        "SELECT topic, partition, next_offset FROM "
+        "public.outboxd_inbox_offsets WHERE group_id = %s", (group,),
+        dbname=INBOX_DB))
+
+
+def quiesce_inbox(pg, broker, cfg, topic, inbox, injector):
+    """Waits (restarting an inbox that exits) until the inbox's stored
+    positions reach the event topic's high watermarks, stops it with
+    SIGTERM and reads what it stored; returns an InboxState."""
+    st = InboxState()
+    st.topic = topic
+    group = cfg["inbox"]["group"]
+    st.hw = {p: hi for p, (lo, hi) in watermarks(broker.bootstraps,
+                                                 topic).items()}
+    want = {(topic, p): n for p, n in st.hw.items() if n > 0}
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < INBOX_TIMEOUT:
+        stored = inbox_stored(pg, group)
+        if all(stored.get(k) == n for k, n in want.items()):
+            st.caught_up = time.monotonic() - t0
+            break
+        injector.watch_inbox()
+        time.sleep(0.2)
+    st.final_rc = inbox.stop(60)
+    st.log = inbox.log_text()
+    st.stored = inbox_stored(pg, group)
+    for row in pg.sql("SELECT id, topic, partition, kafka_offset, key, "
+                      "payload->>'k', (payload->>'s')::bigint FROM "
+                      "public.inbox", dbname=INBOX_DB):
+        st.rows[row[0]] = row[1:]
+    st.dead = read_topic(broker.bootstraps, cfg["outbox"]["dlq_topic"])
+    return st
 
 
 def read_topic(bootstraps, topic):
@@ -165,10 +290,15 @@ def drain(pg, slot, end, injector):
         time.sleep(0.2)
 
 
-def run_seed(parts, seed, seconds, keep, without=frozenset()):
+def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True):
     """Runs one seed end to end (its workload lacking the features in
-    without); returns its Result."""
+    without; with `outboxd inbox` unless inbox is False); returns its
+    Result."""
     res = Result(seed)
+    res.inbox = inbox
+    # The inbox's draws come from a generator of their own, so a seed's
+    # workload and publisher faults are the same with and without it.
+    irng = random.Random("inbox-%d" % seed)
     clock = Clock()
     started = time.monotonic()
     rng = random.Random(seed)
@@ -177,7 +307,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset()):
     agg = "c%d_%d" % (seed, parts.runs)
     workdir = tempfile.mkdtemp(prefix="chaos-%d-" % seed)
     res.dir = workdir
-    pg = daemon = None
+    pg = daemon = ibx = None
     try:
         pg = harness.PgCluster(workdir, extra_conf={
             "logical_decoding_work_mem": "'64kB'",
@@ -196,15 +326,27 @@ def run_seed(parts, seed, seconds, keep, without=frozenset()):
         if rc != 0:
             raise harness.HarnessError("outboxd slot create: %s %s"
                                        % (out, err))
+        if inbox:
+            pg.create_db(INBOX_DB)
+            pg.run_file(str(REPO / "sql" / "inbox.sql"), INBOX_DB)
+            icfg = inbox_config(pg, broker, agg, topic, irng)
+            broker.create_topic(icfg["outbox"]["dlq_topic"], 1)
+            ibx = harness.Outboxd(parts.outboxd, icfg,
+                                  os.path.join(workdir, "inbox"),
+                                  command="inbox")
         daemon.start()
         rtt = rng.choice([0, 0, 5, 20, 100])
         broker.cmd("rtt all %d" % rtt)
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
                         without)
         clock.start()
-        injector = faults.Injector(faults.plan(rng, seconds), pg,
-                                   broker, daemon, "chaos", clock, rtt)
+        schedule = faults.plan(rng, seconds)
+        if inbox:
+            schedule = sorted(schedule + faults.inbox_plan(irng, seconds))
+        injector = faults.Injector(schedule, pg, broker, daemon, "chaos",
+                                   clock, rtt, ibx, INBOX_DB)
         res.faults = injector.log
+        res.wall0 = clock.wall0
         driver.on_commit = injector.commit_seen
         injector.start()
         try:
@@ -222,15 +364,22 @@ def run_seed(parts, seed, seconds, keep, without=frozenset()):
         confirmed = drain(pg, "chaos", end, injector)
         final_rc = daemon.stop(60)
         records = read_topic(broker.bootstraps, topic)
+        check_broker_limit(broker.bootstraps, topic, records)
         dead = read_topic(broker.bootstraps, cfg["outbox"]["dlq_topic"])
+        state = None
+        if inbox:
+            state = quiesce_inbox(pg, broker, icfg, topic, ibx, injector)
         res.report = checker.check(driver.history, records, dead,
                                    injector.log, daemon.log_text(),
-                                   PARTITIONS, (end, confirmed, final_rc))
+                                   PARTITIONS, (end, confirmed, final_rc),
+                                   state)
     except Exception:
         res.error = traceback.format_exc()
     finally:
         if daemon is not None:
             daemon.stop(30)
+        if ibx is not None:
+            ibx.stop(30)
         if pg is not None:
             pg.stop("immediate")
         res.seconds = time.monotonic() - started
@@ -247,6 +396,8 @@ def _keep_or_remove(res, pg, workdir, keep):
         dest.mkdir(parents=True, exist_ok=True)
         for f in Path(workdir).glob("outboxd-*.log"):
             shutil.copy(f, dest)
+        for f in Path(workdir).glob("inbox/outboxd-*.log"):
+            shutil.copy(f, dest / ("inbox-" + f.name))
         if pg is not None and os.path.exists(pg.logfile):
             shutil.copy(pg.logfile, dest)
         res.dir = str(dest)
@@ -266,17 +417,24 @@ def print_result(res):
     s = res.report.stats
     kinds = collections.Counter(res.faults.kinds())
     print("%s: %s in %.1f s: %d events in %d txns, %d records, %d dup, "
-          "%d dead letters; faults %s" % (
+          "%d dead letters, %s; faults %s" % (
               head, "PASS" if res.passed else "FAIL", res.seconds,
               s["events"], s["committed_txns"], s["records"],
               s["duplicated_events"], s["dead_letters"],
+              "%d inbox rows (caught up in %s)" % (
+                  s["inbox_rows"], s["inbox_caught_up"])
+              if res.inbox else "no inbox",
               ", ".join("%s x%d" % kv for kv in sorted(kinds.items()))
               or "none"))
     if res.passed:
         return
     for f in res.report.findings:
         print(f.render())
-    print("  fault log (run seconds):")
+    print("  fault log (run seconds%s):" % (
+        "; 0 is %s UTC in the logs" % (
+            time.strftime("%H:%M:%S", time.gmtime(res.wall0))
+            + (".%03d" % (res.wall0 % 1 * 1000)))
+        if res.wall0 is not None else ""))
     print("\n".join(res.faults.lines()))
     for n in res.report.notes:
         print("  note: %s" % n)
@@ -333,6 +491,9 @@ def main(argv=None):
                     help="workload features to leave out, comma-separated "
                     "(%s): steers around a known defect while it is "
                     "being fixed" % ", ".join(sorted(FEATURES)))
+    ap.add_argument("--no-inbox", action="store_true",
+                    help="leave out `outboxd inbox` and its faults (the "
+                    "publisher's draws stay the same)")
     ap.add_argument("--keep", default="/tmp/outboxd-chaos",
                     help="where failed runs' logs are kept")
     args = ap.parse_args(argv)
@@ -373,7 +534,8 @@ def main(argv=None):
             res = Result(seed)
             res.error = err
         else:
-            res = run_seed(parts, seed, args.seconds, args.keep, without)
+            res = run_seed(parts, seed, args.seconds, args.keep, without,
+                           not args.no_inbox)
         print_result(res)
         sys.stdout.flush()
         results.append(res)

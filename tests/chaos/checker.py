@@ -29,7 +29,26 @@ The rules:
   exit of outboxd nobody asked for is a finding, except exit 1 on a failed
   dead-letter publish when record errors were injected (README); a fast
   shutdown of Postgres that does not end in 60 s (pg_ctl's wait) is a
-  finding (README: a walsender outboxd reads must not hold it up)."""
+  finding (README: a walsender outboxd reads must not hold it up).
+
+With an inbox (README "Inbox": `outboxd inbox` consumed the event topic
+into an inbox table), once it caught up:
+
+- inbox-loss: every committed event that is in the event topic has its
+  row (a committed event the publisher lost is the `loss` finding; one
+  the broker refused alone is dead-lettered, never in the inbox);
+- inbox-phantom: no row for an event that was not committed (rolled
+  back, of a rolled-back savepoint, a bad event, never written), nor for
+  an id the event topic does not hold;
+- inbox-row: each row names the first record of its id in the topic (its
+  partition and offset: a later copy is a duplicate by id, an earlier one
+  skipped) and has that record's key and payload;
+- inbox-position: the positions stored for the group equal the event
+  topic's high watermarks (none for an empty partition, or 0), and they
+  got there within the wait;
+- inbox-dead-letter: nothing is dead-lettered by the inbox (every record
+  the publisher writes has an id header and a UTF-8 key);
+- inbox-exit: the inbox never exits by itself and exits 0 on SIGTERM."""
 
 import collections
 import json
@@ -94,12 +113,14 @@ class Delivered:
             pass
 
 
-def check(history, records, dead, faults, daemon_log, partitions, drained):
+def check(history, records, dead, faults, daemon_log, partitions, drained,
+          inbox=None):
     """Judges a drained run. records: the event topic's records, dead:
     the dead-letter topic's (harness.Consumer dicts); faults: the
     FaultLog; daemon_log: outboxd's whole log; partitions: the event
     topic's partition count; drained: (end LSN, confirmed LSN, final
-    exit code). Returns a Report."""
+    exit code); inbox: what `outboxd inbox` stored (chaos.InboxState),
+    None without an inbox. Returns a Report."""
     rep = Report()
     ctx = _Context(history, faults, daemon_log)
     delivered = [Delivered(r) for r in records]
@@ -109,6 +130,8 @@ def check(history, records, dead, faults, daemon_log, partitions, drained):
     _check_order(rep, ctx, delivered, refused)
     _check_duplicates(rep, ctx, delivered)
     _check_daemon(rep, ctx, drained)
+    if inbox is not None:
+        _check_inbox(rep, ctx, delivered, inbox)
     rep.stats.update(
         committed_txns=len(history.committed()),
         events=len(ctx.committed), records=len(records),
@@ -387,3 +410,146 @@ def _check_daemon(rep, ctx, drained):
             continue
         rep.add("exit", "outboxd exited by itself at t=%.2f: %s"
                 % (e[0], e[3]), ctx.around(e[0] - 3, e[0]))
+
+
+INBOX_KINDS = ("inbox_kill9", "inbox_sigterm", "inbox_conn",
+               "inbox_outage_kill9", "inbox-exit", "broker_down",
+               "outage_kill9", "pg_fast", "pg_immediate")
+
+
+def _inbox_faults(ctx):
+    """The fault log's lines of the faults that hit the inbox."""
+    return ["fault %7.2f..%7.2f %s %s" % e[:4] for e in ctx.faults.entries
+            if e[2] in INBOX_KINDS]
+
+
+def _inbox_log(inbox, partition, n=6):
+    """The inbox log's last n lines about partition (assignments,
+    resumes, mismatches) and its restarts."""
+    tag = "[%d]" % partition
+    lines = [ln for ln in inbox.log.splitlines()
+             if ln.startswith("=== start") or tag in ln
+             or "resumed" in ln or "could not" in ln]
+    return ["inbox log: " + ln[:160] for ln in lines[-n:]]
+
+
+def _records_around(delivered, inbox, partition, offset, n=2):
+    """The partition's records around offset, each with whether the inbox
+    holds a row naming it."""
+    named = {(r[1], r[2]) for r in inbox.rows.values()}
+    out = []
+    for d in sorted(delivered, key=lambda d: d.offset):
+        if d.partition == partition and abs(d.offset - offset) <= n:
+            out.append("  %d/%d %s seq %s%s" % (
+                partition, d.offset, d.id, d.seq,
+                " (row)" if (partition, d.offset) in named else ""))
+    return out
+
+
+def _check_inbox(rep, ctx, delivered, inbox):
+    """The inbox stored every event of the topic exactly once, at its
+    first record, and its positions at the topic's end."""
+    first = {}
+    for d in sorted(delivered, key=lambda d: (d.partition, d.offset)):
+        first.setdefault(d.id, d)
+    rows = inbox.rows
+    rep.stats["inbox_rows"] = len(rows)
+    rep.stats["inbox_caught_up"] = ("%.1f s" % inbox.caught_up
+                                    if inbox.caught_up is not None
+                                    else "never")
+    # loss: committed, in the topic, no row
+    lost = sorted((first[i] for i in ctx.committed
+                   if i in first and i not in rows),
+                  key=lambda d: (d.partition, d.offset))
+    rep.stats["inbox_lost"] = len(lost)
+    for d in lost[:3]:
+        e = ctx.committed[d.id]
+        rep.add("inbox-loss", "event %r (%s [%d] offset %d) is not in the "
+                "inbox table; stored position of [%d]: %s" % (
+                    e, inbox.topic, d.partition, d.offset, d.partition,
+                    inbox.stored.get((inbox.topic, d.partition))),
+                _records_around(delivered, inbox, d.partition, d.offset)
+                + ctx.txn_excerpt(e.txn, around=0)
+                + _inbox_log(inbox, d.partition) + _inbox_faults(ctx))
+    if len(lost) > 3:
+        rep.add("inbox-loss", "... %d events of the topic not in the inbox "
+                "in all, in partitions %s" % (
+                    len(lost), sorted({d.partition for d in lost})))
+    # phantoms: not committed, or not in the topic
+    phantoms = [i for i in rows if i not in ctx.committed or i not in first]
+    for i in phantoms[:3]:
+        if i not in first:
+            what = "an id the event topic does not hold"
+        elif i in ctx.never:
+            what = "from %s (rolled back; also published: see phantom)" \
+                % ctx.never[i].txn
+        elif i in ctx.bad:
+            what = "a bad (non-transactional) message"
+        else:
+            what = "never written by the workload"
+        r = rows[i]
+        rep.add("inbox-phantom", "row %s (%s [%d] offset %d): %s"
+                % (i, r[0], r[1], r[2], what),
+                ctx.txn_excerpt(ctx.never[i].txn)
+                if i in ctx.never else [])
+    if len(phantoms) > 3:
+        rep.add("inbox-phantom", "... %d such rows in all" % len(phantoms))
+    # each row names its id's first record, with its key and payload
+    wrong = []
+    for i, (topic, part, off, key, k, seq) in rows.items():
+        d = first.get(i)
+        if d is None:
+            continue
+        if topic != inbox.topic or part != d.partition or off != d.offset \
+                or key != d.rec["key"] or k != d.key or seq != d.seq:
+            wrong.append((i, (topic, part, off, key, k, seq), d))
+    for i, row, d in wrong[:3]:
+        rep.add("inbox-row", "row %s is %s; its first record is %s [%d] "
+                "offset %d, key %r, seq %s" % (i, row, inbox.topic,
+                                               d.partition, d.offset,
+                                               d.rec["key"], d.seq),
+                _records_around(delivered, inbox, d.partition, d.offset)
+                + _inbox_log(inbox, d.partition) + _inbox_faults(ctx))
+    if len(wrong) > 3:
+        rep.add("inbox-row", "... %d such rows in all" % len(wrong))
+    # positions at the topic's end
+    bad_pos = []
+    for p, hw in sorted(inbox.hw.items()):
+        got = inbox.stored.get((inbox.topic, p))
+        if got != hw and not (hw == 0 and got is None):
+            bad_pos.append("[%d] stored %s, high watermark %d" % (p, got, hw))
+    others = sorted(k for k in inbox.stored if k[0] != inbox.topic)
+    if others:
+        bad_pos.append("positions stored for other topics: %s" % others)
+    if bad_pos or inbox.caught_up is None:
+        rep.add("inbox-position", "stored positions %s the event topic's "
+                "high watermarks%s" % (
+                    "differ from" if bad_pos else "reached",
+                    "" if inbox.caught_up is not None else
+                    " (not within the wait after the publisher stopped)"),
+                bad_pos + [ln for p in sorted({int(b[1:].split("]")[0])
+                                               for b in bad_pos
+                                               if b.startswith("[")})[:2]
+                           for ln in _inbox_log(inbox, p, 4)]
+                + _inbox_faults(ctx))
+    # the inbox's own dead letters
+    for r in inbox.dead[:3]:
+        rep.add("inbox-dead-letter", "the inbox dead-lettered %s [%s] "
+                "offset %s: %s" % (
+                    (header(r, "source-topic") or b"?").decode(),
+                    (header(r, "source-partition") or b"?").decode(),
+                    (header(r, "source-offset") or b"?").decode(),
+                    (header(r, "error") or b"").decode("utf-8",
+                                                       "replace")[:120]))
+    rep.stats["inbox_dead_letters"] = len(inbox.dead)
+    # exits
+    if inbox.final_rc != 0:
+        rep.add("inbox-exit", "outboxd inbox exited %s on the final SIGTERM"
+                % inbox.final_rc, inbox.log.strip().splitlines()[-3:])
+    for e in ctx.faults.entries:
+        if e[2] == "inbox_sigterm" and e[3] not in ("rc=0", "rc=-15"):
+            rep.add("inbox-exit", "SIGTERM of the inbox at t=%.2f: %s"
+                    % (e[0], e[3]))
+        if e[2] == "inbox-exit":
+            rep.add("inbox-exit", "outboxd inbox exited by itself at "
+                    "t=%.2f: %s" % (e[0], e[3]), _inbox_faults(ctx))

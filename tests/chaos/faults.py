@@ -13,7 +13,16 @@ MSG_SIZE_TOO_LARGE for a record's own error. Retriable codes
 (NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS) are never
 injected: ob-mockbroker does not check idempotent sequence numbers, so a
 retried batch it already stored would be lost or duplicated by the broker
-itself, not by outboxd."""
+itself, not by outboxd.
+
+With an inbox (`outboxd inbox` consuming the event topic into a second
+database of the cluster), a second schedule drawn from the inbox's own
+random generator (inbox_plan) is merged into the first, so the
+publisher's draws, and what a seed meant before, stay the same. Its
+faults: kill -9 and SIGTERM of the inbox (started again), the inbox's
+database connection terminated, every broker down with a kill -9 and
+restart of the inbox halfway through, and the shared ones (every broker
+down, Postgres restarted immediate), which hit both daemons."""
 
 import threading
 import time
@@ -33,6 +42,14 @@ KINDS = {
     "outage_kill9": 1,
     "batch_error": 1,
     "record_error": 1,
+}
+INBOX_KINDS = {
+    "inbox_kill9": 3,
+    "inbox_sigterm": 1,
+    "inbox_conn": 2,
+    "inbox_outage_kill9": 1,
+    "broker_down": 1,
+    "pg_immediate": 1,
 }
 BATCH_CODES = ("UNKNOWN", "INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
@@ -67,6 +84,21 @@ def plan(rng, duration):
             arg = (rng.choice([100, 200, 400]), rng.uniform(1.0, 4.0))
         elif kind == "kill9_after_commit":
             arg = (rng.choice(list(TRIGGERS)), rng.uniform(0.0, 0.4))
+        else:
+            arg = rng.uniform(0.0, 0.5)
+        out.append((rng.uniform(0.3, duration), kind, arg))
+    return sorted(out)
+
+
+def inbox_plan(rng, duration):
+    """The inbox's schedule [(at seconds, kind, arg)]: 1 to 4 faults of
+    INBOX_KINDS; arg is a delay (s) for inbox_kill9 and inbox_sigterm, an
+    outage's length (s) for broker_down and inbox_outage_kill9."""
+    out = []
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choices(list(INBOX_KINDS), list(INBOX_KINDS.values()))[0]
+        if kind in ("broker_down", "inbox_outage_kill9"):
+            arg = rng.uniform(1.0, 4.0)
         else:
             arg = rng.uniform(0.0, 0.5)
         out.append((rng.uniform(0.3, duration), kind, arg))
@@ -111,9 +143,12 @@ class Injector(threading.Thread):
     stopped; clock() gives the run time; rtt is the brokers' response
     delay (ms) between faults. heal() afterwards leaves everything up."""
 
-    def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0):
+    def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0,
+                 inbox=None, inbox_db=None):
         super().__init__(daemon=True)
         self.schedule = list(schedule)
+        self.inbox = inbox          # harness.Outboxd of `outboxd inbox`
+        self.inbox_db = inbox_db    # the inbox's database name
         self.pg = pg
         self.broker = broker
         self.daemon = daemon
@@ -155,13 +190,23 @@ class Injector(threading.Thread):
             self._committed.notify_all()
 
     def watch(self):
-        """Logs and restarts an outboxd that exited by itself."""
-        d = self.daemon
+        """Logs and restarts an outboxd (or inbox) that exited by
+        itself."""
+        self._watch(self.daemon, "exit")
+        self.watch_inbox()
+
+    def watch_inbox(self):
+        """Logs ('inbox-exit') and restarts an inbox that exited by
+        itself."""
+        if self.inbox is not None:
+            self._watch(self.inbox, "inbox-exit")
+
+    def _watch(self, d, kind):
         if d.proc is not None and not d.running():
             t = self.clock()
             tail = d.log_tail(600).strip().splitlines()[-3:]
-            self.log.add(t, t, "exit", "rc=%s; %s" % (d.proc.returncode,
-                                                     " | ".join(tail)))
+            self.log.add(t, t, kind, "rc=%s; %s" % (d.proc.returncode,
+                                                   " | ".join(tail)))
             time.sleep(0.5)
             d.start()
 
@@ -201,15 +246,16 @@ class Injector(threading.Thread):
         return "%.0f ms after %s committed (%s, %d events)" % (
             delay * 1000, txn.name, trigger, len(txn.events))
 
-    def _sigterm(self, delay):
-        self.daemon.terminate()
+    def _sigterm(self, delay, d=None):
+        d = d or self.daemon
+        d.terminate()
         try:
-            rc = self.daemon.wait(60)
+            rc = d.wait(60)
         except Exception:
-            self.daemon.kill9()
+            d.kill9()
             rc = "hung (killed after 60 s)"
         time.sleep(delay)
-        self.daemon.start()
+        d.start()
         return "rc=%s" % rc
 
     def _pg_restart(self, mode):
@@ -269,3 +315,59 @@ class Injector(threading.Thread):
 
     def _record_error(self, arg):
         return self._batch_error(arg)
+
+    # -- the inbox's faults -------------------------------------------------
+
+    def _inbox_moving(self, within=3.0):
+        """Waits (at most within seconds) until the inbox stores a
+        transaction (its stored positions move): a moment when it is
+        consuming. Returns what it saw."""
+        q = ("SELECT coalesce(sum(next_offset), 0) FROM "
+             "public.outboxd_inbox_offsets WHERE group_id = %s")
+        group = self.inbox.config["inbox"]["group"]
+        last, deadline = None, time.monotonic() + within
+        while time.monotonic() < deadline and not self._halt.is_set():
+            try:
+                now = self.pg.sql(q, (group,), dbname=self.inbox_db)[0][0]
+            except Exception:
+                now = None
+            if last is not None and now is not None and now != last:
+                return "while storing (at %d)" % now
+            last = now
+            time.sleep(0.02)
+        return "idle"
+
+    def _inbox_kill9(self, delay):
+        """kill -9 of the inbox while it stores (when it does within 3 s),
+        started again delay seconds later."""
+        seen = self._inbox_moving()
+        self.inbox.kill9()
+        time.sleep(delay)
+        self.inbox.start()
+        return seen
+
+    def _inbox_sigterm(self, delay):
+        return self._sigterm(delay, self.inbox)
+
+    def _inbox_conn(self, _):
+        """pg_terminate_backend of the inbox's connection(s), while it
+        stores (when it does within 3 s)."""
+        seen = self._inbox_moving()
+        try:
+            rows = self.pg.sql("SELECT pg_terminate_backend(pid) FROM "
+                               "pg_stat_activity WHERE datname = %s AND "
+                               "pid <> pg_backend_pid()", (self.inbox_db,))
+        except Exception as e:  # the server restarting: nothing to end
+            return "failed: %s" % str(e).splitlines()[0][:80]
+        return "terminated %d %s" % (len(rows), seen)
+
+    def _inbox_outage_kill9(self, seconds):
+        """Every broker down; the inbox killed and started again halfway
+        through (it joins its group while no broker answers)."""
+        self.broker.cmd("down all")
+        time.sleep(seconds / 2)
+        self.inbox.kill9()
+        self.inbox.start()
+        time.sleep(seconds / 2)
+        self.broker.cmd("up all")
+        return "%.1f s" % seconds
