@@ -16,7 +16,9 @@
 #include "outboxd/inbox.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/pgconnect.h"
 #include "outboxd/pgrepl.h"
+#include "outboxd/producer.h"
 #include "outboxd/relay.h"
 
 #define EXIT_OPERATOR 1
@@ -56,6 +58,17 @@ usage_error(const char *what, const char *arg)
 	return EXIT_USAGE;
 }
 
+/* outboxd's version and those of the libraries it runs with. */
+static void
+print_version(void)
+{
+	int pq = ob_pgrepl_library_version();
+
+	printf("outboxd %s\n", OB_VERSION);
+	printf("librdkafka %s\n", ob_producer_library_version());
+	printf("libpq %d.%d\n", pq / 10000, pq % 10000);
+}
+
 /* Parse argv into c. Returns -1 to go on, or an exit code. */
 static int
 parse_args(int argc, char **argv, cli *c)
@@ -82,7 +95,7 @@ parse_args(int argc, char **argv, cli *c)
 			fputs(usage_text, stdout);
 			return 0;
 		case 'V':
-			printf("outboxd %s\n", OB_VERSION);
+			print_version();
 			return 0;
 		default:
 			return usage_error("invalid option", NULL);
@@ -134,6 +147,32 @@ log_startup(const ob_config *cfg)
 	free(masked);
 }
 
+/* The checks of the settings that need more than the config module
+ * knows, made alike for every command (so `check` passes nothing `run`
+ * refuses): http.listen is host:port, and a command of the publisher has a
+ * publisher configured when the file configures an inbox (a receiving
+ * service's file run without `inbox` would stream from libpq's defaults).
+ * False, logged, on the first problem. */
+static bool
+settings_fit(const ob_config *cfg, const char *command)
+{
+	bool publisher_command = strcmp(command, "run") == 0 || strcmp(command, "slot") == 0;
+
+	if (!ob_http_listen_valid(cfg->http.listen)) {
+		ob_error("invalid value \"%s\" for http.listen: expected host:port",
+			 cfg->http.listen);
+		return false;
+	}
+	if (publisher_command && cfg->inbox.topics[0] != '\0' && !cfg->publisher_set) {
+		ob_error(
+		    "this configuration has an [inbox] section and no publisher "
+		    "(postgres.conninfo, postgres.slot or outbox.table): run \"outboxd inbox\" "
+		    "to consume into the inbox, or configure the publisher");
+		return false;
+	}
+	return true;
+}
+
 /* Serve HTTP around the relay (run) or the inbox consumer (inbox). */
 static int
 run(const ob_config *cfg, bool inbox)
@@ -141,11 +180,6 @@ run(const ob_config *cfg, bool inbox)
 	ob_http *http = NULL;
 	int rc;
 
-	if (!ob_http_listen_valid(cfg->http.listen)) {
-		ob_error("invalid value \"%s\" for http.listen: expected host:port",
-			 cfg->http.listen);
-		return EXIT_USAGE;
-	}
 	if (!inbox)
 		log_startup(cfg);
 	ob_metrics_init(cfg->http.stall_after_ms);
@@ -219,16 +253,23 @@ main(int argc, char **argv)
 		goto out;
 	}
 	ob_log_configure(cfg.log.format, cfg.log.level);
+	if (!settings_fit(&cfg, c.command)) {
+		rc = EXIT_USAGE;
+		goto out;
+	}
 	if (strcmp(c.command, "inbox") == 0)
 		ob_log_set_context("group", cfg.inbox.group);
 	else
 		ob_log_set_context("slot", cfg.pg.slot);
-	if (strcmp(c.command, "run") == 0 || strcmp(c.command, "inbox") == 0)
+	if (strcmp(c.command, "run") == 0 || strcmp(c.command, "inbox") == 0) {
 		rc = run(&cfg, strcmp(c.command, "inbox") == 0);
-	else if (strcmp(c.command, "check") == 0)
-		rc = ob_check_run(&cfg, stdout);
-	else
-		rc = slot_command(&cfg, c.subcommand);
+	} else {
+		ob_pgconnect_one_shot();
+		if (strcmp(c.command, "check") == 0)
+			rc = ob_check_run(&cfg, stdout);
+		else
+			rc = slot_command(&cfg, c.subcommand);
+	}
 out:
 	ob_config_free(&cfg);
 	free(c.overrides);

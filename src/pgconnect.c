@@ -172,6 +172,15 @@ session_options(const char *conninfo)
 	return out;
 }
 
+/* A command that connects once (check, slot): a refusal is not retried. */
+static bool one_shot;
+
+void
+ob_pgconnect_one_shot(void)
+{
+	one_shot = true;
+}
+
 PGconn *
 ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name)
 {
@@ -231,9 +240,9 @@ ob_pgconnect_ok(PGconn *conn)
 		ob_error("could not connect to postgres: %s", msg);
 	} else if (refusal != last.logged) {
 		write_fix(conn, refusal);
-		ob_error("could not connect to postgres: %s; refused (%s): %s; retrying until this "
-			 "is fixed",
-			 msg, ob_pg_refusal_name(refusal), last.fix);
+		ob_error("could not connect to postgres: %s; refused (%s): %s%s", msg,
+			 ob_pg_refusal_name(refusal), last.fix,
+			 one_shot ? "" : "; retrying until this is fixed");
 	} else {
 		ob_debug("could not connect to postgres: %s (refused: %s, fix logged before)", msg,
 			 ob_pg_refusal_name(refusal));

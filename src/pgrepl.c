@@ -133,6 +133,12 @@ connect_with(const ob_config *cfg, bool replication, ob_pgrepl **out)
 	return OB_PG_OK;
 }
 
+int
+ob_pgrepl_library_version(void)
+{
+	return PQlibVersion();
+}
+
 ob_pg_status
 ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
 {
@@ -587,7 +593,12 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 		}
 	} else {
 		p->streaming = true;
-		ob_info("streaming from slot %s at " OB_LSN_FMT, cfg->pg.slot, OB_LSN_ARGS(start));
+		if (start == 0)
+			ob_info("streaming from slot %s at its confirmed position", cfg->pg.slot);
+		else
+			ob_info("streaming from slot %s at " OB_LSN_FMT
+				" (or its confirmed position, if later)",
+				cfg->pg.slot, OB_LSN_ARGS(start));
 	}
 	PQclear(res);
 	free(sql);

@@ -318,6 +318,12 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	p->on_delivery(p->ctx, &d);
 }
 
+const char *
+ob_producer_library_version(void)
+{
+	return rd_kafka_version_str();
+}
+
 bool
 ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, ob_producer **out)
 {

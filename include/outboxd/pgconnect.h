@@ -25,6 +25,9 @@
  * idle_in_transaction_session_timeout and idle_session_timeout 0,
  * whatever the database or role sets). The connection, the caller's to
  * PQfinish(); NULL when ob_pgconnect_ok() found it failed (logged). */
+/* This process runs a command that connects once (check, slot) rather
+ * than a daemon that retries: refusals are logged without "retrying". */
+void ob_pgconnect_one_shot(void);
 PGconn *ob_pgconnect_open(const char *conninfo, bool replication,
 			  const char *application_name) OB_MUST_CHECK;
 

@@ -69,6 +69,9 @@ typedef enum ob_read_result {
 typedef bool (*ob_pgrepl_tick_fn)(void *ctx);
 
 /* Connect with replication=database. OB_PG_RETRY (logged) on failure. */
+/* The libpq version the binary runs with, as PQlibVersion() gives it
+ * (150018 for 15.18). */
+int ob_pgrepl_library_version(void);
 ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out);
 /* Open a plain (not replication) connection with the same settings and
  * pinned session options, for SQL only. Its queries keep the tick running

@@ -55,6 +55,8 @@ typedef enum ob_send_result {
 
 /* Create a producer. False (logged, naming the property) if a [kafka]
  * property is unknown or invalid: a configuration error. */
+/* The librdkafka version the binary runs with ("2.0.2"); static. */
+const char *ob_producer_library_version(void);
 bool ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery, void *ctx,
 		     ob_producer **out) OB_MUST_CHECK;
 /* Destroy without waiting for outstanding records (they are dropped). */

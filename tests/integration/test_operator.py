@@ -1,0 +1,67 @@
+"""An operator's first hour: `check` and `run` judge the settings alike,
+a receiving service's file is not run as a publisher, one-shot commands do
+not promise to retry, and the start-up lines say what is true."""
+
+import re
+
+import harness
+from conftest import OUTBOXD_BIN
+from test_faults import wait_streaming
+
+
+def test_check_and_run_agree_on_http_listen(outboxd_factory):
+    """`-s http.listen=9187` (no host) is refused by `check` as by `run`:
+    exit 2 naming the key."""
+    d = outboxd_factory(start=False)
+    for command in (["check"], ["run"]):
+        rc, out, err = d.run_cmd(command + ["-s", "http.listen=9187"], timeout=30)
+        assert rc == 2, (command, rc, out, err)
+        assert 'invalid value "9187" for http.listen' in err, (command, err)
+
+
+def test_publisher_command_of_an_inbox_only_config_is_refused(pg, broker, tmp_path):
+    """A receiving service's file ([inbox], no publisher keys) given to
+    `outboxd run` or `outboxd slot status` (the `inbox` forgotten): exit 2
+    naming `outboxd inbox`, instead of streaming from libpq's defaults."""
+    config = {
+        "inbox": {"conninfo": pg.conninfo(), "topics": "outbox.event.x"},
+        "kafka": {"bootstrap.servers": broker.bootstraps},
+        "http": {"listen": ""},
+    }
+    d = harness.Outboxd(OUTBOXD_BIN, config, str(tmp_path / "inbox"), start=False)
+    for command in (["run"], ["slot", "status"]):
+        rc, out, err = d.run_cmd(command, timeout=30)
+        assert rc == 2, (command, rc, out, err)
+        assert 'run "outboxd inbox"' in err, (command, err)
+
+
+def test_check_does_not_promise_to_retry(pg, outboxd_factory, test_id):
+    """A refused connection in `check` names the refusal and its fix, and
+    says nothing of retrying: check connects once and exits."""
+    role = "ob_op_%s" % test_id
+    pg.sql("CREATE ROLE %s LOGIN" % role)
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=role)}},
+                        start=False)
+    rc, out, err = d.run_cmd(["check"], timeout=30)
+    assert rc == 2, (rc, out, err)
+    assert "refused (privilege)" in err, err
+    assert "retrying" not in err + out, err
+
+
+def test_version_names_the_libraries():
+    """--version says which librdkafka and libpq the binary runs with."""
+    d = harness.subprocess.run([OUTBOXD_BIN, "--version"], capture_output=True,
+                               text=True, timeout=10)
+    assert d.returncode == 0
+    assert re.match(r"outboxd \S+\nlibrdkafka \d+\.\d+\.\d+\nlibpq \d+\.\d+\n$",
+                    d.stdout), d.stdout
+
+
+def test_first_start_names_no_zero_position(pg, outboxd_factory, slot_name):
+    """On a first start (slot just created) the log says the stream starts
+    at the slot's confirmed position, not at 0/0."""
+    d = outboxd_factory()
+    wait_streaming(pg, slot_name)
+    d.wait_log(r"streaming from slot", 20)
+    assert "at its confirmed position" in d.log_text(), d.log_tail()
+    assert " at 0/0" not in d.log_text(), d.log_tail()
