@@ -402,6 +402,21 @@ check_replication(checker *c)
 	free(repl);
 }
 
+/* What to do about a temporary slot the server would not create, by its
+ * SQLSTATE: the cause, not every possible one. */
+static const char *
+slot_failure_fix(const checker *c, const char *state)
+{
+	if (strcmp(state, "55000") == 0)
+		return "wal_level is not logical (see the wal_level line)";
+	if (strcmp(state, "53400") == 0)
+		return "no replication slot is free: raise max_replication_slots or drop an "
+		       "unused slot";
+	if (strcmp(state, "58P01") == 0 && c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
+		return "the server has no wal2json: install it (" OB_WAL2JSON_PACKAGE_HINT ")";
+	return "see the log";
+}
+
 /* The slot, or whether one could be created: a temporary slot proves
  * that the output plugin loads and that a slot is free. */
 static void
@@ -422,13 +437,11 @@ check_slot(checker *c)
 		char *ignored = NULL;
 		bool ok = ob_pgrepl_query_value(c->pg, sql, &ignored);
 
-		report(c, plugin, ok, "%s%s",
-		       ok ? "output plugin loads" : "could not create a slot (see the log)",
-		       ok ? ""
-		       : cfg->pg.plugin == OB_PLUGIN_WAL2JSON
-			   ? "; install the plugin (" OB_WAL2JSON_PACKAGE_HINT
-			     ") and check max_replication_slots"
-			   : "; check max_replication_slots");
+		if (ok)
+			report(c, plugin, true, "output plugin loads");
+		else
+			report(c, plugin, false, "could not create a slot: %s",
+			       slot_failure_fix(c, ob_pgrepl_error_state(c->pg)));
 		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "
@@ -507,11 +520,20 @@ check_backlog(checker *c)
 
 	if (cfg->outbox.backlog_where[0] == '\0')
 		return;
+	if (read_slot(c) && c->slot.exists) {
+		/* run reads the backlog only when it creates the slot. */
+		report(c, "backlog", true,
+		       "not read: slot %s exists, and the backlog is published only when outboxd "
+		       "creates it",
+		       cfg->pg.slot);
+		return;
+	}
 	if (ob_backlog_connect(cfg, NULL, NULL, &b) == OB_PG_OK)
 		st = ob_backlog_verify(b);
 	if (st == OB_PG_OK)
 		report(c, "backlog", true,
-		       "outbox.backlog_where \"%s\" is valid (about %lld rows), ordered by %s",
+		       "outbox.backlog_where \"%s\" is valid (the planner estimates %lld rows), "
+		       "ordered by %s",
 		       cfg->outbox.backlog_where, (long long)ob_backlog_estimate(b),
 		       ob_backlog_order(b));
 	else if (st == OB_PG_FATAL)

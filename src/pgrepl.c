@@ -280,8 +280,7 @@ ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
 
 	*out = NULL;
 	if (!ok)
-		ob_error("could not run query \"%s\": %s", sql,
-			 clean_error(PQresultErrorMessage(res)));
+		ob_error("could not run query \"%s\": %s", sql, note_error(p, res));
 	else if (PQntuples(res) > 0 && PQnfields(res) > 0 && !PQgetisnull(res, 0, 0))
 		*out = ob_xstrdup(PQgetvalue(res, 0, 0));
 	PQclear(res);

@@ -6,7 +6,9 @@ import re
 
 import harness
 from conftest import OUTBOXD_BIN
-from test_faults import wait_streaming
+from test_faults import on_cluster, own_cluster, wait_streaming
+
+assert own_cluster  # a fixture, used by name
 
 
 def test_check_and_run_agree_on_http_listen(outboxd_factory):
@@ -65,3 +67,32 @@ def test_first_start_names_no_zero_position(pg, outboxd_factory, slot_name):
     d.wait_log(r"streaming from slot", 20)
     assert "at its confirmed position" in d.log_text(), d.log_tail()
     assert " at 0/0" not in d.log_text(), d.log_tail()
+
+
+def test_check_blames_wal_level_not_the_plugin(own_cluster, outboxd_factory):
+    """With wal_level = replica, `check` fails the wal_level line, and the
+    plugin line names wal_level too instead of asking to install wal2json."""
+    cluster = own_cluster(wal_level="replica")
+    d = outboxd_factory(on_cluster(cluster), start=False)
+    rc, out, err = d.run_cmd(["check"], timeout=30)
+    assert rc == 2, (out, err)
+    assert re.search(r"^wal_level\s+FAIL", out, re.M), out
+    assert re.search(r"^wal2json\s+FAIL .*wal_level is not logical", out, re.M), out
+    assert "install" not in out, out
+
+
+def test_check_skips_the_backlog_of_an_existing_slot(pg, outboxd_factory, slot_name):
+    """Once the slot exists, `run` never reads the backlog again, so
+    `check` does not judge a predicate gone stale: it says why it skips it.
+    Before, it says the row count is the planner's estimate."""
+    d = outboxd_factory({"outbox": {"backlog_where": "created_at > now() - interval '1 day'"}},
+                        start=False)
+    rc, out, err = d.run_cmd(["check"], timeout=30)
+    assert rc == 0, (out, err)
+    assert re.search(r"^backlog\s+ok .*the planner estimates \d+ rows", out, re.M), out
+    d.start()
+    wait_streaming(pg, slot_name)
+    rc, out, err = d.run_cmd(["check", "-s", "outbox.backlog_where=no_such_column > 0"],
+                             timeout=30)
+    assert rc == 0, (out, err)
+    assert re.search(r"^backlog\s+ok\s+not read: slot \S+ exists", out, re.M), out
