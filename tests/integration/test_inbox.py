@@ -385,6 +385,24 @@ def test_inbox_only_check_passes(pg, broker, inbox_env):
     assert "replication role" not in out, out
 
 
+def test_inbox_runs_as_the_shipped_least_privilege_role(pg, broker, inbox_env):
+    """sql/inbox_role.sql grants what `outboxd inbox` needs: connected as
+    outboxd_inbox, `check` passes and every record is stored once."""
+    env = inbox_env()
+    pg.run_file(str(REPO_ROOT / "sql" / "inbox_role.sql"), env.db)
+    feed = Feed(broker, env.topic)
+    ids = feed.events(50)
+    feed.flush()
+    conninfo = pg.conninfo(env.db, user="outboxd_inbox")
+    d = harness.Outboxd(OUTBOXD_BIN, env.config(inbox_conninfo=conninfo),
+                        str(env.tmpdir / "inbox-role"), command="inbox", start=False)
+    rc, out, err = d.run_cmd(["check"])
+    assert re.search(r"inbox tables\s+ok", out), (out, err)
+    d = env.start(inbox_conninfo=conninfo)
+    assert_exactly_once(env, ids)
+    assert d.running(), d.log_tail()
+
+
 def test_inbox_check_changes_nothing_and_inbox_adds_cluster_id(pg, broker, inbox_env):
     """An offsets table made before outboxd kept the cluster id: `check`
     reports the missing column with the ALTER TABLE and leaves the table as
