@@ -1,0 +1,88 @@
+"""Attack probes of `outboxd inbox` and its CloudEvents reading (README,
+"Inbox", "CloudEvents"): inputs the other suites do not send.
+
+The helpers and the inbox_env fixture are test_inbox.py's."""
+
+import base64
+import json
+import time
+
+from harness import wait_until
+from test_inbox import Feed, inbox_env
+
+__all__ = ["inbox_env"]  # the fixture, used by name
+
+CT = ("content-type", b"application/cloudevents+json")
+
+
+def _nested(depth):
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+def test_inbox_deep_json_is_payload(inbox_env, broker):
+    """README ("JSON is what jsonb takes"): nesting up to 10000 deep is
+    payload (jsonb); only deeper goes to payload_raw. A value 3000 deep
+    (jsonb takes it) must be payload."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    value = _nested(3000)
+    feed.send(key=b"d", value=value, event_id="deep-3000")
+    feed.flush()
+    env.start()
+    wait_until(lambda: env.rows() == 1, 30, 0.2)
+    got = env.sql("SELECT payload IS NOT NULL, payload_raw IS NULL FROM "
+                  "public.inbox WHERE id = 'deep-3000'")[0]
+    # jsonb itself takes the value:
+    env.sql("SELECT %s::jsonb IS NOT NULL", (value.decode(),))
+    assert got == (True, True), "3000-deep JSON stored in payload_raw"
+
+
+def _envelope(eid, **extra):
+    e = {"specversion": "1.0", "id": eid, "source": "/shop/order",
+         "type": "order.paid"}
+    e.update(extra)
+    return e
+
+
+def test_inbox_structured_cloudevent_escaped_base64_is_stored(inbox_env,
+                                                              broker):
+    """A structured CloudEvent whose data_base64 string writes '/' as the
+    JSON escape '\\/' (PHP's json_encode, Jackson with ESCAPE_FORWARD_SLASHES
+    and others do) is the same JSON string: a valid event, to be stored
+    with its decoded bytes, not dead-lettered as bad-cloudevent."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    raw = b"\xff\xff\xff\x00"           # base64 "////AA=="
+    b64 = base64.b64encode(raw).decode()
+    assert "/" in b64
+    text = json.dumps(_envelope("esc-b64", data_base64=b64))
+    text = text.replace("/", "\\/")     # valid JSON, same strings
+    assert json.loads(text)["data_base64"] == b64
+    feed.send(key=b"e", value=text.encode(), headers=[CT], with_id=False)
+    feed.flush()
+    d = env.start()
+    env.wait_consumed()
+    rows = env.sql("SELECT id, type, payload_raw FROM public.inbox")
+    assert d.running()
+    assert len(rows) == 1, ("valid structured CloudEvent dead-lettered",
+                            d.log_tail())
+    assert rows[0][0] == "esc-b64" and rows[0][1] == "order.paid"
+    assert bytes(rows[0][2]) == raw
+
+
+def test_inbox_structured_cloudevent_deep_data_is_stored(inbox_env, broker):
+    """A structured CloudEvent whose data is JSON 300 deep (well within
+    what jsonb and the README's 10000 take) is a valid event: stored with
+    data as payload, not dead-lettered as bad-cloudevent."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    data = json.loads(_nested(300))
+    value = json.dumps(_envelope("deep-ce", data=data)).encode()
+    feed.send(key=b"e", value=value, headers=[CT], with_id=False)
+    feed.flush()
+    d = env.start()
+    env.wait_consumed()
+    rows = env.sql("SELECT id, payload IS NOT NULL FROM public.inbox")
+    assert d.running()
+    assert rows == [("deep-ce", True)], ("deep data dead-lettered",
+                                          d.log_tail())
