@@ -86,3 +86,44 @@ def test_inbox_structured_cloudevent_deep_data_is_stored(inbox_env, broker):
     assert d.running()
     assert rows == [("deep-ce", True)], ("deep data dead-lettered",
                                           d.log_tail())
+
+
+def _readyz(port):
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port,
+                                    timeout=5) as r:
+            return r.status, r.read().decode().strip()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode().strip()
+
+
+def test_inbox_unstarted_partitions_are_not_ready(inbox_env, broker):
+    """Records wait in Kafka but the inbox cannot start its partitions
+    (the group coordinator keeps failing OffsetFetch, so the position check
+    at assignment never completes): nothing is stored. README: /readyz says
+    `stalled` when records wait and none was stored for
+    http.stall_after_ms, and outboxd_inbox_lag_records counts the records
+    past the stored positions. Neither may claim all is well."""
+    import harness
+    from test_inbox import metrics
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    feed.events(40)
+    feed.flush()
+    port = harness.free_port()
+    broker.cmd("error 9 COORDINATOR_LOAD_IN_PROGRESS 100000")
+    try:
+        d = env.start(http_listen="127.0.0.1:%d" % port,
+                      http_stall_after_ms=1500)
+        d.wait_log(r"could not read the group's committed offsets", 60)
+        time.sleep(6)
+        assert env.rows() == 0 and env.stored() == {}
+        status, word = _readyz(port)
+        lag = metrics(port).get("outboxd_inbox_lag_records")
+    finally:
+        broker.cmd("clear 9")
+    assert (status, word) == (503, "stalled"), (status, word, lag)
+    assert lag and lag > 0, lag
+    env.wait_consumed()  # and it catches up once the coordinator answers
