@@ -127,3 +127,29 @@ def test_inbox_unstarted_partitions_are_not_ready(inbox_env, broker):
     assert (status, word) == (503, "stalled"), (status, word, lag)
     assert lag and lag > 0, lag
     env.wait_consumed()  # and it catches up once the coordinator answers
+
+
+def test_inbox_bad_record_near_size_limit_does_not_block(inbox_env, broker,
+                                                         consumer):
+    """A bad record (no id header) whose value is just under the client's
+    message.max.bytes (1000000) was accepted by the broker; its dead letter
+    adds the error and source-* headers and so no longer fits. README:
+    "Bad records never block a partition" -- outboxd must not exit (and
+    crash-loop on the same record at every start); the publisher sends such
+    a dead letter in its headers-only form, the inbox should too. The good
+    record after it must be stored."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    feed.send(key=b"big", value=b"x" * 999900, with_id=False)
+    ids = [feed.send(key=b"big", value=b"{}")]   # same key: same partition
+    feed.flush()
+    d = env.start()
+    deadline = time.time() + 40
+    while time.time() < deadline and d.running() and env.rows() < 1:
+        time.sleep(0.2)
+    assert d.running(), ("inbox exited on a bad record too large to "
+                         "dead-letter", d.log_tail())
+    wait_until(lambda: env.rows() == 1, 30, 0.2)
+    assert [r[0] for r in env.sql("SELECT id FROM public.inbox")] == ids
+    dlq = consumer.collect(env.dlq_topic, min_count=1, timeout=30)
+    assert len(dlq) == 1
