@@ -153,3 +153,37 @@ def test_inbox_bad_record_near_size_limit_does_not_block(inbox_env, broker,
     assert [r[0] for r in env.sql("SELECT id FROM public.inbox")] == ids
     dlq = consumer.collect(env.dlq_topic, min_count=1, timeout=30)
     assert len(dlq) == 1
+
+
+def test_binary_cloudevents_with_id_header_member_reach_the_inbox(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id,
+        inbox_env):
+    """outboxd run (cloudevents = binary) into outboxd inbox: every event
+    must become its own row under its CloudEvents id. In binary mode the
+    plain `id` and `type` headers give way to ce_id/ce_type, but a
+    headers-object member named `id` (allowed: in plain mode it follows
+    outboxd's own id header, which the inbox reads first) is still
+    published as an `id` header; the inbox then takes that header for the
+    row id instead of ce_id. Two events whose headers say {"id": "corr-1"}
+    become one row: the second is counted a duplicate and lost."""
+    import uuid
+    from test_cloudevents import ce_config, insert_row, wait_slot_active
+    agg = "ce_idhdr_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, 4)
+    outboxd_factory(ce_config("binary"))
+    wait_slot_active(pg, slot_name)
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    for i, eid in enumerate(ids):
+        insert_row(pg, eid, agg, "o-%d" % i, '{"n": %d}' % i,
+                   '{"id": "corr-1", "type": "audit"}')
+    records = consumer.collect(topic, 2, timeout=40)
+    assert len(records) == 2, records
+    env = inbox_env()
+    env.start(inbox_topics=topic)
+    deadline = time.time() + 40
+    while time.time() < deadline and env.rows() < 2:
+        time.sleep(0.3)
+    time.sleep(2)
+    rows = sorted(env.sql("SELECT id, type FROM public.inbox"))
+    assert rows == sorted((eid, "order.paid") for eid in ids), rows
