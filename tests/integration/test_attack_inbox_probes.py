@@ -187,3 +187,23 @@ def test_binary_cloudevents_with_id_header_member_reach_the_inbox(
     time.sleep(2)
     rows = sorted(env.sql("SELECT id, type FROM public.inbox"))
     assert rows == sorted((eid, "order.paid") for eid in ids), rows
+
+
+def test_inbox_readyz_without_statistics(inbox_env, broker):
+    """[kafka] statistics.interval.ms is one of outboxd's overridable
+    defaults (README, "Configuration reference"); 0 is librdkafka's own
+    default. With it the inbox stores every record, yet /readyz must not
+    claim `kafka-down` (nor outboxd_kafka_connected 0) while it consumes
+    from a healthy broker."""
+    import harness
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    ids = feed.events(20)
+    feed.flush()
+    port = harness.free_port()
+    env.start(http_listen="127.0.0.1:%d" % port,
+              **{"kafka_statistics.interval.ms": 0})
+    env.wait_consumed()
+    assert env.rows() == len(ids)
+    time.sleep(2)
+    assert _readyz(port) == (200, "ready")
