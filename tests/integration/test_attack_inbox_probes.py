@@ -207,3 +207,37 @@ def test_inbox_readyz_without_statistics(inbox_env, broker):
     assert env.rows() == len(ids)
     time.sleep(2)
     assert _readyz(port) == (200, "ready")
+
+
+# RFC 3986 URI-reference characters: unreserved, reserved, and %HH.
+_URI_REF = __import__("re").compile(
+    r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$")
+
+
+def test_cloudevents_source_is_a_uri_reference(pg, broker, consumer,
+                                               outboxd_factory, slot_name,
+                                               test_id):
+    """CloudEvents 1.0: source MUST be a non-empty URI-reference (RFC
+    3986). The README calls cloudevents_source "a URI-reference template";
+    a {column} whose text holds a space, a '%' or a '"' is put in as it is,
+    so the published ce_source is not a URI-reference. The substituted text
+    must be percent-encoded (or the event made bad), never published as an
+    invalid source."""
+    import uuid
+    from test_cloudevents import ce_config, insert_row, wait_slot_active
+    from harness import header
+    agg = "ce_src_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, 4)
+    outboxd_factory(ce_config("binary",
+                              cloudevents_source="/shop/{aggregate_id}"))
+    wait_slot_active(pg, slot_name)
+    eid = str(uuid.uuid4())
+    insert_row(pg, eid, agg, 'order 42 "50%"', '{"n": 1}', None)
+    records = consumer.collect(topic, 1, timeout=40)
+    if records:
+        src = header(records[0], "ce_source").decode()
+        assert _URI_REF.match(src), "ce_source %r is not a URI-reference" % src
+    else:  # made bad instead: it must be dead-lettered, not lost
+        dlq = consumer.collect("%s.outbox.dlq" % test_id, 1, timeout=20)
+        assert [header(r, "id") for r in dlq] == [eid.encode()], dlq
