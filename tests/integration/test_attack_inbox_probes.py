@@ -241,3 +241,35 @@ def test_cloudevents_source_is_a_uri_reference(pg, broker, consumer,
     else:  # made bad instead: it must be dead-lettered, not lost
         dlq = consumer.collect("%s.outbox.dlq" % test_id, 1, timeout=20)
         assert [header(r, "id") for r in dlq] == [eid.encode()], dlq
+
+
+def test_cloudevents_time_of_unwritable_timestamps(pg, broker, consumer,
+                                                   outboxd_factory, slot_name,
+                                                   test_id):
+    """README: the CloudEvents `time` is the record timestamp, from
+    timestamp_column (created_at), and only without one the commit time.
+    A created_at RFC 3339 cannot write ('infinity', year 12000) makes a
+    bigint timestamp a bad event (bad-cloudevent), but a timestamptz one is
+    silently replaced by the commit time: the published ce_time states a
+    time the event does not have. Such an event must be dead-lettered (as
+    for a bigint), not published with another time."""
+    import uuid
+    from test_cloudevents import ce_config, wait_slot_active
+    from harness import header
+    agg = "ce_time_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, 4)
+    outboxd_factory(ce_config("binary"))
+    wait_slot_active(pg, slot_name)
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    for eid, when in zip(ids, ("infinity", "12000-01-01 00:00:00+00")):
+        pg.sql("INSERT INTO public.outbox (id, aggregate_type, aggregate_id, "
+               "event_type, payload, headers, created_at) VALUES "
+               "(%s, %s, 'o-1', 'order.paid', '{}', NULL, %s)",
+               (eid, agg, when))
+    published = consumer.collect(topic, 2, timeout=20)
+    assert published == [], [(header(r, "ce_id"), header(r, "ce_time"))
+                             for r in published]
+    dlq = consumer.collect("%s.outbox.dlq" % test_id, 2, timeout=20)
+    assert sorted(header(r, "id") for r in dlq) == sorted(
+        e.encode() for e in ids), dlq
