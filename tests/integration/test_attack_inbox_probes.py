@@ -273,3 +273,61 @@ def test_cloudevents_time_of_unwritable_timestamps(pg, broker, consumer,
     dlq = consumer.collect("%s.outbox.dlq" % test_id, 2, timeout=20)
     assert sorted(header(r, "id") for r in dlq) == sorted(
         e.encode() for e in ids), dlq
+
+
+def test_inbox_records_expired_during_a_database_failure_are_not_skipped(
+        inbox_env, broker):
+    """The database fails every transaction for a while (a trigger raising
+    an exception: retried, not a bad record). Meanwhile records expire (the
+    test broker drops a partition's oldest batches past 5 MB) so that the
+    stored position falls below the low watermark. After the failure the
+    inbox seeks back to the stored position, which the broker no longer
+    holds, and auto.offset.reset silently moves it to the low watermark:
+    the expired records are skipped without the check that runs at
+    assignment (README: "no record is skipped without the operator being
+    told"; a stored position below the low watermark is a mismatch, halt
+    by default). The inbox must stop with the mismatch (or store every
+    record), not move on as if nothing was lost."""
+    import re
+    env = inbox_env()
+    topic = "%s.one" % env.topic
+    broker.create_topic(topic, 1)
+    feed = Feed(broker, topic)
+    feed.send(key=b"k", value=b"{}")
+    feed.flush()
+    d = env.start(inbox_topics=topic)
+    wait_until(lambda: env.sql("SELECT next_offset FROM "
+                               "public.outboxd_inbox_offsets WHERE topic = %s",
+                               (topic,)) == [(1,)], 30, 0.2)
+    env.sql("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RAISE EXCEPTION 'not now'; END$$")
+    env.sql("CREATE TRIGGER refuse BEFORE INSERT ON public.inbox "
+            "FOR EACH ROW EXECUTE FUNCTION refuse()")
+    big = b'"' + b"x" * 900000 + b'"'
+    for _ in range(8):
+        feed.send(key=b"k", value=big)
+        feed.flush()
+    from test_inbox_guards import watermarks
+    low, high = watermarks(broker, topic, 0)
+    assert low > 1 and high == 9, (low, high)
+    time.sleep(3)  # a few failed attempts, each seeking back to offset 1
+    env.sql("DROP TRIGGER refuse ON public.inbox")
+    deadline = time.time() + 40
+    stored = None
+    while time.time() < deadline and d.running():
+        stored = env.sql("SELECT next_offset FROM public.outboxd_inbox_offsets"
+                         " WHERE topic = %s", (topic,))
+        if stored == [(9,)]:
+            break
+        time.sleep(0.3)
+    if d.running():
+        offsets = sorted(r[0] for r in env.sql(
+            "SELECT kafka_offset FROM public.inbox WHERE topic = %s",
+            (topic,)))
+        assert offsets == list(range(9)), (
+            "records skipped silently: stored %s, rows at offsets %s, "
+            "low watermark %d" % (stored, offsets, low))
+    else:
+        assert d.wait(5) == 1
+        assert re.search(r"below the partition's low watermark",
+                         d.log_text()), d.log_tail()
