@@ -835,7 +835,8 @@ note_unstarted_lag(ob_inbox *ib)
 		int64_t low, high, from;
 
 		if (rd_kafka_query_watermark_offsets(ib->rk, p->topic, p->partition, &low, &high,
-						     QUERY_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+						     QUERY_TIMEOUT_MS) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR) {
 			rd_kafka_topic_partition_list_destroy(lag);
 			free(pos);
 			return;
@@ -893,9 +894,9 @@ update_lag(ob_inbox *ib)
 			if (u != NULL && u->offset > 0)
 				lags[i].records = (uint64_t)u->offset;
 		} else if (a->offset >= 0 &&
-		    rd_kafka_get_watermark_offsets(ib->rk, a->topic, a->partition, &low, &high) ==
-			RD_KAFKA_RESP_ERR_NO_ERROR &&
-		    high > a->offset)
+			   rd_kafka_get_watermark_offsets(ib->rk, a->topic, a->partition, &low,
+							  &high) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			   high > a->offset)
 			lags[i].records = (uint64_t)(high - a->offset);
 		lag += lags[i].records;
 	}
