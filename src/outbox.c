@@ -266,11 +266,28 @@ put_field(ob_event *ev, const field_source *src, const char *name, ob_span *out)
 	return put_value(ev, &fv, out);
 }
 
-/* Expand a template (outbox.topic, outbox.cloudevents_source) into *out;
- * on failure *missing names the column that is missing or null. */
+/* Replace the span s, the last bytes of ev's buffer, by its
+ * percent-encoding (ob_ce_uri_encode()). */
+static void
+uri_encode_tail(ob_event *ev, ob_span s)
+{
+	char *copy = ob_xmalloc(s.len + 1);
+	char *to;
+
+	memcpy(copy, ob_event_ptr(ev, s), s.len);
+	ev->buf_len = s.off;
+	to = ob_event_reserve(ev, 3 * s.len);
+	(void)ob_event_claim(ev, ob_ce_uri_encode(copy, s.len, to));
+	free(copy);
+}
+
+/* Expand a template (outbox.topic, outbox.cloudevents_source) into *out,
+ * the text of each column percent-encoded when uri_encode is set (README,
+ * "CloudEvents"); on failure *missing names the column that is missing or
+ * null. */
 static bool
-put_template(ob_event *ev, const field_source *src, const char *tpl, ob_span *out, char *missing,
-	     size_t missing_len)
+put_template(ob_event *ev, const field_source *src, const char *tpl, bool uri_encode, ob_span *out,
+	     char *missing, size_t missing_len)
 {
 	size_t start = ev->buf_len;
 	const char *cursor = tpl;
@@ -289,6 +306,8 @@ put_template(ob_event *ev, const field_source *src, const char *tpl, ob_span *ou
 			snprintf(missing, missing_len, "%s", name);
 			return false;
 		}
+		if (uri_encode)
+			uri_encode_tail(ev, value);
 	}
 	out->off = start;
 	out->len = ev->buf_len - start;
@@ -553,7 +572,7 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 			e.tracestate = user[i].value;
 		}
 	}
-	if (!put_template(ev, src, cfg->outbox.cloudevents_source, &e.source, missing,
+	if (!put_template(ev, src, cfg->outbox.cloudevents_source, true, &e.source, missing,
 			  sizeof(missing))) {
 		note_bad(bad, "missing-source-column",
 			 "cloudevents_source template %s names column %s, which is missing or null",
@@ -641,7 +660,7 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 	put_payload(ev, src, cfg->outbox.payload_column, &bad);
 	f.headers_ok = headers_text(m, src, &f.headers, &f.headers_len);
 	if (bad.reason == NULL &&
-	    !put_template(ev, src, cfg->outbox.topic, &ev->topic, missing, sizeof(missing)))
+	    !put_template(ev, src, cfg->outbox.topic, false, &ev->topic, missing, sizeof(missing)))
 		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);
