@@ -373,15 +373,20 @@ add_object_headers(ob_event *ev, const char *text, size_t len)
 	return r == 0;
 }
 
-static int64_t
-read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
+/* The record timestamp into *ms: timestamp_column's value (timestamptz
+ * or bigint ms), else the commit time. False when the column is there and
+ * not NULL but its value is no time outboxd can read ('infinity', a year
+ * past 9999, BC, not a number): *ms is then the commit time, which a
+ * CloudEvent must not state as its time (put_cloudevent()). */
+static bool
+read_timestamp(const field_source *src, const char *column, int64_t commit_ms, int64_t *ms)
 {
 	field_value fv;
 	char buf[64];
-	int64_t ms;
 
-	if (column[0] == '\0' || !get_field(src, column, &fv))
-		return commit_ms;
+	*ms = commit_ms;
+	if (column[0] == '\0' || !get_field(src, column, &fv) || fv.kind == VALUE_NULL)
+		return true;
 	if ((fv.kind == VALUE_TEXT || fv.kind == VALUE_JSON_TEXT) && fv.len < sizeof(buf)) {
 		char *end;
 
@@ -390,12 +395,14 @@ read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
 		if (fv.kind == VALUE_JSON_TEXT) {
 			long long v = strtoll(buf, &end, 10);
 
-			return *end == '\0' && end != buf ? (int64_t)v : commit_ms;
+			if (*end != '\0' || end == buf)
+				return false;
+			*ms = (int64_t)v;
+			return true;
 		}
-		if (ob_pg_timestamp_to_ms(buf, &ms))
-			return ms;
+		return ob_pg_timestamp_to_ms(buf, ms); /* sets *ms only when it reads */
 	}
-	return commit_ms;
+	return false;
 }
 
 /* Why an event is bad; the first reason found wins. */
@@ -459,6 +466,7 @@ typedef struct read_fields {
 	const char *headers;
 	size_t headers_len;
 	bool headers_ok; /* false: the headers field is there but unreadable */
+	bool time_bad;   /* timestamp_column holds a time that cannot be read */
 } read_fields;
 
 /* Set the event's headers to the id and type headers that were read. */
@@ -533,7 +541,8 @@ check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_emp
  * the value becomes the JSON envelope and content-type says so. The user's
  * headers follow in their order. A user header the binding reserves, a
  * source template naming a missing column, an attribute that is empty or
- * not UTF-8, or a time RFC 3339 cannot write make the event bad, and ev is
+ * not UTF-8, or a time RFC 3339 cannot write (a timestamp column that
+ * holds one is never replaced by the commit time) make the event bad, and ev is
  * then left as it was for its dead-letter record. A traceparent that is
  * not W3C Trace Context stays a plain header and is counted.
  */
@@ -584,6 +593,13 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 	    !check_attribute(ev, "source", e.source, false, bad) ||
 	    !check_attribute(ev, "subject", e.subject, true, bad))
 		return;
+	if (f->time_bad) {
+		note_bad(bad, "bad-cloudevent",
+			 "timestamp column %s holds a time RFC 3339 cannot write (infinity, a year "
+			 "past 9999 or BC)",
+			 cfg->outbox.timestamp_column);
+		return;
+	}
 	if (!ob_ce_format_time(ev->timestamp_ms, when)) {
 		note_bad(bad, "bad-cloudevent",
 			 "timestamp %lld ms is outside the years RFC 3339 can write",
@@ -647,11 +663,12 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 {
 	const ob_config *cfg = m->cfg;
 	bad_event bad = {NULL, ""};
-	read_fields f = {{0, 0}, {0, 0}, false, false, NULL, 0, false};
+	read_fields f = {{0, 0}, {0, 0}, false, false, NULL, 0, false, false};
 	char missing[256];
 
 	ob_event_reset(ev);
-	ev->timestamp_ms = read_timestamp(src, cfg->outbox.timestamp_column, commit_ms);
+	f.time_bad =
+	    !read_timestamp(src, cfg->outbox.timestamp_column, commit_ms, &ev->timestamp_ms);
 	ev->has_key =
 	    put_required(ev, src, "key", cfg->outbox.key_column, "missing-key", &ev->key, &bad);
 	f.has_id = put_required(ev, src, "id", cfg->outbox.id_column, "missing-id", &f.id, &bad);

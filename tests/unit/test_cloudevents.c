@@ -409,6 +409,36 @@ test_source_is_uri_encoded(void **state)
 	done(&cfg, &m, &ev);
 }
 
+/* A timestamp column holding a time RFC 3339 cannot write makes a bad
+ * event in both modes, never one stating the commit time. The column read
+ * as the timestamp here is aggregate_id. */
+static void
+test_unwritable_timestamp_is_bad(void **state)
+{
+	static const char *const times[] = {
+	    "infinity",
+	    "-infinity",
+	    "12000-01-01 00:00:00+00",
+	    "0001-01-01 00:00:00+00 BC",
+	};
+	static const char *const modes[] = {"binary", "structured"};
+
+	for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+		for (size_t j = 0; j < 2; j++) {
+			ob_config cfg;
+			ob_mapper m;
+			ob_event ev;
+
+			assert_int_equal(map_row_of(times[i], modes[j], "{}", NULL,
+						    "outbox.timestamp_column=aggregate_id", &cfg,
+						    &m, &ev),
+					 OB_MAP_DLQ);
+			assert_string_equal(ev.dlq_reason, "bad-cloudevent");
+			done(&cfg, &m, &ev);
+		}
+	}
+}
+
 static void
 test_tombstone(void **state)
 {
@@ -543,6 +573,7 @@ main(void)
 	    cmocka_unit_test(test_missing_source_column),
 	    cmocka_unit_test(test_uri_encode),
 	    cmocka_unit_test(test_source_is_uri_encoded),
+	    cmocka_unit_test(test_unwritable_timestamp_is_bad),
 	    cmocka_unit_test(test_tombstone),
 	    cmocka_unit_test(test_config),
 	    cmocka_unit_test(test_inbox_reads_cloudevents),
