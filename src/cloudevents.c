@@ -62,6 +62,27 @@ lower_hex_nonzero(const char *s, size_t n)
 	return false;
 }
 
+size_t
+ob_ce_uri_encode(const char *in, size_t len, char *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)in[i];
+
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '.' || c == '_' || c == '~') {
+			out[n++] = (char)c;
+		} else {
+			out[n++] = '%';
+			out[n++] = hex[c >> 4];
+			out[n++] = hex[c & 0xF];
+		}
+	}
+	return n;
+}
+
 bool
 ob_ce_traceparent_valid(const char *s, size_t len)
 {

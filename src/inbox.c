@@ -52,7 +52,7 @@
 static const ob_kafka_setting consumer_defaults[] = {
     {"auto.offset.reset", "earliest"},
     {"client.id", "outboxd-inbox"},
-    {"statistics.interval.ms", "1000"},
+    {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
     {"enable.partition.eof", "false"},
 };
 
@@ -75,6 +75,9 @@ typedef struct ob_inbox {
 	/* The assigned partitions not started yet: paused until
 	 * start_partitions() has checked their stored positions. */
 	rd_kafka_topic_partition_list_t *unstarted;
+	/* The lag of partitions of unstarted, as note_unstarted_lag() last
+	 * queried it (each .offset is a count of records). */
+	rd_kafka_topic_partition_list_t *unstarted_lag;
 	char cluster_id[OB_CLUSTER_ID_LEN]; /* the broker's, stored with positions; "" unknown */
 	bool reposition;                    /* seek back to the stored positions once connected */
 	int backoff_ms;
@@ -809,6 +812,44 @@ out:
 	return ok;
 }
 
+/* After start_partitions() failed: the lag of each partition of
+ * ib->unstarted (its high watermark, queried from the broker, minus the
+ * stored position, or minus the low watermark when nothing is stored), for
+ * update_lag(). The records of a partition that cannot start wait as well
+ * (README, "Metrics and health"). Kept as it was when the database or the
+ * broker does not answer. */
+static void
+note_unstarted_lag(ob_inbox *ib)
+{
+	rd_kafka_topic_partition_list_t *lag;
+	ob_inbox_position *pos;
+
+	if (ib->db == NULL || ib->brokers_up == 0 || ib->unstarted->cnt == 0)
+		return;
+	pos = read_stored(ib, ib->unstarted);
+	if (pos == NULL)
+		return;
+	lag = rd_kafka_topic_partition_list_new(ib->unstarted->cnt);
+	for (int i = 0; i < ib->unstarted->cnt; i++) {
+		const rd_kafka_topic_partition_t *p = &ib->unstarted->elems[i];
+		int64_t low, high, from;
+
+		if (rd_kafka_query_watermark_offsets(ib->rk, p->topic, p->partition, &low, &high,
+						     QUERY_TIMEOUT_MS) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR) {
+			rd_kafka_topic_partition_list_destroy(lag);
+			free(pos);
+			return;
+		}
+		from = pos[i].next_offset >= 0 ? pos[i].next_offset : low;
+		rd_kafka_topic_partition_list_add(lag, p->topic, p->partition)->offset =
+		    high > from ? high - from : 0;
+	}
+	free(pos);
+	rd_kafka_topic_partition_list_destroy(ib->unstarted_lag);
+	ib->unstarted_lag = lag;
+}
+
 /* Outside the rebalance callbacks, with no batch in hand: connect, start
  * the partitions assigned since, and seek back after a failure; after a
  * failure of any of these, wait a backoff (polling the consumer). */
@@ -817,8 +858,11 @@ recover(ob_inbox *ib)
 {
 	bool ok = connect_db(ib);
 
-	if (ok && ib->unstarted->cnt > 0)
+	if (ok && ib->unstarted->cnt > 0) {
 		ok = start_partitions(ib);
+		if (!ok && ib->exit_code < 0)
+			note_unstarted_lag(ib);
+	}
 	if (ok && ib->reposition)
 		ok = reposition(ib);
 	if (ok)
@@ -828,7 +872,8 @@ recover(ob_inbox *ib)
 }
 
 /* The lag of each assigned partition (its high watermark as the consumer
- * last heard it, minus the stored position) and their sum, to metrics.h. */
+ * last heard it, minus the stored position; for a partition not started,
+ * what note_unstarted_lag() queried) and their sum, to metrics.h. */
 static void
 update_lag(ob_inbox *ib)
 {
@@ -839,11 +884,19 @@ update_lag(ob_inbox *ib)
 		const rd_kafka_topic_partition_t *a = &ib->assigned->elems[i];
 		int64_t low, high;
 
+		const rd_kafka_topic_partition_t *u =
+		    rd_kafka_topic_partition_list_find(ib->unstarted, a->topic, a->partition);
+
 		lags[i] = (ob_partition_lag){a->topic, a->partition, 0};
-		if (a->offset >= 0 &&
-		    rd_kafka_get_watermark_offsets(ib->rk, a->topic, a->partition, &low, &high) ==
-			RD_KAFKA_RESP_ERR_NO_ERROR &&
-		    high > a->offset)
+		if (u != NULL) {
+			u = rd_kafka_topic_partition_list_find(ib->unstarted_lag, a->topic,
+							       a->partition);
+			if (u != NULL && u->offset > 0)
+				lags[i].records = (uint64_t)u->offset;
+		} else if (a->offset >= 0 &&
+			   rd_kafka_get_watermark_offsets(ib->rk, a->topic, a->partition, &low,
+							  &high) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			   high > a->offset)
 			lags[i].records = (uint64_t)(high - a->offset);
 		lag += lags[i].records;
 	}
@@ -1004,6 +1057,7 @@ consumer_conf(ob_inbox *ib)
 				       ob_kafka_consumer_pinned[i].value) &&
 		     ok;
 	ok = ob_kafka_conf_set(conf, "group.id", cfg->inbox.group) && ok;
+	ok = ok && ob_kafka_conf_keep_stats(conf);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
@@ -1107,6 +1161,10 @@ run_loop(ob_inbox *ib)
 
 		ob_metrics_heartbeat();
 		ob_notify_watchdog();
+		if (ob_mono_ms() >= next_lag) {
+			update_lag(ib);
+			next_lag = ob_mono_ms() + 1000;
+		}
 		if (ib->batch_len == 0 && must_recover(ib)) {
 			recover(ib);
 			continue;
@@ -1121,10 +1179,6 @@ run_loop(ob_inbox *ib)
 			 * and health") while they are being stored. */
 			update_lag(ib);
 			flush(ib);
-		}
-		if (ob_mono_ms() >= next_lag) {
-			update_lag(ib);
-			next_lag = ob_mono_ms() + 1000;
 		}
 	}
 }
@@ -1143,6 +1197,7 @@ ob_inbox_run(const ob_config *cfg)
 	ob_event_init(&ib.dlq_event);
 	ib.assigned = rd_kafka_topic_partition_list_new(1);
 	ib.unstarted = rd_kafka_topic_partition_list_new(1);
+	ib.unstarted_lag = rd_kafka_topic_partition_list_new(1);
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
 	set_ready(&ib);
 	if (!ob_producer_new(cfg, on_dlq_delivery, &ib, &ib.dlq) || !start_consumer(&ib)) {
@@ -1172,6 +1227,7 @@ out:
 	ob_event_free(&ib.dlq_event);
 	rd_kafka_topic_partition_list_destroy(ib.assigned);
 	rd_kafka_topic_partition_list_destroy(ib.unstarted);
+	rd_kafka_topic_partition_list_destroy(ib.unstarted_lag);
 	free(ib.batch);
 	ob_info("outboxd inbox stopped");
 	return ib.exit_code < 0 ? 0 : ib.exit_code;

@@ -266,11 +266,28 @@ put_field(ob_event *ev, const field_source *src, const char *name, ob_span *out)
 	return put_value(ev, &fv, out);
 }
 
-/* Expand a template (outbox.topic, outbox.cloudevents_source) into *out;
- * on failure *missing names the column that is missing or null. */
+/* Replace the span s, the last bytes of ev's buffer, by its
+ * percent-encoding (ob_ce_uri_encode()). */
+static void
+uri_encode_tail(ob_event *ev, ob_span s)
+{
+	char *copy = ob_xmalloc(s.len + 1);
+	char *to;
+
+	memcpy(copy, ob_event_ptr(ev, s), s.len);
+	ev->buf_len = s.off;
+	to = ob_event_reserve(ev, 3 * s.len);
+	(void)ob_event_claim(ev, ob_ce_uri_encode(copy, s.len, to));
+	free(copy);
+}
+
+/* Expand a template (outbox.topic, outbox.cloudevents_source) into *out,
+ * the text of each column percent-encoded when uri_encode is set (README,
+ * "CloudEvents"); on failure *missing names the column that is missing or
+ * null. */
 static bool
-put_template(ob_event *ev, const field_source *src, const char *tpl, ob_span *out, char *missing,
-	     size_t missing_len)
+put_template(ob_event *ev, const field_source *src, const char *tpl, bool uri_encode, ob_span *out,
+	     char *missing, size_t missing_len)
 {
 	size_t start = ev->buf_len;
 	const char *cursor = tpl;
@@ -289,6 +306,8 @@ put_template(ob_event *ev, const field_source *src, const char *tpl, ob_span *ou
 			snprintf(missing, missing_len, "%s", name);
 			return false;
 		}
+		if (uri_encode)
+			uri_encode_tail(ev, value);
 	}
 	out->off = start;
 	out->len = ev->buf_len - start;
@@ -354,15 +373,20 @@ add_object_headers(ob_event *ev, const char *text, size_t len)
 	return r == 0;
 }
 
-static int64_t
-read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
+/* The record timestamp into *ms: timestamp_column's value (timestamptz
+ * or bigint ms), else the commit time. False when the column is there and
+ * not NULL but its value is no time outboxd can read ('infinity', a year
+ * past 9999, BC, not a number): *ms is then the commit time, which a
+ * CloudEvent must not state as its time (put_cloudevent()). */
+static bool
+read_timestamp(const field_source *src, const char *column, int64_t commit_ms, int64_t *ms)
 {
 	field_value fv;
 	char buf[64];
-	int64_t ms;
 
-	if (column[0] == '\0' || !get_field(src, column, &fv))
-		return commit_ms;
+	*ms = commit_ms;
+	if (column[0] == '\0' || !get_field(src, column, &fv) || fv.kind == VALUE_NULL)
+		return true;
 	if ((fv.kind == VALUE_TEXT || fv.kind == VALUE_JSON_TEXT) && fv.len < sizeof(buf)) {
 		char *end;
 
@@ -371,12 +395,14 @@ read_timestamp(const field_source *src, const char *column, int64_t commit_ms)
 		if (fv.kind == VALUE_JSON_TEXT) {
 			long long v = strtoll(buf, &end, 10);
 
-			return *end == '\0' && end != buf ? (int64_t)v : commit_ms;
+			if (*end != '\0' || end == buf)
+				return false;
+			*ms = (int64_t)v;
+			return true;
 		}
-		if (ob_pg_timestamp_to_ms(buf, &ms))
-			return ms;
+		return ob_pg_timestamp_to_ms(buf, ms); /* sets *ms only when it reads */
 	}
-	return commit_ms;
+	return false;
 }
 
 /* Why an event is bad; the first reason found wins. */
@@ -440,6 +466,7 @@ typedef struct read_fields {
 	const char *headers;
 	size_t headers_len;
 	bool headers_ok; /* false: the headers field is there but unreadable */
+	bool time_bad;   /* timestamp_column holds a time that cannot be read */
 } read_fields;
 
 /* Set the event's headers to the id and type headers that were read. */
@@ -514,7 +541,8 @@ check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_emp
  * the value becomes the JSON envelope and content-type says so. The user's
  * headers follow in their order. A user header the binding reserves, a
  * source template naming a missing column, an attribute that is empty or
- * not UTF-8, or a time RFC 3339 cannot write make the event bad, and ev is
+ * not UTF-8, or a time RFC 3339 cannot write (a timestamp column that
+ * holds one is never replaced by the commit time) make the event bad, and ev is
  * then left as it was for its dead-letter record. A traceparent that is
  * not W3C Trace Context stays a plain header and is counted.
  */
@@ -553,7 +581,7 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 			e.tracestate = user[i].value;
 		}
 	}
-	if (!put_template(ev, src, cfg->outbox.cloudevents_source, &e.source, missing,
+	if (!put_template(ev, src, cfg->outbox.cloudevents_source, true, &e.source, missing,
 			  sizeof(missing))) {
 		note_bad(bad, "missing-source-column",
 			 "cloudevents_source template %s names column %s, which is missing or null",
@@ -565,6 +593,13 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 	    !check_attribute(ev, "source", e.source, false, bad) ||
 	    !check_attribute(ev, "subject", e.subject, true, bad))
 		return;
+	if (f->time_bad) {
+		note_bad(bad, "bad-cloudevent",
+			 "timestamp column %s holds a time RFC 3339 cannot write (infinity, a year "
+			 "past 9999 or BC)",
+			 cfg->outbox.timestamp_column);
+		return;
+	}
 	if (!ob_ce_format_time(ev->timestamp_ms, when)) {
 		note_bad(bad, "bad-cloudevent",
 			 "timestamp %lld ms is outside the years RFC 3339 can write",
@@ -628,11 +663,12 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 {
 	const ob_config *cfg = m->cfg;
 	bad_event bad = {NULL, ""};
-	read_fields f = {{0, 0}, {0, 0}, false, false, NULL, 0, false};
+	read_fields f = {{0, 0}, {0, 0}, false, false, NULL, 0, false, false};
 	char missing[256];
 
 	ob_event_reset(ev);
-	ev->timestamp_ms = read_timestamp(src, cfg->outbox.timestamp_column, commit_ms);
+	f.time_bad =
+	    !read_timestamp(src, cfg->outbox.timestamp_column, commit_ms, &ev->timestamp_ms);
 	ev->has_key =
 	    put_required(ev, src, "key", cfg->outbox.key_column, "missing-key", &ev->key, &bad);
 	f.has_id = put_required(ev, src, "id", cfg->outbox.id_column, "missing-id", &f.id, &bad);
@@ -641,7 +677,7 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 	put_payload(ev, src, cfg->outbox.payload_column, &bad);
 	f.headers_ok = headers_text(m, src, &f.headers, &f.headers_len);
 	if (bad.reason == NULL &&
-	    !put_template(ev, src, cfg->outbox.topic, &ev->topic, missing, sizeof(missing)))
+	    !put_template(ev, src, cfg->outbox.topic, false, &ev->topic, missing, sizeof(missing)))
 		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);

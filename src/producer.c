@@ -83,7 +83,7 @@ static const ob_kafka_setting default_props[] = {
     {"message.timeout.ms", "0"},
     {"linger.ms", "5"},
     {"compression.type", "lz4"},
-    {"statistics.interval.ms", "1000"},
+    {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
     /* Bound what the producer buffers: the WAL is the real buffer. */
     {"queue.buffering.max.kbytes", "4096"},
     {"queue.buffering.max.messages", "50000"},
@@ -111,6 +111,14 @@ conf_get_number(const rd_kafka_conf_t *conf, const char *key)
 	if (rd_kafka_conf_get(conf, key, buf, &size) != RD_KAFKA_CONF_OK)
 		return 0;
 	return atoll(buf);
+}
+
+bool
+ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf)
+{
+	if (conf_get_number(conf, "statistics.interval.ms") > 0)
+		return true;
+	return ob_kafka_conf_set(conf, "statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS);
 }
 
 /* The producer queue must hold the largest record the client accepts,
@@ -149,6 +157,7 @@ build_conf(const ob_config *cfg)
 	for (size_t i = 0; i < ob_kafka_pinned_len; i++)
 		ok =
 		    ob_kafka_conf_set(conf, ob_kafka_pinned[i].key, ob_kafka_pinned[i].value) && ok;
+	ok = ok && ob_kafka_conf_keep_stats(conf);
 	ok = ok && fit_queue_to_records(cfg, conf);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);

@@ -27,6 +27,14 @@
  * an empty string. */
 bool ob_ce_format_time(int64_t ms, char buf[OB_CE_TIME_BUFLEN]) OB_MUST_CHECK;
 
+/* Percent-encode (RFC 3986) the len bytes of in into out, which has
+ * room for 3 * len bytes: every byte but the unreserved characters
+ * (ALPHA, DIGIT, '-', '.', '_', '~') becomes "%HH" with upper-case hex
+ * digits. Returns the length written (no NUL). The text a {column}
+ * placeholder of outbox.cloudevents_source puts in, so that the source is
+ * a URI-reference whatever the column holds. */
+size_t ob_ce_uri_encode(const char *in, size_t len, char *out);
+
 /* True when s is a traceparent as W3C Trace Context level 1 defines it:
  * version 00 as exactly "00-" 32 lower-case hex digits (not all zero) "-"
  * 16 lower-case hex digits (not all zero) "-" 2 hex digits; a later

@@ -107,6 +107,14 @@ bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, 
 bool ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value) OB_MUST_CHECK;
 void ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf);
 
+/* Broker state (outboxd_kafka_connected, /readyz) comes only from
+ * librdkafka's statistics: ob_kafka_conf_keep_stats() raises a
+ * statistics.interval.ms of 0 (statistics off, librdkafka's default) to
+ * OB_KAFKA_STATS_INTERVAL_MS; a positive interval is kept. False (logged)
+ * when librdkafka rejects it. */
+#define OB_KAFKA_STATS_INTERVAL_MS "1000"
+bool ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf) OB_MUST_CHECK;
+
 /* The number of brokers (bootstrap entries left out) in state UP in
  * librdkafka's statistics JSON; shared with the inbox consumer. */
 int ob_kafka_stats_brokers_up(const char *json, size_t json_len);

@@ -156,14 +156,20 @@ static const char *const row_names[] = {"id",      "aggregate_type", "aggregate_
 static const ob_text_kind row_kinds[] = {OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN,
 					 OB_TEXT_PLAIN, OB_TEXT_PLAIN, OB_TEXT_PLAIN};
 
-/* Map a row of the default outbox table (payload, headers as given; NULL
- * for SQL NULL) with cloudevents set to mode and the overrides given. */
+/* Map a row of the default outbox table (aggregate_id, payload, headers
+ * as given; NULL for SQL NULL) with cloudevents set to mode and the
+ * overrides given. */
 static ob_map_result
-map_row(const char *mode, const char *payload, const char *headers, const char *extra,
-	ob_config *cfg, ob_mapper *m, ob_event *ev)
+map_row_of(const char *aggregate_id, const char *mode, const char *payload, const char *headers,
+	   const char *extra, ob_config *cfg, ob_mapper *m, ob_event *ev)
 {
-	const char *values[] = {
-	    ID, "order", "o-42", "order.paid", payload, headers, "2026-11-22 03:07:11.205762+00"};
+	const char *values[] = {ID,
+				"order",
+				aggregate_id,
+				"order.paid",
+				payload,
+				headers,
+				"2026-11-22 03:07:11.205762+00"};
 	size_t lengths[7];
 	ob_text_row row = {row_names, row_kinds, values, lengths, 7};
 	char setting[64];
@@ -181,6 +187,13 @@ map_row(const char *mode, const char *payload, const char *headers, const char *
 	ob_mapper_init(m, cfg);
 	ob_event_init(ev);
 	return ob_mapper_map_text_row(m, &row, 0x152D3E0, 1, ev);
+}
+
+static ob_map_result
+map_row(const char *mode, const char *payload, const char *headers, const char *extra,
+	ob_config *cfg, ob_mapper *m, ob_event *ev)
+{
+	return map_row_of("o-42", mode, payload, headers, extra, cfg, m, ev);
 }
 
 static void
@@ -348,6 +361,85 @@ test_missing_source_column(void **state)
 }
 
 static void
+test_uri_encode(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+	    {"", ""},
+	    {"AZaz09-._~", "AZaz09-._~"},
+	    {"order 42 \"50%\"", "order%2042%20%2250%25%22"},
+	    {"a/b?c#d[e]@f!$&'()*+,;=:",
+	     "a%2Fb%3Fc%23d%5Be%5D%40f%21%24%26%27%28%29%2A%2B%2C%3B%3D%3A"},
+	    {"\xc3\xa9\x7f\x01", "%C3%A9%7F%01"},
+	};
+	char out[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = ob_ce_uri_encode(cases[i].in, strlen(cases[i].in), out);
+
+		assert_int_equal(n, strlen(cases[i].out));
+		assert_memory_equal(out, cases[i].out, n);
+	}
+}
+
+/* The text of a {column} in the source is percent-encoded; the template's
+ * own text is kept; the topic's columns are not encoded. */
+static void
+test_source_is_uri_encoded(void **state)
+{
+	ob_config cfg;
+	ob_mapper m;
+	ob_event ev;
+	static const char *const want[] = {
+	    "ce_specversion", "1.0",
+	    "ce_id",          ID,
+	    "ce_type",        "order.paid",
+	    "ce_source",      "/shop/order%2042%20%2250%25%22/x?y=order",
+	    "ce_subject",     "order 42 \"50%\"",
+	    "ce_time",        "2026-11-22T03:07:11.205Z",
+	};
+
+	assert_int_equal(
+	    map_row_of("order 42 \"50%\"", "binary", NULL, NULL,
+		       "outbox.cloudevents_source=/shop/{aggregate_id}/x?y={aggregate_type}", &cfg,
+		       &m, &ev),
+	    OB_MAP_EVENT);
+	check_headers(&ev, want, 6);
+	done(&cfg, &m, &ev);
+}
+
+/* A timestamp column holding a time RFC 3339 cannot write makes a bad
+ * event in both modes, never one stating the commit time. The column read
+ * as the timestamp here is aggregate_id. */
+static void
+test_unwritable_timestamp_is_bad(void **state)
+{
+	static const char *const times[] = {
+	    "infinity",
+	    "-infinity",
+	    "12000-01-01 00:00:00+00",
+	    "0001-01-01 00:00:00+00 BC",
+	};
+	static const char *const modes[] = {"binary", "structured"};
+
+	for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+		for (size_t j = 0; j < 2; j++) {
+			ob_config cfg;
+			ob_mapper m;
+			ob_event ev;
+
+			assert_int_equal(map_row_of(times[i], modes[j], "{}", NULL,
+						    "outbox.timestamp_column=aggregate_id", &cfg,
+						    &m, &ev),
+					 OB_MAP_DLQ);
+			assert_string_equal(ev.dlq_reason, "bad-cloudevent");
+			done(&cfg, &m, &ev);
+		}
+	}
+}
+
+static void
 test_tombstone(void **state)
 {
 	ob_config cfg;
@@ -479,6 +571,9 @@ main(void)
 	    cmocka_unit_test(test_malformed_traceparent_passes_through),
 	    cmocka_unit_test(test_collisions_are_bad_events),
 	    cmocka_unit_test(test_missing_source_column),
+	    cmocka_unit_test(test_uri_encode),
+	    cmocka_unit_test(test_source_is_uri_encoded),
+	    cmocka_unit_test(test_unwritable_timestamp_is_bad),
 	    cmocka_unit_test(test_tombstone),
 	    cmocka_unit_test(test_config),
 	    cmocka_unit_test(test_inbox_reads_cloudevents),
