@@ -1034,6 +1034,29 @@ producer_pinned(const char *key)
 	return false;
 }
 
+/* Whether conf's assignor is safe with the librdkafka in use: before 2.3.0
+ * a consumer using cooperative-sticky aborts (an assertion in the sticky
+ * assignor) when it is destroyed before its first assignment, as a
+ * SIGTERM right after start does (librdkafka issue 4312). False (logged)
+ * when the configuration asks for it there. */
+static bool
+assignor_safe(rd_kafka_conf_t *conf)
+{
+	char value[256];
+	size_t len = sizeof(value);
+
+	if (rd_kafka_version() >= 0x020300ff ||
+	    rd_kafka_conf_get(conf, "partition.assignment.strategy", value, &len) !=
+		RD_KAFKA_CONF_OK ||
+	    strstr(value, "cooperative-sticky") == NULL)
+		return true;
+	ob_error("invalid kafka.partition.assignment.strategy \"%s\": librdkafka %s aborts when "
+		 "a consumer using cooperative-sticky stops before its first assignment (fixed in "
+		 "librdkafka 2.3.0); use range,roundrobin",
+		 value, rd_kafka_version_str());
+	return false;
+}
+
 /* The consumer's configuration: outboxd's defaults, the user's [kafka],
  * the consumer's pinned properties, group.id = inbox.group. NULL (logged)
  * when a property is rejected. */
@@ -1057,7 +1080,7 @@ consumer_conf(ob_inbox *ib)
 				       ob_kafka_consumer_pinned[i].value) &&
 		     ok;
 	ok = ob_kafka_conf_set(conf, "group.id", cfg->inbox.group) && ok;
-	ok = ok && ob_kafka_conf_keep_stats(conf);
+	ok = ok && ob_kafka_conf_keep_stats(conf) && assignor_safe(conf);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;

@@ -128,7 +128,9 @@ def outboxd_config(pg, broker, slot, agg, decoder, rng):
 def inbox_config(pg, broker, agg, topic, irng):
     """The inbox's settings for a run: the event topic into the inbox
     database, a group and a dead-letter topic of the run's own; the batch
-    size and the assignment protocol drawn from irng."""
+    size drawn from irng (the assignment protocol is range,roundrobin:
+    librdkafka 2.0.2 aborts a cooperative-sticky consumer stopped before
+    its first assignment, and outboxd refuses it)."""
     return {
         "inbox": {"conninfo": pg.conninfo(INBOX_DB), "topics": topic,
                   "group": "chaos-inbox-%s" % agg,
@@ -145,8 +147,10 @@ def inbox_config(pg, broker, agg, topic, irng):
                   # never assigns them with 2000 ms)
                   "session.timeout.ms": 3000,
                   "heartbeat.interval.ms": 300,
-                  "partition.assignment.strategy": irng.choice(
-                      ["range,roundrobin", "cooperative-sticky"])},
+                  # cooperative-sticky is refused with librdkafka 2.0.2
+                  # (it aborts when stopped before its first assignment:
+                  # seed 100066)
+                  "partition.assignment.strategy": "range,roundrobin"},
         "http": {"listen": ""},
         "log": {"level": "info"},
     }

@@ -262,6 +262,18 @@ def test_inbox_pins_session_timeouts(inbox_env, broker):
     assert_exactly_once(env, ids)
 
 
+def test_inbox_refuses_cooperative_sticky_on_librdkafka_2_0(inbox_env):
+    """librdkafka before 2.3.0 aborts (an assertion in the sticky assignor)
+    when a cooperative-sticky consumer is destroyed before its first
+    assignment, as a SIGTERM right after start does (found by chaos seed
+    100066): outboxd inbox refuses that assignor there, exit 2 naming the
+    key."""
+    env = inbox_env()
+    d = env.start(**{"kafka_partition.assignment.strategy": "cooperative-sticky"})
+    assert d.wait(30) == 2, d.log_tail()
+    assert "kafka.partition.assignment.strategy" in d.log_text(), d.log_tail()
+
+
 def test_inbox_batch_max_bounded(inbox_env, broker):
     """inbox.batch_max above 7281 would need more than libpq's 65,535
     parameters in one statement: exit 2 naming the key. 7281 works."""
