@@ -355,9 +355,11 @@ typedef struct found_header {
 } found_header;
 
 /* The headers the row takes its id and type from: the configured id
- * header and "type", and a binary-mode CloudEvent's ce_id and ce_type. */
+ * header and "type", and a binary-mode CloudEvent's ce_id and ce_type
+ * (a record with a ce_specversion header is one). */
 typedef struct found_headers {
 	found_header id, type, ce_id, ce_type;
+	bool ce_specversion;
 } found_headers;
 
 /* Remember value as *h when name is want and *h is not set yet. */
@@ -397,6 +399,8 @@ headers_object(const ob_record_view *rec, const char *id_header, found_headers *
 		find_header(&found->type, name, "type", value, len);
 		find_header(&found->ce_id, name, "ce_id", value, len);
 		find_header(&found->ce_type, name, "ce_type", value, len);
+		if (strcmp(name, "ce_specversion") == 0)
+			found->ce_specversion = true;
 	}
 	return obj;
 }
@@ -581,9 +585,18 @@ ob_inbox_row_build(const ob_record_view *rec, int32_t partition, int64_t offset,
 			return false;
 		}
 	} else {
-		/* A binary-mode CloudEvent names its id and type in ce_ headers. */
-		id = found.id.value != NULL ? found.id : found.ce_id;
-		type = found.type.value != NULL ? found.type : found.ce_type;
+		/* A binary-mode CloudEvent (a ce_specversion header) names its id
+		 * and type in ce_ headers, which win over the id and type headers
+		 * (then the user's own headers); elsewhere ce_id and ce_type only
+		 * stand in for missing ones. */
+		bool ce = found.ce_specversion;
+
+		id = ce && found.ce_id.value != NULL ? found.ce_id
+		     : found.id.value != NULL        ? found.id
+						     : found.ce_id;
+		type = ce && found.ce_type.value != NULL ? found.ce_type
+		       : found.type.value != NULL        ? found.type
+							 : found.ce_type;
 		if (id.value == NULL || id.len == 0) {
 			set_bad(bad, "missing-id", "record has no \"%s\" header%s", id_header,
 				id.value == NULL ? "" : " value");
