@@ -61,6 +61,7 @@ typedef struct ob_inbox {
 	ob_inboxdb *db; /* NULL while disconnected */
 	ob_producer *dlq;
 	ob_event dlq_event;
+	ob_event dlq_small; /* a dead letter cut down to its headers */
 	size_t dlq_waiting; /* dead-letter records not yet acknowledged */
 	bool dlq_failed;
 	/* Records read and not yet stored, in the order read; owned. */
@@ -273,11 +274,35 @@ record_view(const rd_kafka_message_t *m, ob_record_view *v)
 
 /* ---- dead letters ---------------------------------------------------- */
 
+/* Tags of dead-letter records: the whole record, or its headers only. */
+#define DLQ_WHOLE        0
+#define DLQ_HEADERS_ONLY 1
+
+/* Cut the dead letter rec (refused as too large) down to its headers
+ * (and key, when small), as the publisher does, into ib->dlq_small. */
+static void
+build_headers_only(ob_inbox *ib, const ob_record_view *rec)
+{
+	ob_event_build_dlq_headers_only(&ib->dlq_small, "too-large", rec,
+					ob_producer_max_record_bytes(ib->dlq));
+}
+
 static void
 on_dlq_delivery(void *ctx, const ob_delivery *d)
 {
 	ob_inbox *ib = ctx;
+	const char *why = NULL;
+	bool too_large = false;
 
+	if (d->status != OB_DELIVERED && d->value_too_large && d->tag == DLQ_WHOLE &&
+	    !ib->dlq_failed) {
+		ob_warn("dead-letter record to %s is too large (%s); publishing its headers only",
+			ib->cfg->outbox.dlq_topic, d->error);
+		build_headers_only(ib, &d->record);
+		if (ob_producer_send(ib->dlq, &ib->dlq_small, DLQ_HEADERS_ONLY, &why, &too_large) ==
+		    OB_SEND_OK)
+			return; /* its own report settles dlq_waiting */
+	}
 	if (d->status != OB_DELIVERED && !ib->dlq_failed) {
 		ib->dlq_failed = true;
 		ob_error("could not publish a dead-letter record to %s: %s",
@@ -343,7 +368,9 @@ dead_letter(ob_inbox *ib, const rd_kafka_message_t *m, const ob_record_view *v, 
 	ob_warn("dead-lettering %s [%d] offset %lld to %s: %s", v->topic, (int)m->partition,
 		(long long)m->offset, ib->cfg->outbox.dlq_topic, error);
 	for (;;) {
-		switch (ob_producer_send(ib->dlq, ev, 0, &why, &too_large)) {
+		switch (ob_producer_send(ib->dlq, ev,
+					 ev == &ib->dlq_small ? DLQ_HEADERS_ONLY : DLQ_WHOLE, &why,
+					 &too_large)) {
 		case OB_SEND_OK:
 			ib->dlq_waiting++;
 			return true;
@@ -351,6 +378,17 @@ dead_letter(ob_inbox *ib, const rd_kafka_message_t *m, const ob_record_view *v, 
 			ob_producer_poll(ib->dlq, POLL_MS);
 			continue;
 		case OB_SEND_REFUSED:
+			if (too_large && ev != &ib->dlq_small) {
+				ob_record_view view;
+
+				ob_warn("dead-letter record to %s is too large (%s); publishing "
+					"its headers only",
+					ib->cfg->outbox.dlq_topic, why);
+				ob_event_view(ev, &view);
+				build_headers_only(ib, &view);
+				ev = &ib->dlq_small;
+				continue;
+			}
 			ob_error("could not publish a dead-letter record to %s: %s",
 				 ib->cfg->outbox.dlq_topic, why);
 			return false;
@@ -1214,6 +1252,7 @@ ob_inbox_run(const ob_config *cfg)
 	ob_signals_install();
 	ob_notify_init();
 	ob_event_init(&ib.dlq_event);
+	ob_event_init(&ib.dlq_small);
 	ib.assigned = rd_kafka_topic_partition_list_new(1);
 	ib.unstarted = rd_kafka_topic_partition_list_new(1);
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
@@ -1243,6 +1282,7 @@ out:
 	ob_producer_free(ib.dlq);
 	ob_inboxdb_close(ib.db);
 	ob_event_free(&ib.dlq_event);
+	ob_event_free(&ib.dlq_small);
 	rd_kafka_topic_partition_list_destroy(ib.assigned);
 	rd_kafka_topic_partition_list_destroy(ib.unstarted);
 	free(ib.batch);
