@@ -546,14 +546,22 @@ read_envelope(const ob_record_view *rec, ob_inbox_row *row, ob_inbox_bad *bad)
 					row->payload_json = ob_xstrndup(text, len);
 			} else if (ob_json_member_named(&m, "data_base64", 11) &&
 				   row->payload_json == NULL && row->payload_raw == NULL) {
+				/* The string's escapes (a '/' written as "\\/") decoded
+				 * first: base64 is the string's value, not its text. */
+				char *text = ob_xmalloc(m.value_len + 1);
+				long text_len = m.value_is_string
+						    ? ob_json_unescape(m.value, m.value_len, text)
+						    : -1;
 				unsigned char *bytes = ob_xmalloc(m.value_len / 4 * 3 + 1);
 				size_t n;
 
-				if (!m.value_is_string || m.value_escaped ||
-				    !base64_decode(m.value, m.value_len, bytes, &n)) {
+				if (text_len < 0 ||
+				    !base64_decode(text, (size_t)text_len, bytes, &n)) {
+					free(text);
 					free(bytes);
 					break;
 				}
+				free(text);
 				set_owned_payload(row, bytes, n);
 			}
 		}
