@@ -67,7 +67,7 @@ ob_inbox_text_ok(const char *s, size_t len)
  * a number is -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? within what
  * numeric holds (see number_ok()). Nesting deeper than JSON_MAX_DEPTH is
  * taken for not JSON, well within what the server's stack allows. */
-#define JSON_MAX_DEPTH       2048
+#define JSON_MAX_DEPTH       10000 /* README, "JSON is what jsonb takes" */
 /* numeric's limits (PostgreSQL's numeric.c): 131072 digits before the
  * decimal point, 16383 after it; an exponent of more than nine digits is
  * taken for not JSON (the server refuses all but a few such numbers). */
@@ -525,6 +525,9 @@ read_envelope(const ob_record_view *rec, ob_inbox_row *row, ob_inbox_bad *bad)
 	int r = -1;
 
 	if (ob_json_iter_init(&it, rec->value, rec->value_len)) {
+		/* data may nest as deep as a payload (JSON_MAX_DEPTH); whether it
+		 * is JSON jsonb takes is ob_inbox_value_is_json()'s call. */
+		it.max_depth = JSON_MAX_DEPTH;
 		while ((r = ob_json_iter_next(&it, &m)) == 1) {
 			bool is_data = ob_json_member_named(&m, "data", 4);
 
