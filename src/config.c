@@ -88,6 +88,10 @@ const size_t ob_kafka_pinned_len = OB_ARRAY_LEN(ob_kafka_pinned);
 const ob_kafka_setting ob_kafka_consumer_pinned[] = {
     {"enable.auto.commit", "false"},
     {"enable.auto.offset.store", "false"},
+    /* The inbox starts every partition itself (start_partitions()): a
+     * position the broker does not hold is a mismatch to report, never
+     * one for librdkafka to move past silently. */
+    {"auto.offset.reset", "error"},
 };
 const size_t ob_kafka_consumer_pinned_len = OB_ARRAY_LEN(ob_kafka_consumer_pinned);
 

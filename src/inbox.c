@@ -50,7 +50,6 @@
 /* outboxd's consumer defaults, applied before the user's [kafka]
  * properties. */
 static const ob_kafka_setting consumer_defaults[] = {
-    {"auto.offset.reset", "earliest"},
     {"client.id", "outboxd-inbox"},
     {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
     {"enable.partition.eof", "false"},
@@ -62,6 +61,7 @@ typedef struct ob_inbox {
 	ob_inboxdb *db; /* NULL while disconnected */
 	ob_producer *dlq;
 	ob_event dlq_event;
+	ob_event dlq_small; /* a dead letter cut down to its headers */
 	size_t dlq_waiting; /* dead-letter records not yet acknowledged */
 	bool dlq_failed;
 	/* Records read and not yet stored, in the order read; owned. */
@@ -110,6 +110,59 @@ note_first(ob_inbox *ib, const rd_kafka_message_t *m)
 		a->offset = m->offset;
 }
 
+static bool cooperative(rd_kafka_t *rk);
+static void list_add(rd_kafka_topic_partition_list_t *list,
+		     const rd_kafka_topic_partition_list_t *parts);
+
+/* The consumer could not fetch at the position of m's partition (the
+ * broker no longer holds it: auto.offset.reset is pinned to error, so
+ * librdkafka never moves past it by itself). Pause the partition and
+ * start it again (start_partitions()), which judges its stored position
+ * against the watermarks: a position below the low watermark is a
+ * mismatch, recovered as inbox.on_position_mismatch says. */
+static void
+restart_partition(ob_inbox *ib, const rd_kafka_message_t *m)
+{
+	const char *topic = m->rkt != NULL ? rd_kafka_topic_name(m->rkt) : NULL;
+	rd_kafka_topic_partition_list_t *again;
+
+	if (topic == NULL ||
+	    rd_kafka_topic_partition_list_find(ib->assigned, topic, m->partition) == NULL ||
+	    rd_kafka_topic_partition_list_find(ib->unstarted, topic, m->partition) != NULL)
+		return; /* not ours, or its start seeks it anyway */
+	ob_warn("kafka cannot serve %s [%d] at offset %lld (%s); checking its stored position "
+		"against the partition's watermarks",
+		topic, (int)m->partition, (long long)m->offset, rd_kafka_message_errstr(m));
+	/* librdkafka stopped fetching it, and a stopped partition cannot be
+	 * sought: assign it again (eager: every partition, all started
+	 * again), at the beginning like on_assign(), and paused. */
+	if (cooperative(ib->rk)) {
+		rd_kafka_error_t *err;
+
+		again = rd_kafka_topic_partition_list_new(1);
+		rd_kafka_topic_partition_list_add(again, topic, m->partition);
+		err = rd_kafka_incremental_unassign(ib->rk, again);
+		if (err == NULL) {
+			again->elems[0].offset = RD_KAFKA_OFFSET_BEGINNING;
+			err = rd_kafka_incremental_assign(ib->rk, again);
+		}
+		if (err != NULL) {
+			ob_error("could not assign %s [%d] again: %s", topic, (int)m->partition,
+				 rd_kafka_error_string(err));
+			rd_kafka_error_destroy(err);
+		}
+	} else {
+		again = rd_kafka_topic_partition_list_copy(ib->assigned);
+		for (int i = 0; i < again->cnt; i++)
+			again->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
+		if (rd_kafka_assign(ib->rk, again) != RD_KAFKA_RESP_ERR_NO_ERROR)
+			ob_error("could not assign the partitions again");
+	}
+	(void)rd_kafka_pause_partitions(ib->rk, again);
+	list_add(ib->unstarted, again);
+	rd_kafka_topic_partition_list_destroy(again);
+}
+
 /* Destroy a polled message that is not to be stored now (its partition
  * is paused or not started, or the database is away): it is read again
  * after the seek that starts or repositions its partition. */
@@ -118,6 +171,8 @@ drop_message(ob_inbox *ib, rd_kafka_message_t *m)
 {
 	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 		note_first(ib, m);
+	else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET)
+		restart_partition(ib, m);
 	rd_kafka_message_destroy(m);
 }
 
@@ -222,11 +277,35 @@ record_view(const rd_kafka_message_t *m, ob_record_view *v)
 
 /* ---- dead letters ---------------------------------------------------- */
 
+/* Tags of dead-letter records: the whole record, or its headers only. */
+#define DLQ_WHOLE        0
+#define DLQ_HEADERS_ONLY 1
+
+/* Cut the dead letter rec (refused as too large) down to its headers
+ * (and key, when small), as the publisher does, into ib->dlq_small. */
+static void
+build_headers_only(ob_inbox *ib, const ob_record_view *rec)
+{
+	ob_event_build_dlq_headers_only(&ib->dlq_small, "too-large", rec,
+					ob_producer_max_record_bytes(ib->dlq));
+}
+
 static void
 on_dlq_delivery(void *ctx, const ob_delivery *d)
 {
 	ob_inbox *ib = ctx;
+	const char *why = NULL;
+	bool too_large = false;
 
+	if (d->status != OB_DELIVERED && d->value_too_large && d->tag == DLQ_WHOLE &&
+	    !ib->dlq_failed) {
+		ob_warn("dead-letter record to %s is too large (%s); publishing its headers only",
+			ib->cfg->outbox.dlq_topic, d->error);
+		build_headers_only(ib, &d->record);
+		if (ob_producer_send(ib->dlq, &ib->dlq_small, DLQ_HEADERS_ONLY, &why, &too_large) ==
+		    OB_SEND_OK)
+			return; /* its own report settles dlq_waiting */
+	}
 	if (d->status != OB_DELIVERED && !ib->dlq_failed) {
 		ib->dlq_failed = true;
 		ob_error("could not publish a dead-letter record to %s: %s",
@@ -292,7 +371,9 @@ dead_letter(ob_inbox *ib, const rd_kafka_message_t *m, const ob_record_view *v, 
 	ob_warn("dead-lettering %s [%d] offset %lld to %s: %s", v->topic, (int)m->partition,
 		(long long)m->offset, ib->cfg->outbox.dlq_topic, error);
 	for (;;) {
-		switch (ob_producer_send(ib->dlq, ev, 0, &why, &too_large)) {
+		switch (ob_producer_send(ib->dlq, ev,
+					 ev == &ib->dlq_small ? DLQ_HEADERS_ONLY : DLQ_WHOLE, &why,
+					 &too_large)) {
 		case OB_SEND_OK:
 			ib->dlq_waiting++;
 			return true;
@@ -300,6 +381,17 @@ dead_letter(ob_inbox *ib, const rd_kafka_message_t *m, const ob_record_view *v, 
 			ob_producer_poll(ib->dlq, POLL_MS);
 			continue;
 		case OB_SEND_REFUSED:
+			if (too_large && ev != &ib->dlq_small) {
+				ob_record_view view;
+
+				ob_warn("dead-letter record to %s is too large (%s); publishing "
+					"its headers only",
+					ib->cfg->outbox.dlq_topic, why);
+				ob_event_view(ev, &view);
+				build_headers_only(ib, &view);
+				ev = &ib->dlq_small;
+				continue;
+			}
 			ob_error("could not publish a dead-letter record to %s: %s",
 				 ib->cfg->outbox.dlq_topic, why);
 			return false;
@@ -708,6 +800,15 @@ recover_start(ob_inbox *ib, int i, ob_inbox_position *st, const broker_view *bv,
 	return start;
 }
 
+/* Where a partition with nothing stored and nothing committed starts:
+ * its high watermark with inbox.on_position_mismatch = latest, else its
+ * low watermark (outboxd's default, formerly auto.offset.reset=earliest). */
+static int64_t
+nothing_stored_start(const ob_inbox *ib, const broker_view *bv)
+{
+	return ib->cfg->inbox.on_position_mismatch == OB_MISMATCH_LATEST ? bv->high : bv->low;
+}
+
 /* Log where partition p starts. */
 static void
 log_start(const rd_kafka_topic_partition_t *p, int64_t stored, int64_t start)
@@ -715,12 +816,12 @@ log_start(const rd_kafka_topic_partition_t *p, int64_t stored, int64_t start)
 	if (start >= 0 && start == stored)
 		ob_info("assigned %s [%d] at stored offset %lld", p->topic, (int)p->partition,
 			(long long)start);
-	else if (start >= 0)
+	else if (stored < 0)
+		ob_info("assigned %s [%d] at offset %lld (nothing stored)", p->topic,
+			(int)p->partition, (long long)start);
+	else
 		ob_info("assigned %s [%d] at offset %lld", p->topic, (int)p->partition,
 			(long long)start);
-	else
-		ob_info("assigned %s [%d] (nothing stored: auto.offset.reset)", p->topic,
-			(int)p->partition);
 }
 
 /* Start the partitions of ib->unstarted: judge each stored position
@@ -730,7 +831,7 @@ log_start(const rd_kafka_topic_partition_t *p, int64_t stored, int64_t start)
  * to what the broker serves), recover a mismatch as
  * inbox.on_position_mismatch says, seek each partition to its start and
  * resume it. A partition with nothing stored and nothing committed starts
- * where auto.offset.reset put it. False when they must wait (the
+ * at a watermark (nothing_stored_start()). False when they must wait (the
  * database or the broker failed: try again after a backoff) or the inbox
  * stops (exit_code set). */
 static bool
@@ -790,8 +891,8 @@ start_partitions(ob_inbox *ib)
 		}
 		if (ib->exit_code >= 0)
 			continue; /* halt: every mismatch is logged before the exit */
-		if (start < 0 && a != NULL)
-			start = a->offset; /* nothing stored: the first record read, if any */
+		if (start < 0) /* nothing stored, nothing committed: see nothing_stored_start() */
+			start = nothing_stored_start(ib, &bv);
 		if (a != NULL)
 			a->offset = start;
 		if (start >= 0)
@@ -942,6 +1043,11 @@ on_assign(ob_inbox *ib, rd_kafka_topic_partition_list_t *parts)
 {
 	rd_kafka_error_t *err = NULL;
 
+	/* Fetching starts at the beginning (paused, so nothing is read): an
+	 * explicit offset, as auto.offset.reset is error and a partition
+	 * stopped on it could not be sought; start_partitions() seeks it. */
+	for (int i = 0; i < parts->cnt; i++)
+		parts->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
 	if (cooperative(ib->rk))
 		err = rd_kafka_incremental_assign(ib->rk, parts);
 	else if (rd_kafka_assign(ib->rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -1150,6 +1256,11 @@ out:
 static void
 take(ob_inbox *ib, rd_kafka_message_t *m)
 {
+	if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET) {
+		restart_partition(ib, m);
+		rd_kafka_message_destroy(m);
+		return;
+	}
 	if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			ob_warn("kafka consumer: %s", rd_kafka_message_errstr(m));
@@ -1218,6 +1329,7 @@ ob_inbox_run(const ob_config *cfg)
 	ob_signals_install();
 	ob_notify_init();
 	ob_event_init(&ib.dlq_event);
+	ob_event_init(&ib.dlq_small);
 	ib.assigned = rd_kafka_topic_partition_list_new(1);
 	ib.unstarted = rd_kafka_topic_partition_list_new(1);
 	ib.unstarted_lag = rd_kafka_topic_partition_list_new(1);
@@ -1248,6 +1360,7 @@ out:
 	ob_producer_free(ib.dlq);
 	ob_inboxdb_close(ib.db);
 	ob_event_free(&ib.dlq_event);
+	ob_event_free(&ib.dlq_small);
 	rd_kafka_topic_partition_list_destroy(ib.assigned);
 	rd_kafka_topic_partition_list_destroy(ib.unstarted);
 	rd_kafka_topic_partition_list_destroy(ib.unstarted_lag);

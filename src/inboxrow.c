@@ -67,7 +67,7 @@ ob_inbox_text_ok(const char *s, size_t len)
  * a number is -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? within what
  * numeric holds (see number_ok()). Nesting deeper than JSON_MAX_DEPTH is
  * taken for not JSON, well within what the server's stack allows. */
-#define JSON_MAX_DEPTH       2048
+#define JSON_MAX_DEPTH       10000 /* README, "JSON is what jsonb takes" */
 /* numeric's limits (PostgreSQL's numeric.c): 131072 digits before the
  * decimal point, 16383 after it; an exponent of more than nine digits is
  * taken for not JSON (the server refuses all but a few such numbers). */
@@ -355,9 +355,11 @@ typedef struct found_header {
 } found_header;
 
 /* The headers the row takes its id and type from: the configured id
- * header and "type", and a binary-mode CloudEvent's ce_id and ce_type. */
+ * header and "type", and a binary-mode CloudEvent's ce_id and ce_type
+ * (a record with a ce_specversion header is one). */
 typedef struct found_headers {
 	found_header id, type, ce_id, ce_type;
+	bool ce_specversion;
 } found_headers;
 
 /* Remember value as *h when name is want and *h is not set yet. */
@@ -397,6 +399,8 @@ headers_object(const ob_record_view *rec, const char *id_header, found_headers *
 		find_header(&found->type, name, "type", value, len);
 		find_header(&found->ce_id, name, "ce_id", value, len);
 		find_header(&found->ce_type, name, "ce_type", value, len);
+		if (strcmp(name, "ce_specversion") == 0)
+			found->ce_specversion = true;
 	}
 	return obj;
 }
@@ -521,6 +525,9 @@ read_envelope(const ob_record_view *rec, ob_inbox_row *row, ob_inbox_bad *bad)
 	int r = -1;
 
 	if (ob_json_iter_init(&it, rec->value, rec->value_len)) {
+		/* data may nest as deep as a payload (JSON_MAX_DEPTH); whether it
+		 * is JSON jsonb takes is ob_inbox_value_is_json()'s call. */
+		it.max_depth = JSON_MAX_DEPTH;
 		while ((r = ob_json_iter_next(&it, &m)) == 1) {
 			bool is_data = ob_json_member_named(&m, "data", 4);
 
@@ -542,14 +549,22 @@ read_envelope(const ob_record_view *rec, ob_inbox_row *row, ob_inbox_bad *bad)
 					row->payload_json = ob_xstrndup(text, len);
 			} else if (ob_json_member_named(&m, "data_base64", 11) &&
 				   row->payload_json == NULL && row->payload_raw == NULL) {
+				/* The string's escapes (a '/' written as "\\/") decoded
+				 * first: base64 is the string's value, not its text. */
+				char *text = ob_xmalloc(m.value_len + 1);
+				long text_len = m.value_is_string
+						    ? ob_json_unescape(m.value, m.value_len, text)
+						    : -1;
 				unsigned char *bytes = ob_xmalloc(m.value_len / 4 * 3 + 1);
 				size_t n;
 
-				if (!m.value_is_string || m.value_escaped ||
-				    !base64_decode(m.value, m.value_len, bytes, &n)) {
+				if (text_len < 0 ||
+				    !base64_decode(text, (size_t)text_len, bytes, &n)) {
+					free(text);
 					free(bytes);
 					break;
 				}
+				free(text);
 				set_owned_payload(row, bytes, n);
 			}
 		}
@@ -581,9 +596,18 @@ ob_inbox_row_build(const ob_record_view *rec, int32_t partition, int64_t offset,
 			return false;
 		}
 	} else {
-		/* A binary-mode CloudEvent names its id and type in ce_ headers. */
-		id = found.id.value != NULL ? found.id : found.ce_id;
-		type = found.type.value != NULL ? found.type : found.ce_type;
+		/* A binary-mode CloudEvent (a ce_specversion header) names its id
+		 * and type in ce_ headers, which win over the id and type headers
+		 * (then the user's own headers); elsewhere ce_id and ce_type only
+		 * stand in for missing ones. */
+		bool ce = found.ce_specversion;
+
+		id = ce && found.ce_id.value != NULL ? found.ce_id
+		     : found.id.value != NULL        ? found.id
+						     : found.ce_id;
+		type = ce && found.ce_type.value != NULL ? found.ce_type
+		       : found.type.value != NULL        ? found.type
+							 : found.ce_type;
 		if (id.value == NULL || id.len == 0) {
 			set_bad(bad, "missing-id", "record has no \"%s\" header%s", id_header,
 				id.value == NULL ? "" : " value");

@@ -7,7 +7,6 @@
 #include <string.h>
 
 /* Nesting deeper than this is refused rather than scanned. */
-#define MAX_DEPTH 256
 
 static void
 skip_ws(const char *s, size_t len, size_t *pos)
@@ -59,9 +58,9 @@ scan_string(const char *s, size_t len, size_t *pos, bool *escaped)
 /* Scan one value (string, object, array or bare literal/number); for a
  * string, *escaped says whether it holds escapes. */
 static bool
-scan_value(const char *s, size_t len, size_t *pos, bool *escaped)
+scan_value(const char *s, size_t len, size_t *pos, bool *escaped, int max_depth)
 {
-	char stack[MAX_DEPTH]; /* the closing bracket each open one expects */
+	char stack[OB_JSON_DEPTH_LIMIT]; /* the closing bracket each open one expects */
 	int depth = 0;
 	bool inner_escaped;
 
@@ -75,7 +74,7 @@ scan_value(const char *s, size_t len, size_t *pos, bool *escaped)
 			if (!scan_string(s, len, pos, depth == 0 ? escaped : &inner_escaped))
 				return false;
 		} else if (c == '{' || c == '[') {
-			if (depth == MAX_DEPTH)
+			if (depth == max_depth || depth == OB_JSON_DEPTH_LIMIT)
 				return false;
 			stack[depth++] = c == '{' ? '}' : ']';
 			(*pos)++;
@@ -112,6 +111,7 @@ iter_init(ob_json_iter *it, const char *s, size_t len, char open, char close)
 	it->close = close;
 	it->done = false;
 	it->nested = false;
+	it->max_depth = OB_JSON_DEFAULT_DEPTH;
 	skip_ws(s, len, &it->pos);
 	if (it->pos >= len || s[it->pos] != open)
 		return false;
@@ -180,7 +180,7 @@ entry_value(ob_json_iter *it, ob_json_member *m)
 	size_t len = it->len, start = it->pos;
 
 	m->value_escaped = false;
-	if (!scan_value(s, len, &it->pos, &m->value_escaped))
+	if (!scan_value(s, len, &it->pos, &m->value_escaped, it->max_depth))
 		return -1;
 	m->value_is_string = s[start] == '"';
 	if (m->value_is_string) {

@@ -34,7 +34,14 @@ typedef struct ob_json_iter {
 	char close; /* the bracket that ends the container */
 	bool done;
 	bool nested; /* entered from a parent: no end-of-text check */
+	/* Nesting scanned inside a member's value: OB_JSON_DEFAULT_DEPTH after
+	 * ob_json_iter_init(); a caller may raise it up to OB_JSON_DEPTH_LIMIT
+	 * (the inbox's structured CloudEvents, whose data is what jsonb takes). */
+	int max_depth;
 } ob_json_iter;
+
+#define OB_JSON_DEFAULT_DEPTH 256
+#define OB_JSON_DEPTH_LIMIT   10000
 
 /* Start iterating the object in s[0..len); false if s does not start (after
  * white space) with '{'. */
