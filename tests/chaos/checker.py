@@ -364,8 +364,11 @@ def _check_duplicates(rep, ctx, delivered):
     rep.stats["extra_copies"] = sum(n - 1 for n in dups.values())
     if not dups:
         return
+    # broker_down: the test broker drops its connections with requests in
+    # flight, and unlike Kafka it does not deduplicate the idempotent
+    # producer's retry of a request it had already written (seed 100096).
     reasons = [k for k in ("kill9", "kill9_after_commit", "outage_kill9",
-                           "pg_immediate", "exit")
+                           "pg_immediate", "exit", "broker_down")
                if ctx.faults.count(k)]
     if RECREATED in ctx.log:
         reasons.append("producer recreated")
@@ -379,7 +382,8 @@ def _check_duplicates(rep, ctx, delivered):
     sample = sorted(dups, key=lambda i: ctx.committed[i].txn
                     if i in ctx.committed else "")[:5]
     rep.add("duplicate", "%d events published more than once with no "
-            "crash, Postgres crash, recreated producer or partition re-read"
+            "crash, Postgres crash, broker outage, recreated producer or "
+            "partition re-read"
             % len(dups),
             ["%s x%d (%s)" % (i, dups[i], ctx.committed[i].txn
                               if i in ctx.committed else "?")
