@@ -195,7 +195,8 @@ def check_spec_metrics(m):
         m.value(name)
     for target in ("postgres", "kafka"):
         m.value("outboxd_reconnects_total", target=target)
-    version = run_outboxd(["--version"]).stdout.split()[-1]
+    # The first line is "outboxd <version>" (the library versions follow).
+    version = run_outboxd(["--version"]).stdout.splitlines()[0].split()[-1]
     assert m.value("outboxd_build_info", version=version) == 1
     check_histogram(m, "outboxd_publish_latency_seconds")
     assert m.value("outboxd_replication_lag_bytes") == max(
