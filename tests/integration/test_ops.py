@@ -25,6 +25,8 @@ SQL_DIR = REPO_ROOT / "sql"
 DEPLOY_DIR = REPO_ROOT / "deploy"
 CONFIG_C = REPO_ROOT / "src" / "config.c"
 README = REPO_ROOT / "README.md"
+# The configuration reference, in one place (the man page is made from it).
+CONFIG_REFERENCE = REPO_ROOT / "deploy" / "README.md"
 
 SECTIONS = ("postgres", "outbox", "inbox", "kafka", "http", "log")
 
@@ -620,26 +622,26 @@ def readme_config_keys(text):
 
 def test_readme_config_reference_matches_the_code():
     code = code_config_keys()
-    assert README.exists(), (
-        "README.md is missing: it must document the configuration keys "
+    assert CONFIG_REFERENCE.exists(), (
+        "deploy/README.md is missing: it must document the configuration keys "
         "(a table with rows like `| postgres.conninfo | ... |`): %s"
         % sorted(code))
-    documented = readme_config_keys(README.read_text())
-    assert documented, ("README.md has no configuration reference (table "
+    documented = readme_config_keys(CONFIG_REFERENCE.read_text())
+    assert documented, ("deploy/README.md has no configuration reference (table "
                         "rows like `| postgres.conninfo | ... |`)")
     undocumented = sorted(set(code) - set(documented))
     assert not undocumented, (
-        "configuration keys in src/config.c missing from README.md's "
+        "configuration keys in src/config.c missing from deploy/README.md's "
         "reference: %s" % undocumented)
     unknown = sorted(k for k in set(documented) - set(code)
                      if not k.startswith("kafka."))
-    assert not unknown, ("README.md documents keys the code does not know: "
+    assert not unknown, ("deploy/README.md documents keys the code does not know: "
                          "%s" % unknown)
     assert "kafka.bootstrap.servers" in documented, sorted(documented)
     wrong = {k: (documented[k], code[k]) for k in code
              if documented[k] is not None and documented[k] != code[k]}
-    assert not wrong, ("README.md's defaults differ from src/config.c's "
-                       "(README, code): %s" % wrong)
+    assert not wrong, ("deploy/README.md's defaults differ from src/config.c's "
+                       "(deploy/README.md, code): %s" % wrong)
 
 
 # ---------------------------------------------------------------------------
