@@ -235,6 +235,56 @@ check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_l
 	return st;
 }
 
+/* Check that this connection's role holds what the inbox's statements
+ * need: SELECT and INSERT on the inbox table (INSERT ... ON CONFLICT DO
+ * NOTHING), SELECT, INSERT and UPDATE on outboxd_inbox_offsets (the
+ * positions' upsert). FATAL with detail naming the GRANT to run for the
+ * first table that lacks one: without it every batch would fail with
+ * "permission denied" while the inbox looked connected. */
+static ob_inboxdb_status
+check_grants(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_len)
+{
+	params p = {0};
+	PGresult *res;
+	ob_inboxdb_status st = OB_INBOXDB_OK;
+	char buf[1024];
+
+	param_text(&p, db->table);
+	param_text(&p, db->offsets);
+	param_text(&p, cfg->inbox.schema);
+	param_text(&p, cfg->inbox.table_name);
+	/* The names as a GRANT would be written by hand: quoted only where
+	 * they must be. */
+	res = PQexecParams(db->conn,
+			   "SELECT quote_ident(current_user), "
+			   "has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT'), "
+			   "has_table_privilege($2, 'SELECT') AND has_table_privilege($2, 'INSERT') "
+			   "AND has_table_privilege($2, 'UPDATE'), "
+			   "quote_ident($3) || '.' || quote_ident($4), "
+			   "quote_ident($3) || '.outboxd_inbox_offsets'",
+			   p.n, NULL, p.values, p.lengths, p.formats, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		snprintf(detail, detail_len, "could not look up the inbox tables' privileges: %s",
+			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
+		st = OB_INBOXDB_RETRY;
+	} else if (strcmp(PQgetvalue(res, 0, 1), "t") != 0 ||
+		   strcmp(PQgetvalue(res, 0, 2), "t") != 0) {
+		bool rows = strcmp(PQgetvalue(res, 0, 1), "t") != 0;
+
+		snprintf(detail, detail_len,
+			 "role %s may not write %s (it needs %s on it); run: GRANT %s ON TABLE "
+			 "%s TO %s; (sql/inbox_role.sql grants all the inbox needs)",
+			 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, rows ? 3 : 4),
+			 rows ? "SELECT and INSERT" : "SELECT, INSERT and UPDATE",
+			 rows ? "SELECT, INSERT" : "SELECT, INSERT, UPDATE",
+			 PQgetvalue(res, 0, rows ? 3 : 4), PQgetvalue(res, 0, 0));
+		st = OB_INBOXDB_FATAL;
+	}
+	PQclear(res);
+	params_free(&p);
+	return st;
+}
+
 static char *
 quote_name(PGconn *conn, const char *schema, const char *name)
 {
@@ -327,6 +377,8 @@ ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out, char *d
 	db->table = quote_name(db->conn, cfg->inbox.schema, cfg->inbox.table_name);
 	db->offsets = quote_name(db->conn, cfg->inbox.schema, "outboxd_inbox_offsets");
 	st = check_tables(db, cfg, detail, detail_len);
+	if (st == OB_INBOXDB_OK)
+		st = check_grants(db, cfg, detail, detail_len);
 	if (st == OB_INBOXDB_OK)
 		st = add_cluster_column(db, migrate, detail, detail_len);
 	if (st != OB_INBOXDB_OK)

@@ -403,6 +403,41 @@ def test_inbox_runs_as_the_shipped_least_privilege_role(pg, broker, inbox_env):
     assert d.running(), d.log_tail()
 
 
+def test_inbox_without_grants_fails_check_and_inbox_alike(pg, broker, inbox_env):
+    """A role without the grants the inbox's statements need: `check`
+    fails its `inbox tables` line with the GRANT to run, and `outboxd
+    inbox` exits 1 with the same words before /readyz could say ready (it
+    used to connect, say ready and loop on "permission denied"). One case
+    per table: the rows', then the positions'."""
+    env = inbox_env()
+    env.sql("DROP ROLE IF EXISTS inbox_nogrant")
+    env.sql("CREATE ROLE inbox_nogrant LOGIN")
+    conninfo = pg.conninfo(env.db, user="inbox_nogrant")
+    cases = [
+        ("GRANT SELECT, INSERT ON TABLE public.inbox TO inbox_nogrant",
+         None),
+        ("GRANT SELECT, INSERT, UPDATE ON TABLE public.outboxd_inbox_offsets TO inbox_nogrant",
+         "GRANT SELECT, INSERT ON TABLE public.inbox TO inbox_nogrant"),
+    ]
+    for want, grant_first in cases:
+        if grant_first:
+            env.sql(grant_first)
+        d = harness.Outboxd(OUTBOXD_BIN, env.config(inbox_conninfo=conninfo),
+                            str(env.tmpdir / "inbox-nogrant"), command="inbox",
+                            start=False)
+        rc, out, err = d.run_cmd(["check"])
+        assert rc == 2, (out, err)
+        assert re.search(r"inbox tables\s+FAIL.*" + re.escape(want), out), (out, err)
+        d = env.start(inbox_conninfo=conninfo)
+        assert d.wait(60) == 1, d.log_tail()
+        assert want in d.log_text(), d.log_tail()
+        assert "connected to the inbox database" not in d.log_text(), d.log_tail()
+    env.sql("GRANT SELECT, INSERT, UPDATE ON TABLE public.outboxd_inbox_offsets "
+            "TO inbox_nogrant")
+    rc, out, err = d.run_cmd(["check"])
+    assert re.search(r"inbox tables\s+ok", out), (out, err)
+
+
 def test_inbox_check_changes_nothing_and_inbox_adds_cluster_id(pg, broker, inbox_env):
     """An offsets table made before outboxd kept the cluster id: `check`
     reports the missing column with the ALTER TABLE and leaves the table as
