@@ -453,8 +453,7 @@ check_slot(checker *c)
 	report(c, plugin, strcmp(info.plugin, plugin) == 0, "slot plugin is %s%s", info.plugin,
 	       strcmp(info.plugin, plugin) == 0
 		   ? ""
-		   : "; postgres.plugin says otherwise: drop the slot, use another name, or set "
-		     "postgres.plugin to the slot's plugin");
+		   : "; postgres.plugin says otherwise: " OB_PLUGIN_SWITCH_HINT);
 	if (strcmp(info.wal_status, "lost") == 0)
 		report(c, "slot", false,
 		       "%s has been invalidated (wal_status lost); drop and recreate it and raise "

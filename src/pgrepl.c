@@ -501,10 +501,9 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 		return ob_pgrepl_create_slot(p, slot, cfg->pg.plugin);
 	}
 	if (strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
-		ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s; set "
-			 "postgres.plugin = %s, or drop the slot, or set postgres.slot to another "
-			 "name",
-			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin), info.plugin);
+		ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s: "
+			 OB_PLUGIN_SWITCH_HINT,
+			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
 		return OB_PG_FATAL;
 	}
 	if (db != NULL && strcmp(info.database, db) != 0) {

@@ -428,6 +428,8 @@ def test_inbox_without_grants_fails_check_and_inbox_alike(pg, broker, inbox_env)
         rc, out, err = d.run_cmd(["check"])
         assert rc == 2, (out, err)
         assert re.search(r"inbox tables\s+FAIL.*" + re.escape(want), out), (out, err)
+        # check of an inbox-only file tags its lines with the group
+        assert "slot=" not in err and "group=" in err, err
         d = env.start(inbox_conninfo=conninfo)
         assert d.wait(60) == 1, d.log_tail()
         assert want in d.log_text(), d.log_tail()
