@@ -681,6 +681,13 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);
+	else if (bad.reason == NULL &&
+		 !ob_topic_name_valid(ob_event_ptr(ev, ev->topic), ev->topic.len, false))
+		note_bad(&bad, "bad-topic",
+			 "topic template %s gives \"%.*s\", which is not a Kafka topic name (at "
+			 "most %d of a-z, A-Z, 0-9, '.', '_' and '-')",
+			 cfg->outbox.topic, (int)(ev->topic.len > 300 ? 300 : ev->topic.len),
+			 ob_event_ptr(ev, ev->topic), OB_TOPIC_NAME_MAX);
 	if (bad.reason == NULL) {
 		put_id_type(ev, &f);
 		if (!f.headers_ok ||

@@ -183,6 +183,15 @@ typedef enum ob_topic_scan {
  * OB_TOPIC_BAD_BRACE, so the other readers only see pieces and the end. */
 ob_topic_scan ob_topic_template_next(const char **cursor, ob_topic_piece *piece);
 
+/* The longest Kafka topic name. */
+#define OB_TOPIC_NAME_MAX 249
+
+/* True when the len bytes at name are a legal Kafka topic name: 1 to
+ * OB_TOPIC_NAME_MAX of [a-zA-Z0-9._-], and neither "." nor "..". With
+ * partial, name is only a part of one (a template's literal text): any
+ * length up to the limit, and dots alone are fine. */
+bool ob_topic_name_valid(const char *name, size_t len, bool partial);
+
 /* The value of a [kafka] property as set by the user, or NULL. */
 const char *ob_config_kafka_get(const ob_config *cfg, const char *key);
 
