@@ -332,6 +332,14 @@ settings_fit(const ob_config *cfg, const char *command)
 	return true;
 }
 
+/* outbox.topic when it has no {column}: every event goes there, so its
+ * published counter can be shown from the start; else NULL. */
+static const char *
+fixed_topic(const ob_config *cfg)
+{
+	return strchr(cfg->outbox.topic, '{') == NULL ? cfg->outbox.topic : NULL;
+}
+
 /* Serve HTTP around the relay (run) or the inbox consumer (inbox). */
 static int
 run(const ob_config *cfg, bool inbox)
@@ -341,7 +349,8 @@ run(const ob_config *cfg, bool inbox)
 
 	if (!inbox)
 		log_startup(cfg);
-	ob_metrics_init(cfg->http.stall_after_ms);
+	ob_metrics_init(cfg->http.stall_after_ms, inbox ? OB_METRICS_INBOX : OB_METRICS_PUBLISHER,
+			fixed_topic(cfg));
 	if (!ob_http_start(cfg->http.listen, &http))
 		return EXIT_OPERATOR; /* the address is taken or not ours */
 	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
@@ -376,7 +385,7 @@ slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 		}
 	}
 	if (strcmp(sub, "create") == 0 && cfg->outbox.backlog_where[0] != '\0') {
-		ob_metrics_init(cfg->http.stall_after_ms);
+		ob_metrics_init(cfg->http.stall_after_ms, OB_METRICS_PUBLISHER, fixed_topic(cfg));
 		rc = ob_relay_create_slot(cfg);
 	} else if (strcmp(sub, "create") == 0) {
 		/* The table, and pgoutput's publication, which must exist

@@ -47,10 +47,21 @@ typedef enum ob_reconnect_target {
 	OB_TARGET_KAFKA,
 } ob_reconnect_target;
 
-/* Reset the heartbeat and set http.stall_after_ms (README, "Metrics and
- * health"): /readyz says stalled when events have been waiting that long
- * with nothing acknowledged, confirmed or stored meanwhile. */
-void ob_metrics_init(int stall_after_ms);
+/* Which daemon the process is: /metrics shows that daemon's families
+ * only (the publisher's, or the inbox's), plus those both have. */
+typedef enum ob_metrics_daemon {
+	OB_METRICS_PUBLISHER = 0,
+	OB_METRICS_INBOX,
+} ob_metrics_daemon;
+
+/* Reset the heartbeat, set http.stall_after_ms (deploy/README.md,
+ * "Metrics and health": /readyz says stalled when events have been waiting
+ * that long with nothing acknowledged, confirmed or stored meanwhile) and
+ * the daemon. Every known label value of a labelled counter is exported
+ * from the start, at 0, so that an increase() alert sees the first one:
+ * every dead-letter reason, and fixed_topic (not NULL: the one topic of a
+ * template without placeholders) for the published events. */
+void ob_metrics_init(int stall_after_ms, ob_metrics_daemon daemon, const char *fixed_topic);
 
 void ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds);
 void ob_metrics_dead_lettered(const char *reason);

@@ -297,6 +297,13 @@ def test_inbox_rows_duplicates_and_metrics(inbox_env, broker):
     assert m['outboxd_inbox_records_total{result="dead_lettered"}'] == 0
     wait_until(lambda: metrics(port)["outboxd_inbox_lag_records"] == 0, 10)
     assert http_status(port, "/healthz") == 200
+    # The inbox shows its own families, not the publisher's.
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        text = r.read().decode()
+    for family in ("outboxd_events_published_total", "outboxd_transactions_total",
+                   "outboxd_confirmed_lsn", "outboxd_slot_wal_status"):
+        assert "# TYPE %s " % family not in text, family
+    assert "# TYPE outboxd_ready gauge" in text
     wait_until(lambda: http_status(port, "/readyz") == 200, 10)
     lines = [json.loads(x) for x in d.log_text().splitlines()
              if x.startswith("{")]
