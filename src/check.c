@@ -507,6 +507,45 @@ done:
 	free(keep);
 }
 
+/* Every slot of a database decodes every logical message, and outboxd
+ * publishes those of outbox.message_prefix: another outboxd streaming a
+ * slot of the same database publishes them too unless its prefix differs.
+ * Its configuration cannot be seen from here, so the warning names the
+ * slots (found by their walsender's application_name) for the operator to
+ * compare (deploy/README.md, "Several deployments on one database"). */
+static void
+check_message_prefix(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	char *sql, *others = NULL;
+
+	if (cfg->outbox.message_prefix[0] == '\0')
+		return;
+	/* The slot name is a plain name (config.c), safe to quote as is. */
+	sql = ob_xasprintf(
+	    "SELECT string_agg(DISTINCT s.slot_name, ', ') FROM pg_replication_slots s "
+	    "JOIN pg_stat_replication r ON r.pid = s.active_pid "
+	    "WHERE s.database = current_database() AND s.slot_type = 'logical' AND NOT s.temporary "
+	    "AND s.slot_name <> '%s' AND r.application_name = 'outboxd'",
+	    cfg->pg.slot);
+	if (!query(c, "message prefix", sql, &others))
+		goto done;
+	if (others != NULL && others[0] != '\0')
+		warn(c, "message prefix",
+		     "another outboxd streams slot %s of this database: unless its "
+		     "outbox.message_prefix differs from \"%s\", both publish every logical "
+		     "message with that prefix; give each deployment its own (deploy/README.md, "
+		     "\"Several deployments on one database\")",
+		     others, cfg->outbox.message_prefix);
+	else
+		report(c, "message prefix", true,
+		       "%s: no other outboxd streams a slot of this database",
+		       cfg->outbox.message_prefix);
+done:
+	free(others);
+	free(sql);
+}
+
 /* The backlog's predicate and order, as the server reads them (README,
  * "Migrating from a polling outbox processor"), with the planner's
  * estimate of the rows they match and the order settled. */
@@ -614,6 +653,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		check_replication(&c);
 		check_slot(&c);
 		check_wal_retention(&c);
+		check_message_prefix(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);
 	}

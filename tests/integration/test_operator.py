@@ -165,3 +165,20 @@ def test_slot_create_if_not_exists(pg, outboxd_factory, slot_name):
     assert rc == 1, err
     assert "Switching decoders" in err and "backlog_where" in err, err
     assert pg.slot(slot_name)["plugin"] == "wal2json"
+
+
+def test_check_warns_of_another_outboxd_on_the_database(pg, outboxd_factory, slot_name):
+    """Every slot of a database decodes every logical message: `check`
+    warns (and passes) when another outboxd streams a slot of the same
+    database, naming it; with no message prefix there is nothing to share."""
+    other = outboxd_factory({"postgres": {"slot": slot_name[:60] + "_b"}}, start=False)
+    rc, out, err = other.run_cmd(["check"], timeout=30)
+    assert re.search(r"^message prefix\s+ok ", out, re.M), out
+    outboxd_factory()
+    wait_streaming(pg, slot_name)
+    rc, out, err = other.run_cmd(["check"], timeout=30)
+    assert rc == 0, (out, err)
+    assert re.search(r"^message prefix\s+warn .*slot %s\b.*message_prefix" % slot_name,
+                     out, re.M), out
+    rc, out, err = other.run_cmd(["check", "-s", "outbox.message_prefix="], timeout=30)
+    assert "message prefix" not in out, out
