@@ -82,6 +82,7 @@ typedef struct ob_inbox {
 	bool reposition;                    /* seek back to the stored positions once connected */
 	int backoff_ms;
 	int brokers_up;
+	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
 	int exit_code; /* -1 while running */
 } ob_inbox;
 
@@ -1115,7 +1116,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		ib->brokers_up = 0;
 		set_ready(ib);
 	}
-	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+	ob_kafka_note_error(err, reason, &ib->brokers_down);
 }
 
 static int
@@ -1124,6 +1125,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	ob_inbox *ib = opaque;
 
 	ib->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
+	ob_kafka_note_brokers_up(ib->brokers_up, &ib->brokers_down);
 	set_ready(ib);
 	return 0; /* librdkafka frees json */
 }

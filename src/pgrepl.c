@@ -67,6 +67,18 @@ note_error(ob_pgrepl *p, const PGresult *res)
 	return msg;
 }
 
+/* True when the error noted last is one a routine restart or failover of
+ * the server gives (an administrator's shutdown or a lost connection,
+ * SQLSTATE 57P01-57P03 and class 08, or none at all): the daemon
+ * reconnects, and it is no operator's error. */
+static bool
+routine_end(const ob_pgrepl *p)
+{
+	return p->err_state[0] == '\0' || strncmp(p->err_state, "08", 2) == 0 ||
+	       strcmp(p->err_state, "57P01") == 0 || strcmp(p->err_state, "57P02") == 0 ||
+	       strcmp(p->err_state, "57P03") == 0;
+}
+
 static bool
 state_is(const PGresult *res, const char *sqlstate)
 {
@@ -670,7 +682,7 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	n = PQgetCopyData(p->conn, &p->copybuf, 1);
 	if (n == 0 && !p->pub_skipped) {
 		if (!PQconsumeInput(p->conn)) {
-			ob_error("could not read from postgres: %s", note_error(p, NULL));
+			ob_warn("could not read from postgres: %s", note_error(p, NULL));
 			return OB_READ_ERROR;
 		}
 		n = PQgetCopyData(p->conn, &p->copybuf, 1);
@@ -702,13 +714,16 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 			    "and start outboxd again, with outbox.backlog_where to publish the "
 			    "rows written meanwhile",
 			    why);
+		else if (routine_end(p))
+			ob_warn("replication stream ended: %s; reconnecting",
+				why[0] != '\0' ? why : "the server closed it (shutting down?)");
 		else
 			ob_error("replication stream ended: %s", why);
 		PQclear(res);
 		return OB_READ_ERROR;
 	}
 	if (n < 0) {
-		ob_error("could not read from postgres: %s", note_error(p, NULL));
+		ob_warn("could not read from postgres: %s", note_error(p, NULL));
 		return OB_READ_ERROR;
 	}
 	memset(msg, 0, sizeof(*msg));

@@ -33,6 +33,7 @@ struct ob_producer {
 	size_t max_record_bytes;
 	/* Brokers whose connection is up, from the statistics callback. */
 	int brokers_up;
+	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
 #if OB_TEST_HOOKS
 	/* Test hook: raise a fatal error after this many records (0: never). */
 	long fatal_after;
@@ -208,7 +209,33 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	}
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		p->brokers_up = 0;
-	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+	ob_kafka_note_error(err, reason, &p->brokers_down);
+}
+
+void
+ob_kafka_note_error(int err, const char *reason, bool *down)
+{
+	const char *name = rd_kafka_err2name((rd_kafka_resp_err_t)err);
+
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+		if (!*down)
+			ob_warn("kafka: all brokers are down (%s); librdkafka reconnects by itself",
+				reason);
+		*down = true;
+	} else if (err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__RESOLVE) {
+		ob_debug("kafka: %s: %s", name, reason);
+	} else {
+		ob_warn("kafka: %s: %s", name, reason);
+	}
+}
+
+void
+ob_kafka_note_brokers_up(int up, bool *down)
+{
+	if (*down && up > 0) {
+		ob_info("kafka: %d broker(s) up again", up);
+		*down = false;
+	}
 }
 
 int
@@ -237,6 +264,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	ob_producer *p = opaque;
 
 	p->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
+	ob_kafka_note_brokers_up(p->brokers_up, &p->brokers_down);
 	return 0; /* librdkafka frees json */
 }
 

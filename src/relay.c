@@ -1553,8 +1553,13 @@ shut_down(relay *r)
 	outcome out = OUTCOME_STOP;
 
 	ob_notify_stopping();
-	ob_info("stopping: flushing %llu in-flight events",
-		(unsigned long long)ob_acktrack_inflight(&r->ack));
+	/* Nothing to say after a start that never streamed (a refusal at
+	 * start-up, slot create). */
+	if (ob_acktrack_inflight(&r->ack) > 0)
+		ob_info("stopping: flushing %llu in-flight events",
+			(unsigned long long)ob_acktrack_inflight(&r->ack));
+	else if (r->pg != NULL)
+		ob_info("stopping");
 	while (r->producer != NULL && ob_acktrack_inflight(&r->ack) > 0 &&
 	       ob_mono_ms() < deadline) {
 		report_alive(r, r->pg != NULL);

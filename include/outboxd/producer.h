@@ -119,4 +119,14 @@ bool ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf) OB_MUST_CHECK;
  * librdkafka's statistics JSON; shared with the inbox consumer. */
 int ob_kafka_stats_brokers_up(const char *json, size_t json_len);
 
+/* The lines a client's error and statistics callbacks log about its
+ * brokers (the producer's and the inbox consumer's). librdkafka's own log
+ * already has a line for a failed connection or name lookup, so
+ * ob_kafka_note_error() logs those at debug only, "all brokers are down"
+ * once, and any other error as a warning; it sets *down when all brokers
+ * are down. ob_kafka_note_brokers_up() logs that brokers are back when
+ * *down and up > 0, and clears it. */
+void ob_kafka_note_error(int err, const char *reason, bool *down);
+void ob_kafka_note_brokers_up(int up, bool *down);
+
 #endif
