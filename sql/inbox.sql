@@ -1,4 +1,4 @@
--- inbox.sql — the tables of `outboxd inbox` (README, "Inbox").
+-- inbox.sql — the tables of `outboxd inbox` (sql/README.md, "The inbox tables").
 --
 --     psql -v ON_ERROR_STOP=1 -d app -f sql/inbox.sql
 --

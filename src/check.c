@@ -103,7 +103,7 @@ check_wal_level(checker *c)
 }
 
 /* A partitioned outbox table, with the number of its leaf partitions
- * (README, "Partitioned outbox tables"). */
+ * (sql/README.md, "Partitioned outbox tables"). */
 static void
 report_partitions(checker *c)
 {
@@ -546,7 +546,7 @@ done:
 	free(sql);
 }
 
-/* The backlog's predicate and order, as the server reads them (README,
+/* The backlog's predicate and order, as the server reads them (sql/README.md,
  * "Migrating from a polling outbox processor"), with the planner's
  * estimate of the rows they match and the order settled. */
 static void
@@ -598,7 +598,7 @@ check_broker(checker *c)
 }
 
 /* The inbox's database and tables, when inbox.topics says the inbox is
- * used (README, "Inbox"). */
+ * used (sql/README.md, "The inbox tables"). */
 static void
 check_inbox(checker *c)
 {

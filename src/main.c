@@ -1,5 +1,5 @@
 /*
- * main.c: the command line (README, "Command line"). Parses arguments, builds the
+ * main.c: the command line (deploy/README.md, "Command line"). Parses arguments, builds the
  * configuration and hands over to the relay, the checks or the slot
  * commands. Exit codes: 0 clean stop, 1 needs an operator, 2 usage or
  * configuration error (or `check` found problems).

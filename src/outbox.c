@@ -1,5 +1,5 @@
 /*
- * outbox.c: outbox row or logical message -> Kafka record (README, "The Kafka record").
+ * outbox.c: outbox row or logical message -> Kafka record (sql/README.md, "The Kafka record").
  *
  * The sources are read through one accessor, get_field(): a row's column
  * from the wal2json record (with its Postgres type), a column of a row read
@@ -227,7 +227,7 @@ typedef enum field_status {
 } field_status;
 
 /*
- * Append the bytes a field value stands for (README, "The Kafka record"): json/jsonb values as
+ * Append the bytes a field value stands for (sql/README.md, "The Kafka record"): json/jsonb values as
  * their JSON text (wal2json sends them as a string holding that text),
  * bytea as its raw bytes, other strings as they are, and numbers, booleans,
  * objects and arrays as their original JSON text.
@@ -282,7 +282,7 @@ uri_encode_tail(ob_event *ev, ob_span s)
 }
 
 /* Expand a template (outbox.topic, outbox.cloudevents_source) into *out,
- * the text of each column percent-encoded when uri_encode is set (README,
+ * the text of each column percent-encoded when uri_encode is set (sql/README.md,
  * "CloudEvents"); on failure *missing names the column that is missing or
  * null. */
 static bool
@@ -342,7 +342,7 @@ headers_text(ob_mapper *m, const field_source *src, const char **text, size_t *l
 	return true;
 }
 
-/* Add the members of a headers object (README, "The Kafka record"): strings as they are,
+/* Add the members of a headers object (sql/README.md, "The Kafka record"): strings as they are,
  * other values as their JSON text. False if text is not a JSON object,
  * has a bad escape, or has too many members. */
 static bool
@@ -534,7 +534,7 @@ check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_emp
 
 /*
  * Turn the plain record in ev (headers: id, type, then the headers object's
- * members) into a CloudEvent of the configured mode (README, "CloudEvents").
+ * members) into a CloudEvent of the configured mode (sql/README.md, "CloudEvents").
  * The id and type headers give way to the binding's: in binary mode the
  * ce_ attribute headers and content-type (application/json when the value
  * is JSON) come first and the value stays the payload; in structured mode

@@ -1,5 +1,5 @@
 /*
- * config.h: outboxd's settings (README, "Configuration reference").
+ * config.h: outboxd's settings (deploy/README.md, "Configuration reference").
  *
  * A configuration is built in three steps: ob_config_init() sets the
  * defaults, ob_config_load_file() and ob_config_set() apply the INI file and
@@ -24,7 +24,7 @@ typedef enum ob_bad_event_policy {
 } ob_bad_event_policy;
 
 /* What `outboxd inbox` does with a stored position that cannot belong to
- * the partition the broker serves (README, "Inbox"). */
+ * the partition the broker serves (sql/README.md, "The inbox tables"). */
 typedef enum ob_mismatch_policy {
 	OB_MISMATCH_HALT = 0, /* exit 1 */
 	OB_MISMATCH_EARLIEST, /* start at the partition's low watermark */
@@ -36,7 +36,7 @@ typedef enum ob_mismatch_policy {
  * 65,535 parameters in one statement and a row takes nine. */
 #define OB_INBOX_BATCH_LIMIT (65535 / 9)
 
-/* How outbox events are published (README, "CloudEvents"): plain
+/* How outbox events are published (sql/README.md, "CloudEvents"): plain
  * records, or CloudEvents in the Kafka protocol binding's binary or
  * structured content mode. */
 typedef enum ob_ce_mode {
@@ -45,7 +45,7 @@ typedef enum ob_ce_mode {
 	OB_CE_STRUCTURED,
 } ob_ce_mode;
 
-/* The logical decoding plugin the slot uses (README, "Choosing a decoder"). */
+/* The logical decoding plugin the slot uses (deploy/README.md, "Choosing a decoder"). */
 typedef enum ob_plugin {
 	OB_PLUGIN_WAL2JSON = 0,
 	OB_PLUGIN_PGOUTPUT,
@@ -74,7 +74,7 @@ typedef struct ob_kafka_setting {
  * user's properties. */
 extern const ob_kafka_setting ob_kafka_pinned[];
 extern const size_t ob_kafka_pinned_len;
-/* The librdkafka properties the inbox consumer pins (README, "Inbox"):
+/* The librdkafka properties the inbox consumer pins (sql/README.md, "The inbox tables"):
  * offsets are stored in Postgres, so Kafka never commits on its own. */
 extern const ob_kafka_setting ob_kafka_consumer_pinned[];
 extern const size_t ob_kafka_consumer_pinned_len;
@@ -144,7 +144,7 @@ typedef struct ob_config {
 	} log;
 } ob_config;
 
-/* Fill cfg with the defaults of README "Configuration reference". Release with ob_config_free(). */
+/* Fill cfg with the defaults of deploy/README.md "Configuration reference". Release with ob_config_free(). */
 void ob_config_init(ob_config *cfg);
 void ob_config_free(ob_config *cfg);
 

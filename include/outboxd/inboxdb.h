@@ -1,5 +1,5 @@
 /*
- * inboxdb.h: the inbox's database side (README, "Inbox"): rows and the
+ * inboxdb.h: the inbox's database side (sql/README.md, "The inbox tables"): rows and the
  * consumed positions written in one transaction, so a record is in the
  * inbox table exactly when its position is stored.
  *

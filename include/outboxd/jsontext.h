@@ -1,7 +1,7 @@
 /*
  * jsontext.h: walking a JSON object's members as raw text.
  *
- * The mapping publishes JSON values "as their JSON text" (README, "The Kafka record"). Parsing
+ * The mapping publishes JSON values "as their JSON text" (sql/README.md, "The Kafka record"). Parsing
  * into doubles and printing again would change numbers (99.90 becomes
  * 99.900000000000006), so the members of logical messages and of headers
  * objects are read as spans of the original text instead. The scanner

@@ -1,5 +1,5 @@
 /*
- * metrics.h: the counters and gauges of README "Metrics and health".
+ * metrics.h: the counters and gauges of deploy/README.md "Metrics and health".
  *
  * The relay updates them on its thread; the HTTP server's thread renders
  * them. Scalars are C11 atomics; the per-topic and per-reason counters sit
@@ -67,7 +67,7 @@ void ob_metrics_published(const char *topic, size_t topic_len, double latency_se
 void ob_metrics_dead_lettered(const char *reason);
 void ob_metrics_transaction(void);
 /* An event mapped as a CloudEvent carried a traceparent header that is
- * not W3C Trace Context (README, "CloudEvents"): it was published as a
+ * not W3C Trace Context (sql/README.md, "CloudEvents"): it was published as a
  * plain header. Counted each time such an event is mapped. */
 void ob_metrics_traceparent_malformed(void);
 /* One backlog row was acknowledged by the broker (or dead-lettered). */
@@ -87,7 +87,7 @@ ob_wal_status ob_wal_status_parse(const char *word);
 void ob_metrics_set_connected(bool postgres, bool kafka);
 void ob_metrics_reconnect(ob_reconnect_target target);
 void ob_metrics_set_ready(ob_ready_state state);
-/* The inbox (README, "Inbox"): records of one committed database
+/* The inbox (sql/README.md, "The inbox tables"): records of one committed database
  * transaction by outcome, and the records of the assigned partitions not
  * yet stored (high watermark minus the stored position, summed). */
 void ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered);
@@ -96,7 +96,7 @@ void ob_metrics_set_inbox_lag(uint64_t records);
 void ob_metrics_set_inbox_partition_lags(const ob_partition_lag *lags, size_t n);
 
 /* Why a stored inbox position cannot belong to the partition the broker
- * serves (README, "Inbox"). */
+ * serves (sql/README.md, "The inbox tables"). */
 typedef enum ob_position_mismatch {
 	OB_POSITION_PAST_HIGH,  /* past the partition's high watermark */
 	OB_POSITION_BELOW_LOW,  /* below its low watermark: records expired unread */

@@ -5,7 +5,7 @@
  * outboxd needs (slot state, wal_level, the outbox table) and the
  * replication stream (START_REPLICATION with wal2json or pgoutput). Errors are logged
  * here, once, and classified so the caller knows whether to retry, wait as
- * a standby, or stop (README, "Failure modes"). No librdkafka type appears here.
+ * a standby, or stop (deploy/README.md, "Failure modes"). No librdkafka type appears here.
  */
 #ifndef OUTBOXD_PGREPL_H
 #define OUTBOXD_PGREPL_H
@@ -136,7 +136,7 @@ const char *ob_pgrepl_error_state(const ob_pgrepl *p);
 const char *ob_pgrepl_error_message(const ob_pgrepl *p);
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
- * options outboxd needs from postgres.plugin (README, "Choosing a
+ * options outboxd needs from postgres.plugin (deploy/README.md, "Choosing a
  * decoder"). With wal2json, tables are the ones whose inserts it sends
  * (add-tables: the outbox table, or its leaf partitions); pgoutput takes
  * them from its publication and ignores tables. */

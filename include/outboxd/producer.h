@@ -1,7 +1,7 @@
 /*
  * producer.h: the idempotent Kafka producer (librdkafka).
  *
- * outboxd's defaults (README, "Configuration reference") are applied first, then the user's [kafka]
+ * outboxd's defaults (deploy/README.md, "Configuration reference") are applied first, then the user's [kafka]
  * properties, then the pinned ones (enable.idempotence=true, acks=all).
  * Delivery reports are served on the caller's thread by ob_producer_poll();
  * each calls the delivery callback with the tag given to ob_producer_send().

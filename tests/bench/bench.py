@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""outboxd benchmark (README, "Benchmark"); run it through tests/bench/run.sh.
+"""outboxd benchmark (tests/README.md, "Benchmark"); run it through tests/bench/run.sh.
 
 Method. One throwaway PostgreSQL 15 cluster and one mock Kafka broker. For
 each mode (table rows, then logical messages) one slot per (tool, round) is
@@ -99,7 +99,7 @@ PG_BIN = harness.PG_BIN
 TXN_ROWS = 100
 # Sporadic / first-event targets: p99 <= steady-state commit -> consumed
 # p99 + this, and first-event p99 <= known-topic p99 + this. It covers what
-# a lone event may pay that a steady stream does not (README, "Benchmark"):
+# a lone event may pay that a steady stream does not (tests/README.md, "Benchmark"):
 # a new topic's metadata round trip and maybe a connection to its
 # partition's leader, the record timestamp's truncation to the ms, and one
 # scheduler delay on 2 shared cores in a p99 that, with fewer than 100

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/run.sh — outboxd's benchmark, one command (README, "Benchmark"):
+# tests/bench/run.sh — outboxd's benchmark, one command (tests/README.md, "Benchmark"):
 #
 #   bash tests/bench/run.sh [--rows N] [--rounds R] [options]
 #

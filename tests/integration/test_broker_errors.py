@@ -156,7 +156,7 @@ def test_unknown_server_error_on_a_batch_is_transient(
     cluster's fault, not a record's: the producer is recreated and the slot
     read again; every event arrives and nothing is dead-lettered. (Per-key
     first-delivery order is not asserted: a whole batch failed is the known
-    exception of README "Delivery guarantees", where records queued behind
+    exception of deploy/README.md "Delivery guarantees", where records queued behind
     it may be written before it is published again; seen in a CI run.)"""
     feed = Feed(pg, "unkerr_%s" % test_id, keys=5)
     topic = make_topic(broker, feed.agg)

@@ -1,4 +1,4 @@
-"""Fault-injection tests of outboxd against real parts (README "Delivery guarantees":
+"""Fault-injection tests of outboxd against real parts (deploy/README.md "Delivery guarantees":
 guarantees, §5 faults and bad input): Postgres connections dropped and
 servers restarted, the broker down or failing requests, a fatal producer
 error, kill -9 under load, bad events (dead-letter and halt), two daemons on
@@ -6,7 +6,7 @@ one slot, operator errors, a 300,000-row transaction under a memory bound
 and a long silence on the replication stream.
 
 Every scenario counts each published `id` header: nothing may be missing,
-and nothing may be duplicated except where README "Delivery guarantees" says at-least-once
+and nothing may be duplicated except where deploy/README.md "Delivery guarantees" says at-least-once
 (process crashes, a recreated producer). Tests that restart or reconfigure
 Postgres use a cluster of their own so the session cluster stays
 undisturbed. Each test runs with both decoders (wal2json and pgoutput)."""
@@ -210,7 +210,7 @@ def check_delivery(records, ids, exactly_once):
 
 
 def delivery_mode(d):
-    """README "Delivery guarantees": no duplicates within one producer; a producer recreated
+    """deploy/README.md "Delivery guarantees": no duplicates within one producer; a producer recreated
     after a fatal error republishes from the slot (at-least-once). True
     means exactly once is required."""
     return RECREATED not in d.log_text()
@@ -397,7 +397,7 @@ def test_replication_connection_terminated_resumes_exactly_once(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """pg_terminate_backend on the walsender three times while rows are
     being inserted: outboxd reconnects each time and, inside one process,
-    publishes every event exactly once (README, "Delivery guarantees" and "Failure modes")."""
+    publishes every event exactly once (deploy/README.md, "Delivery guarantees" and "Failure modes")."""
     agg = "drop_%s" % test_id
     topic = make_topic(broker, agg)
     d = outboxd_factory()

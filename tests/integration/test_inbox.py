@@ -1,4 +1,4 @@
-"""Integration tests of `outboxd inbox` (README, "Inbox") against real
+"""Integration tests of `outboxd inbox` (sql/README.md, "The inbox tables") against real
 parts: a PostgreSQL 15 cluster holding the tables of sql/inbox.sql and
 librdkafka's mock Kafka cluster. Records are produced with confluent_kafka
 the way another service's outbox would publish them.

@@ -1,5 +1,5 @@
 """Integration tests of outboxd's operational surface: Prometheus metrics,
-/healthz and /readyz (README, "Metrics and health"), JSON logs without secrets, `outboxd
+/healthz and /readyz (deploy/README.md, "Metrics and health"), JSON logs without secrets, `outboxd
 check`, the shipped SQL files (least-privilege role), the README's
 configuration reference against the code, and the deploy files (§7)."""
 
@@ -191,7 +191,7 @@ def check_histogram(m, name):
 
 
 def check_spec_metrics(m):
-    """Every family of README "Metrics and health", with its type and labels."""
+    """Every family of deploy/README.md "Metrics and health", with its type and labels."""
     for family, kind in DOCUMENTED_FAMILIES.items():
         assert m.types.get(family) == kind, (
             "%s: TYPE %s, expected %s" % (family, m.types.get(family), kind))
@@ -275,7 +275,7 @@ def assert_check_passes(d):
 
 def test_metrics_serve_spec_families_and_move(pg, broker, outboxd_factory,
                                               slot_name, test_id):
-    """/metrics has every metric of README "Metrics and health"; publishing 10 events in 3
+    """/metrics has every metric of deploy/README.md "Metrics and health"; publishing 10 events in 3
     transactions and one bad (non-transactional) message moves them."""
     db = fresh_db(pg, "ops_metrics_%s" % test_id)
     agg = "metrics_%s" % test_id
@@ -712,7 +712,7 @@ def unit_settings(text):
 
 
 def test_systemd_unit_verifies():
-    """Type=notify (README, "Operations guide") running `outboxd run`; `systemd-analyze
+    """Type=notify (deploy/README.md, "systemd") running `outboxd run`; `systemd-analyze
     verify` (where installed) complains of nothing but the binary not being
     installed at /usr/bin/outboxd."""
     path = DEPLOY_DIR / "outboxd.service"

@@ -1,4 +1,4 @@
-"""Integration tests of the pgoutput decoder (README, "Choosing a decoder")
+"""Integration tests of the pgoutput decoder (deploy/README.md, "Choosing a decoder")
 against a real PostgreSQL 15 and the mock broker: both decoders give the
 same records byte for byte; the publication is created when missing,
 refused when it would leave events out, and named with its SQL when the

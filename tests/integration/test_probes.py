@@ -1,4 +1,4 @@
-"""Integration tests of the probes under stalls and floods (README,
+"""Integration tests of the probes under stalls and floods (deploy/README.md,
 "Metrics and health"): /readyz says `stalled` when events wait and nothing
 is acknowledged or confirmed for http.stall_after_ms (the broker holding
 its acknowledgements, a paused walsender, an inbox table locked), and goes

@@ -1,6 +1,6 @@
 """Integration tests of outboxd's core behaviour against real parts: a
 PostgreSQL 15 cluster with wal2json and librdkafka's mock Kafka cluster in
-a process of its own (README, "The Kafka record" and "Delivery guarantees").
+a process of its own (sql/README.md, "The Kafka record" and "Delivery guarantees").
 Each test runs with both decoders (wal2json and pgoutput), which must give
 the same records.
 
@@ -73,7 +73,7 @@ def stored_rows(pg, ids):
 
 
 def header_text(value):
-    """What README "The Kafka record" says a headers-column member becomes: strings as is,
+    """What sql/README.md "The Kafka record" says a headers-column member becomes: strings as is,
     other JSON values as JSON text."""
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -182,7 +182,7 @@ def make_event(agg_type, key, seq, headers=None):
 
 def check_records_match_rows(records, rows):
     """Each record's topic, key, partition, value, headers and timestamp are
-    what README "The Kafka record" derives from its stored row."""
+    what sql/README.md "The Kafka record" derives from its stored row."""
     for r in records:
         eid = header(r, "id").decode()
         row = rows[eid]
@@ -474,7 +474,7 @@ def test_kill9_then_restart_delivers_everything(pg, broker, consumer,
                                                 test_id):
     """kill -9 with events handed to the producer but not acknowledged (all
     brokers down), then restart on the same slot: every unacknowledged
-    event arrives (README "Delivery guarantees" at-least-once across crashes) and the events
+    event arrives (deploy/README.md "Delivery guarantees" at-least-once across crashes) and the events
     confirmed before the crash are not published again."""
     agg = "kill_%s" % test_id
     topic = "outbox.event.%s" % agg

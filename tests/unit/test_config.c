@@ -1,6 +1,6 @@
 /*
  * test_config.c: defaults, INI files, -s overrides, ${ENV} expansion and
- * validation (config.h, README, "Command line" and "Configuration reference"), and conninfo masking
+ * validation (config.h, deploy/README.md, "Command line" and "Configuration reference"), and conninfo masking
  * (log.h).
  *
  * Errors must name the key: the tests capture stderr and look for it.
@@ -141,7 +141,7 @@ test_defaults(void **state)
 
 /* --- INI files ---------------------------------------------------------------- */
 
-/* The sample of README "Configuration reference" with every value changed, inline comments kept. */
+/* The sample of deploy/README.md "Configuration reference" with every value changed, inline comments kept. */
 static const char full_file[] =
     "; outboxd test configuration\n"
     "# hash comments too\n"

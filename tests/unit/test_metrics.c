@@ -1,5 +1,5 @@
 /*
- * test_metrics.c: the metrics of README "Metrics and health" and their Prometheus text
+ * test_metrics.c: the metrics of deploy/README.md "Metrics and health" and their Prometheus text
  * rendering (metrics.h).
  *
  * Metrics are process-wide, so the tests run in order and each states the
@@ -72,7 +72,7 @@ static const char *const refusal_series[] = {
     "outboxd_postgres_refused{reason=\"tls\"}",
 };
 
-/* Every metric of README "Metrics and health" is declared with its type. */
+/* Every metric of deploy/README.md "Metrics and health" is declared with its type. */
 static void
 test_declared_metrics(void **state)
 {
