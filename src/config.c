@@ -545,8 +545,8 @@ ob_topic_name_valid(const char *name, size_t len, bool partial)
 		if (name[i] == '\0' || strchr(legal, name[i]) == NULL)
 			return false;
 	}
-	return partial || !((len == 1 && name[0] == '.') ||
-			    (len == 2 && name[0] == '.' && name[1] == '.'));
+	return partial ||
+	       !((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'));
 }
 
 /* Check that every {column} of the template of key (outbox.topic,

@@ -83,7 +83,7 @@ typedef struct ob_inbox {
 	int backoff_ms;
 	int brokers_up;
 	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
-	int exit_code; /* -1 while running */
+	int exit_code;     /* -1 while running */
 } ob_inbox;
 
 /* ---- helpers ------------------------------------------------------------ */

@@ -255,14 +255,15 @@ check_grants(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_l
 	param_text(&p, cfg->inbox.table_name);
 	/* The names as a GRANT would be written by hand: quoted only where
 	 * they must be. */
-	res = PQexecParams(db->conn,
-			   "SELECT quote_ident(current_user), "
-			   "has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT'), "
-			   "has_table_privilege($2, 'SELECT') AND has_table_privilege($2, 'INSERT') "
-			   "AND has_table_privilege($2, 'UPDATE'), "
-			   "quote_ident($3) || '.' || quote_ident($4), "
-			   "quote_ident($3) || '.outboxd_inbox_offsets'",
-			   p.n, NULL, p.values, p.lengths, p.formats, 0);
+	res =
+	    PQexecParams(db->conn,
+			 "SELECT quote_ident(current_user), "
+			 "has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT'), "
+			 "has_table_privilege($2, 'SELECT') AND has_table_privilege($2, 'INSERT') "
+			 "AND has_table_privilege($2, 'UPDATE'), "
+			 "quote_ident($3) || '.' || quote_ident($4), "
+			 "quote_ident($3) || '.outboxd_inbox_offsets'",
+			 p.n, NULL, p.values, p.lengths, p.formats, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		snprintf(detail, detail_len, "could not look up the inbox tables' privileges: %s",
 			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));

@@ -49,11 +49,11 @@ static const char usage_text[] =
     "\n"
     "Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
 
-#define COMMON_OPTIONS                                                                    \
-	"Options:\n"                                                                      \
-	"  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG; default\n" \
-	"                           " DEFAULT_CONFIG " when it exists)\n"               \
-	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"  \
+#define COMMON_OPTIONS                                                                             \
+	"Options:\n"                                                                               \
+	"  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG; default\n"       \
+	"                           " DEFAULT_CONFIG " when it exists)\n"                          \
+	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"          \
 	"  -h, --help               show this help\n"
 
 /* The help of each command: `outboxd COMMAND --help`. */
@@ -110,8 +110,7 @@ static const struct command_help {
      "acknowledged them.\n"
      "\n"
      "      --if-not-exists      exit 0 when the slot exists already (with the\n"
-     "                           configured plugin), as pg_recvlogical does\n" COMMON_OPTIONS
-     "\n"
+     "                           configured plugin), as pg_recvlogical does\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 created (or there), 1 refused (the log says why), 2 usage or\n"
      "configuration error.\n"},
     {"slot", "drop",
@@ -186,9 +185,9 @@ print_help(const cli *c)
 		const struct command_help *h = &command_help[i];
 
 		if (c->command != NULL && strcmp(h->command, c->command) == 0 &&
-		    (h->subcommand == NULL ? c->subcommand == NULL
-					   : c->subcommand != NULL &&
-						 strcmp(h->subcommand, c->subcommand) == 0)) {
+		    (h->subcommand == NULL
+			 ? c->subcommand == NULL
+			 : c->subcommand != NULL && strcmp(h->subcommand, c->subcommand) == 0)) {
 			fputs(h->text, stdout);
 			return;
 		}
@@ -256,8 +255,7 @@ parse_args(int argc, char **argv, cli *c)
 		print_help(c);
 		return 0;
 	}
-	if (c->if_not_exists &&
-	    (c->subcommand == NULL || strcmp(c->subcommand, "create") != 0))
+	if (c->if_not_exists && (c->subcommand == NULL || strcmp(c->subcommand, "create") != 0))
 		return usage_error("--if-not-exists belongs to \"slot create\"", NULL);
 	return -1;
 }
@@ -373,8 +371,8 @@ slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 		if (!ob_pgrepl_slot_info(pg, cfg->pg.slot, &info))
 			goto out;
 		if (info.exists && strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
-			ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s: "
-				 OB_PLUGIN_SWITCH_HINT,
+			ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
+				 "%s: " OB_PLUGIN_SWITCH_HINT,
 				 cfg->pg.slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
 			goto out;
 		}
@@ -446,8 +444,7 @@ main(int argc, char **argv)
 	/* The inbox's lines carry its group; so do check's when it checks
 	 * only an inbox. */
 	if (strcmp(c.command, "inbox") == 0 ||
-	    (strcmp(c.command, "check") == 0 && cfg.inbox.topics[0] != '\0' &&
-	     !cfg.publisher_set))
+	    (strcmp(c.command, "check") == 0 && cfg.inbox.topics[0] != '\0' && !cfg.publisher_set))
 		ob_log_set_context("group", cfg.inbox.group);
 	else
 		ob_log_set_context("slot", cfg.pg.slot);

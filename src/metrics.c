@@ -83,10 +83,20 @@ static const char *const wal_status_words[OB_WAL_STATUS_COUNT] = {NULL, "reserve
  * relay.c): each is exported at 0 from the start. A reason not listed is
  * still counted, from its first dead letter on. */
 static const char *const dead_letter_reasons[] = {
-    "bad-cloudevent",  "bad-headers",  "bad-message",     "bad-payload",
-    "bad-record",      "bad-topic",    "cloudevents-header-collision",
-    "missing-id",      "missing-key",  "missing-source-column",
-    "missing-topic-column", "non-transactional-message", "refused", "too-large",
+    "bad-cloudevent",
+    "bad-headers",
+    "bad-message",
+    "bad-payload",
+    "bad-record",
+    "bad-topic",
+    "cloudevents-header-collision",
+    "missing-id",
+    "missing-key",
+    "missing-source-column",
+    "missing-topic-column",
+    "non-transactional-message",
+    "refused",
+    "too-large",
 };
 
 /* Add label to table at 0, unless it is there. */
@@ -469,8 +479,7 @@ put_publisher(text *t)
 	put(t, "outboxd_publish_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
 	    (unsigned long long)m.latency_count);
 	put(t, "outboxd_publish_latency_seconds_sum %.6f\n", m.latency_sum);
-	put(t, "outboxd_publish_latency_seconds_count %llu\n",
-	    (unsigned long long)m.latency_count);
+	put(t, "outboxd_publish_latency_seconds_count %llu\n", (unsigned long long)m.latency_count);
 	pthread_mutex_unlock(&m.lock);
 
 	put_header(t, "outboxd_transactions_total", "counter",

@@ -227,10 +227,9 @@ typedef enum field_status {
 } field_status;
 
 /*
- * Append the bytes a field value stands for (sql/README.md, "The Kafka record"): json/jsonb values as
- * their JSON text (wal2json sends them as a string holding that text),
- * bytea as its raw bytes, other strings as they are, and numbers, booleans,
- * objects and arrays as their original JSON text.
+ * Append the bytes a field value stands for (sql/README.md, "The Kafka record"): json/jsonb values
+ * as their JSON text (wal2json sends them as a string holding that text), bytea as its raw bytes,
+ * other strings as they are, and numbers, booleans, objects and arrays as their original JSON text.
  */
 static field_status
 put_value(ob_event *ev, const field_value *fv, ob_span *out)

@@ -513,8 +513,8 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 		return ob_pgrepl_create_slot(p, slot, cfg->pg.plugin);
 	}
 	if (strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
-		ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s: "
-			 OB_PLUGIN_SWITCH_HINT,
+		ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
+			 "%s: " OB_PLUGIN_SWITCH_HINT,
 			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
 		return OB_PG_FATAL;
 	}

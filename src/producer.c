@@ -78,7 +78,8 @@ test_hook_sent(ob_producer *p)
 }
 #endif
 
-/* outboxd's defaults, applied before the user's properties (deploy/README.md, "Configuration reference"). */
+/* outboxd's defaults, applied before the user's properties (deploy/README.md, "Configuration
+ * reference"). */
 static const ob_kafka_setting default_props[] = {
     {"partitioner", "murmur2_random"},
     {"message.timeout.ms", "0"},

@@ -57,10 +57,10 @@ const char *ob_plugin_name(ob_plugin plugin);
 /* What every message about a slot of the other plugin ends with: the two
  * ways to switch decoders that publish the events in between
  * (deploy/README.md, "Switching decoders"). */
-#define OB_PLUGIN_SWITCH_HINT                                                         \
-	"set postgres.plugin to the slot's plugin, or switch decoders without losing "    \
-	"the events in between (deploy/README.md, \"Switching decoders\"): let outboxd " \
-	"drain with the writers stopped, then drop the slot; or drop it and start with "  \
+#define OB_PLUGIN_SWITCH_HINT                                                                      \
+	"set postgres.plugin to the slot's plugin, or switch decoders without losing "             \
+	"the events in between (deploy/README.md, \"Switching decoders\"): let outboxd "           \
+	"drain with the writers stopped, then drop the slot; or drop it and start with "           \
 	"outbox.backlog_where naming the rows written since its confirmed position"
 
 /* A librdkafka property in a table of outboxd's own (string constants). */
@@ -144,7 +144,8 @@ typedef struct ob_config {
 	} log;
 } ob_config;
 
-/* Fill cfg with the defaults of deploy/README.md "Configuration reference". Release with ob_config_free(). */
+/* Fill cfg with the defaults of deploy/README.md "Configuration reference". Release with
+ * ob_config_free(). */
 void ob_config_init(ob_config *cfg);
 void ob_config_free(ob_config *cfg);
 

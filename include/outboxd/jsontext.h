@@ -1,12 +1,11 @@
 /*
  * jsontext.h: walking a JSON object's members as raw text.
  *
- * The mapping publishes JSON values "as their JSON text" (sql/README.md, "The Kafka record"). Parsing
- * into doubles and printing again would change numbers (99.90 becomes
- * 99.900000000000006), so the members of logical messages and of headers
- * objects are read as spans of the original text instead. The scanner
- * checks structure (strings, brackets, separators) strictly enough to
- * reject text that is not a JSON object; it does not check number syntax.
+ * The mapping publishes JSON values "as their JSON text" (sql/README.md, "The Kafka record").
+ * Parsing into doubles and printing again would change numbers (99.90 becomes 99.900000000000006),
+ * so the members of logical messages and of headers objects are read as spans of the original text
+ * instead. The scanner checks structure (strings, brackets, separators) strictly enough to reject
+ * text that is not a JSON object; it does not check number syntax.
  */
 #ifndef OUTBOXD_JSONTEXT_H
 #define OUTBOXD_JSONTEXT_H

@@ -1,7 +1,7 @@
 /*
  * test_config.c: defaults, INI files, -s overrides, ${ENV} expansion and
- * validation (config.h, deploy/README.md, "Command line" and "Configuration reference"), and conninfo masking
- * (log.h).
+ * validation (config.h, deploy/README.md, "Command line" and "Configuration reference"), and
+ * conninfo masking (log.h).
  *
  * Errors must name the key: the tests capture stderr and look for it.
  */
@@ -141,7 +141,8 @@ test_defaults(void **state)
 
 /* --- INI files ---------------------------------------------------------------- */
 
-/* The sample of deploy/README.md "Configuration reference" with every value changed, inline comments kept. */
+/* The sample of deploy/README.md "Configuration reference" with every value changed, inline
+ * comments kept. */
 static const char full_file[] =
     "; outboxd test configuration\n"
     "# hash comments too\n"
@@ -736,7 +737,6 @@ test_mask_conninfo_sslpassword(void **state)
 		free(got);
 	}
 }
-
 
 /* --- inline comments and topic names ------------------------------------------ */
 

@@ -132,8 +132,10 @@ static void
 test_each_daemon_its_own_metrics(void **state)
 {
 	static const char *const inbox_only[] = {
-	    "outboxd_inbox_records_total",         "outboxd_inbox_lag_records",
-	    "outboxd_inbox_partition_lag_records", "outboxd_inbox_position_mismatches_total",
+	    "outboxd_inbox_records_total",
+	    "outboxd_inbox_lag_records",
+	    "outboxd_inbox_partition_lag_records",
+	    "outboxd_inbox_position_mismatches_total",
 	};
 	static const char *const publisher_only[] = {
 	    "outboxd_events_published_total", "outboxd_events_dead_lettered_total",
