@@ -182,9 +182,12 @@ ob_producer_check_config(const ob_config *cfg)
 void
 ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
 {
-	/* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
-	ob_log_level l = level <= 3   ? OB_LOG_ERROR
-			 : level == 4 ? OB_LOG_WARNING
+	/* syslog levels: 0-4 warning, 5-6 info, 7 debug. librdkafka's
+	 * errors are mostly a broker it cannot reach, which it retries by
+	 * itself (a broker restart); what an error costs, outboxd says in
+	 * lines of its own (a fatal error, a failed delivery, /readyz), so
+	 * librdkafka's lines are never more than warnings. */
+	ob_log_level l = level <= 4   ? OB_LOG_WARNING
 			 : level <= 6 ? OB_LOG_INFO
 				      : OB_LOG_DEBUG;
 	ob_log_field fields[] = {{"component", "librdkafka"}, {"facility", facility}, {NULL, NULL}};

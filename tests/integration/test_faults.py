@@ -481,6 +481,12 @@ def test_broker_outage_holds_slot_then_delivers(
                    feed.ids, exactly_once=delivery_mode(d))
     wait_confirmed(pg, slot_name, p.commits()[-1][1], timeout=30)
     assert d.running(), d.log_tail()
+    # A broker outage outboxd rides out is logged as warnings, all brokers
+    # down once, and the brokers' return is logged too.
+    log = d.log_text()
+    assert not [line for line in log.splitlines() if " error: " in line], d.log_tail()
+    assert log.count("all brokers are down") == 1, d.log_tail()
+    assert "broker(s) up again" in log, d.log_tail()
 
 
 def test_request_errors_are_retried(pg, broker, consumer, outboxd_factory,
