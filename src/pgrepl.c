@@ -497,9 +497,10 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 		 * every event since the confirmed one without a word. */
 		ob_error("replication slot %s no longer exists (dropped, or a failover to a "
 			 "server without it): events committed after " OB_LSN_FMT
-			 " may not have been published; stopping. To recover, create the slot "
-			 "again (\"outboxd slot create\") and republish the outbox rows written "
-			 "since then",
+			 " may not have been published; stopping. To recover, start outboxd "
+			 "with outbox.backlog_where naming the outbox rows written since then: "
+			 "it publishes them, then creates the slot (deploy/README.md, "
+			 "\"Failover\")",
 			 slot, OB_LSN_ARGS(confirmed));
 		return OB_PG_FATAL;
 	}
