@@ -182,3 +182,13 @@ def test_check_warns_of_another_outboxd_on_the_database(pg, outboxd_factory, slo
                      out, re.M), out
     rc, out, err = other.run_cmd(["check", "-s", "outbox.message_prefix="], timeout=30)
     assert "message prefix" not in out, out
+
+
+def test_no_flush_line_after_a_start_that_never_streamed(pg, outboxd_factory):
+    """A start refused before streaming (the table missing: exit 1) does
+    not say it flushes 0 in-flight events."""
+    d = outboxd_factory({"outbox": {"table": "public.no_such_outbox"}}, start=False)
+    rc, out, err = d.run_cmd(["run"], timeout=60)
+    assert rc == 1, (out, err)
+    assert "public.no_such_outbox" in err, err
+    assert "flushing" not in err, err
