@@ -624,6 +624,27 @@ def readme_config_keys(text):
     return keys
 
 
+def test_readme_is_a_front_door():
+    """README.md stays short (at most 200 lines) and opens with the two
+    commands; each doc it links to exists, and every man page is in the
+    tree."""
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 200, "README.md has %d lines" % len(lines)
+    assert lines[2:6] == [
+        "```sh",
+        "bash deploy/demo.sh     # the main job: outboxd between a throwaway "
+        "Postgres and a local broker, events shown as they arrive",
+        'bash tests/run.sh       # every test (unit, integration, real parts); '
+        'ends with "N passed, N failed"',
+        "```"], lines[:6]
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not link.startswith("http"):
+            assert (REPO_ROOT / link).exists(), link
+    for page in ("outboxd.1", "outboxd.ini.5"):
+        assert (DEPLOY_DIR / page).exists(), page
+
+
 def test_readme_config_reference_matches_the_code():
     code = code_config_keys()
     assert CONFIG_REFERENCE.exists(), (
