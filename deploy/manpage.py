@@ -23,13 +23,9 @@ PAGES = {
         "section": "Command line",
         "title": "OUTBOXD 1",
         "name": "outboxd \\- publish PostgreSQL transactional-outbox events to Kafka",
-        "synopsis": [
-            "outboxd [run] [-c FILE] [-s KEY=VALUE]...",
-            "outboxd check [-c FILE] [-s KEY=VALUE]...",
-            "outboxd slot create|drop|status [-c FILE] [-s KEY=VALUE]...",
-            "outboxd inbox [-c FILE] [-s KEY=VALUE]...",
-            "outboxd --version | --help",
-        ],
+        # None: the section's first code block, less what follows each
+        # command after a run of spaces; the block is then not repeated.
+        "synopsis": None,
         "see_also": "outboxd.ini(5), pg_recvlogical(1)",
     },
     "outboxd.ini.5": {
@@ -151,9 +147,16 @@ def page(name, spec, markdown):
         "edit that, then run the script." % spec["section"],
         ".TH %s %s \"\" \"outboxd\" \"outboxd\"" % (title, number),
         ".SH NAME", spec["name"], ".SH SYNOPSIS", ".nf"]
-    out += ["\\&" + escape(s) for s in spec["synopsis"]]
+    body = section_text(markdown, spec["section"])
+    synopsis = spec["synopsis"]
+    if synopsis is None:
+        start = body.index("```") + 1
+        end = body.index("```", start)
+        synopsis = [re.split(r"\s{3,}", line)[0] for line in body[start:end]]
+        body = body[:start - 1] + body[end + 1:]
+    out += ["\\&" + escape(s) for s in synopsis]
     out += [".fi", ".SH DESCRIPTION"]
-    out += render(section_text(markdown, spec["section"]))
+    out += render(body)
     out += [".SH SEE ALSO", spec["see_also"] + ",",
             "and deploy/README.md, sql/README.md and tests/README.md "
             "in outboxd's source tree."]
