@@ -20,6 +20,7 @@
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
 #include "outboxd/relay.h"
+#include "outboxd/slotmark.h"
 
 #define EXIT_OPERATOR 1
 #define EXIT_USAGE    2
@@ -206,10 +207,11 @@ slot_command(const ob_config *cfg, const char *sub)
 		/* The table, and pgoutput's publication, which must exist
 		 * before the slot: pgoutput reads it as of each change. */
 		if (ob_check_database(pg, cfg, NULL) == OB_PG_OK &&
-		    ob_pgrepl_create_slot(pg, cfg->pg.slot, cfg->pg.plugin) == OB_PG_OK)
+		    ob_pgrepl_create_marked(pg, cfg, true) == OB_PG_OK)
 			rc = 0;
 	} else if (strcmp(sub, "drop") == 0) {
-		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot)) {
+		/* The slot goes by the operator's hand: its marker with it. */
+		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot) && ob_slotmark_clear(pg, cfg)) {
 			ob_info("dropped replication slot %s", cfg->pg.slot);
 			rc = 0;
 		}
