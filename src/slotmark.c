@@ -103,9 +103,11 @@ ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
 	char *create = ob_xasprintf("CREATE TABLE IF NOT EXISTS %s (slot_name text PRIMARY KEY, "
 				    "created_at timestamptz NOT NULL DEFAULT now())",
 				    table);
-	char *check = ob_xasprintf("SELECT to_regclass(%s) IS NOT NULL AND "
-				   "has_table_privilege(%s, 'SELECT, INSERT, DELETE')",
-				   regclass, regclass);
+	/* has_table_privilege() with a list asks for any one of them. */
+	char *check = ob_xasprintf("SELECT to_regclass(%s) IS NOT NULL AND has_table_privilege(%s, "
+				   "'SELECT') AND has_table_privilege(%s, 'INSERT') AND "
+				   "has_table_privilege(%s, 'DELETE')",
+				   regclass, regclass, regclass, regclass);
 	char *may = NULL;
 	ob_pg_status st = OB_PG_RETRY;
 

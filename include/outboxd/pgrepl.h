@@ -31,6 +31,8 @@ typedef struct ob_pgrepl ob_pgrepl;
 #define OB_SQL_WAL_FLUSH_LSN                                                               \
 	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE "                 \
 	"pg_current_wal_flush_lsn() END)"
+/* The first PostgreSQL that decodes on a hot standby. */
+#define OB_STANDBY_DECODING_MIN_SERVER 160000
 /* The first PostgreSQL with failover slots (FAILOVER, synced to standbys). */
 #define OB_FAILOVER_MIN_SERVER 170000
 

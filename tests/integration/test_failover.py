@@ -1,0 +1,217 @@
+"""Failover: a primary and a hot standby of the test's own (made by copying
+the primary's data directory: the version matrix's servers have no
+pg_basebackup), crashed and promoted under steady writes; the slot marker
+that tells a first start from a lost slot; decoding on a standby; two
+instances started at once.
+
+What each test asserts depends on the server's major version, never
+skipped: PostgreSQL 17+ has failover slots (nothing may be lost across a
+promotion), 15 and 16 do not (outboxd must stop, naming the recovery, and
+the recovery must publish what was lost); 16+ decodes on a standby, 15
+must refuse it clearly. Every run prints its lost and duplicated counts.
+"""
+
+import threading
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+import harness
+from conftest import OUTBOX_SQL
+from harness import wait_until
+from test_faults import expect_exit, id_counts, make_topic
+
+PHYSICAL_SLOT = "standby1"
+
+
+def major():
+    return harness.server_major()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A started primary (with public.outbox) and its started hot standby
+    (17+: syncing failover slots, the primary waiting for it); destroyed at
+    the end."""
+    made = []
+    primary = harness.PgCluster(str(tmp_path / "primary"))
+    made.append(primary)
+    try:
+        primary.start()
+        primary.run_file(str(OUTBOX_SQL))
+        standby_conf = {}
+        if major() >= 17:
+            standby_conf["sync_replication_slots"] = "on"
+        standby = harness.PgCluster.standby_of(
+            primary, str(tmp_path / "standby"), PHYSICAL_SLOT, standby_conf)
+        made.append(standby)
+        standby.start()
+        if major() >= 17:
+            primary.sql("ALTER SYSTEM SET synchronized_standby_slots = %s",
+                        (PHYSICAL_SLOT,))
+            primary.sql("SELECT pg_reload_conf()")
+        wait_until(lambda: primary.sql(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+            (PHYSICAL_SLOT,)) == [(True,)], 30, 0.2, "the standby streams")
+        yield primary, standby
+    finally:
+        for c in made:
+            c.destroy()
+
+
+def both_hosts(primary, standby):
+    """A multi-host conninfo that finds whichever of the two accepts
+    writes."""
+    return ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=postgres "
+            "user=postgres target_session_attrs=read-write connect_timeout=2"
+            % (primary.port, standby.port))
+
+
+def pgoutput_on(conninfo):
+    """outboxd_factory overrides: pgoutput (every version has it) on
+    conninfo."""
+    return {"postgres": {"conninfo": conninfo, "plugin": "pgoutput",
+                         "standby_retry_ms": 500}}
+
+
+class Writer(threading.Thread):
+    """Inserts one outbox row per transaction, every few ms, through a
+    multi-host conninfo; a row counts as committed only once COMMIT
+    returned. Across a crash it reconnects until the new primary answers;
+    a COMMIT whose answer was lost is counted as in doubt."""
+
+    def __init__(self, conninfo, agg, pace=0.01):
+        super().__init__(daemon=True)
+        self.conninfo = conninfo
+        self.agg = agg
+        self.pace = pace
+        self.committed = []
+        self.in_doubt = []
+        self.stop_flag = threading.Event()
+
+    def run(self):
+        conn = None
+        n = 0
+        while not self.stop_flag.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg2.connect(self.conninfo)
+                    conn.autocommit = True
+                row_id = str(uuid.uuid4())
+                n += 1
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(
+                            "INSERT INTO public.outbox (id, aggregate_type, "
+                            "aggregate_id, event_type, payload) VALUES "
+                            "(%s, %s, %s, 'e', jsonb_build_object('n', %s))",
+                            (row_id, self.agg, "k%d" % (n % 7), n))
+                    self.committed.append(row_id)
+                except psycopg2.Error:
+                    self.in_doubt.append(row_id)
+                    raise
+            except psycopg2.Error:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                time.sleep(0.2)
+                continue
+            time.sleep(self.pace)
+        if conn is not None:
+            conn.close()
+
+    def halt(self):
+        self.stop_flag.set()
+        self.join(30)
+
+
+def count_delivery(consumer, topic, committed, in_doubt, timeout=90):
+    """Reads topic until every committed id arrived (or timeout); returns
+    (lost, duplicated, in-doubt delivered)."""
+    deadline = time.monotonic() + timeout
+    want = set(committed)
+    while True:
+        records = consumer.collect([topic], len(want),
+                                   timeout=max(1.0, deadline - time.monotonic()),
+                                   settle=1.5)
+        counts = id_counts(records)
+        if want <= set(counts) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    lost = len(want - set(counts))
+    dups = sum(n - 1 for i, n in counts.items() if n > 1)
+    doubt = sum(1 for i in in_doubt if counts[i])
+    unknown = set(counts) - want - set(in_doubt)
+    assert not unknown, "ids never written: %s" % sorted(unknown)[:3]
+    return lost, dups, doubt
+
+
+def sync_ready(standby, slot):
+    """The standby's copy of slot is synced and persisted (not temporary),
+    so it survives a promotion."""
+    s = standby.slot(slot)
+    return bool(s and s["synced"] and not s["temporary"])
+
+
+def kill_and_promote(primary, standby, writer, before=3.0, after=3.0):
+    time.sleep(before)
+    primary.kill9()
+    standby.promote()
+    time.sleep(after)
+    writer.halt()
+
+
+def test_crash_and_promote_loses_nothing(pair, broker, consumer,
+                                         outboxd_factory, test_id,
+                                         slot_name):
+    """kill -9 of the primary under steady writes, then the standby is
+    promoted. 17+: outboxd created its slot with FAILOVER, the standby
+    synced it, and the same process goes on from the synced slot on the
+    new primary (multi-host conninfo): nothing lost. 15 and 16: no copy of
+    the slot survives, and outboxd stops (never a fresh slot at a later
+    position), also in a new process (the marker row); started with
+    outbox.backlog_where, it publishes what the loss left out."""
+    primary, standby = pair
+    agg = "fo_%s" % test_id
+    topic = make_topic(broker, agg)
+    hosts = both_hosts(primary, standby)
+    started = primary.sql("SELECT now()")[0][0]
+    d = outboxd_factory(pgoutput_on(hosts))
+    d.wait_log(r"streaming from slot", 40)
+    writer = Writer(hosts, agg)
+    writer.start()
+    if major() >= 17:
+        assert primary.slot(slot_name)["failover"] is True
+        # Synced, and no longer temporary: a copy the slot sync worker has
+        # not persisted yet (the primary's slot had not moved past it) is
+        # dropped at promotion.
+        t0 = time.monotonic()
+        wait_until(lambda: sync_ready(standby, slot_name), 60, 0.2,
+                   "the standby's copy of slot %s is sync-ready" % slot_name)
+        print("pg%d: the standby's copy was sync-ready after %.1f s"
+              % (major(), time.monotonic() - t0))
+    kill_and_promote(primary, standby, writer, before=1.0)
+    if major() < 17:
+        expect_exit(d, 1, "no longer exists", "backlog_where")
+        again = outboxd_factory(pgoutput_on(hosts))
+        expect_exit(again, 1, "does not exist, but outboxd created it",
+                    "backlog_where")
+        assert standby.slot(slot_name) is None
+        recovery = outboxd_factory(
+            {**pgoutput_on(hosts),
+             "outbox": {"backlog_where": "created_at >= '%s'" % started}})
+        recovery.wait_log(r"streaming from slot", 60)
+        recovery.wait_log(r"was lost", 5)
+    else:
+        d.wait_log(r"timeline 2", 60)
+    lost, dups, doubt = count_delivery(consumer, topic, writer.committed,
+                                       writer.in_doubt)
+    print("failover pg%d: %d committed, %d in doubt (%d of them delivered), "
+          "%d lost, %d duplicated"
+          % (major(), len(writer.committed), len(writer.in_doubt), doubt,
+             lost, dups))
+    assert len(writer.committed) > 200
+    assert lost == 0, "%d of %d committed events lost; log:\n%s" % (
+        lost, len(writer.committed), d.log_tail())
