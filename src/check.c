@@ -361,11 +361,35 @@ check_select(checker *c)
 	free(schema);
 }
 
+/* A hot standby decodes from PostgreSQL 16 on; reported only when the
+ * server is one. */
+static void
+check_standby(checker *c)
+{
+	int v = ob_pgrepl_server_version(c->pg);
+	bool standby;
+
+	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
+		c->query_failed = true;
+		report(c, "hot standby", false, "query failed (see the log)");
+	} else if (standby) {
+		report(c, "hot standby", v >= OB_STANDBY_DECODING_MIN_SERVER,
+		       v >= OB_STANDBY_DECODING_MIN_SERVER
+			   ? "the server is a hot standby: outboxd decodes there (the publication "
+			     "must be made on the primary)"
+			   : "the server is a hot standby, and PostgreSQL %d cannot decode there (that "
+			     "came with 16): point postgres.conninfo at the primary (naming several "
+			     "hosts, add target_session_attrs=read-write)",
+		       v / 10000);
+	}
+}
+
 ob_pg_status
 ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
 {
 	checker c = {.pg = pg, .cfg = cfg, .out = out, .all_ok = true};
 
+	check_standby(&c);
 	check_wal_level(&c);
 	check_table(&c);
 	check_columns(&c);

@@ -612,13 +612,6 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 
 	if (!ob_pgrepl_slot_info(p, slot, &info) || !ob_pgrepl_in_recovery(p, &standby))
 		return OB_PG_RETRY;
-	if (standby && ob_pgrepl_server_version(p) < OB_STANDBY_DECODING_MIN_SERVER) {
-		ob_error("the server is a hot standby, and PostgreSQL %d cannot decode there "
-			 "(that came with 16): point postgres.conninfo at the primary (naming "
-			 "several hosts, add target_session_attrs=read-write)",
-			 ob_pgrepl_server_version(p) / 10000);
-		return OB_PG_FATAL;
-	}
 	if (!info.exists && streamed) {
 		/* Recreating it would start at the current WAL position and skip
 		 * every event since the confirmed one without a word. */

@@ -20,7 +20,7 @@ import pytest
 
 import harness
 from conftest import OUTBOX_SQL
-from harness import wait_until
+from harness import lsn_to_int, wait_until
 from test_faults import expect_exit, id_counts, make_topic
 
 PHYSICAL_SLOT = "standby1"
@@ -215,3 +215,167 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
     assert len(writer.committed) > 200
     assert lost == 0, "%d of %d committed events lost; log:\n%s" % (
         lost, len(writer.committed), d.log_tail())
+
+
+# ---------------------------------------------------------------------------
+# the marker: a first start or a lost slot
+
+
+def marker_rows(cluster, slot):
+    return cluster.sql("SELECT count(*) FROM public.outboxd_slots WHERE "
+                       "slot_name = %s", (slot,))[0][0]
+
+
+def test_lost_slot_is_never_replaced_silently(pg, broker, consumer,
+                                              outboxd_factory, test_id,
+                                              slot_name):
+    """outboxd writes a row for the slot it creates (public.outboxd_slots);
+    a new process that finds the slot gone but its row there exits 1
+    naming outbox.backlog_where instead of creating a slot at a later
+    position; started with backlog_where it publishes the rows the loss
+    left out. `outboxd slot create` is the operator's explicit fresh start
+    (it warns), and `outboxd slot drop` deletes the row with the slot, so
+    the next start is a first start again."""
+    agg = "mark_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory()
+    d.wait_log(r"streaming from slot", 30)
+    assert marker_rows(pg, slot_name) == 1
+    assert d.stop() == 0, d.log_tail()
+    before = pg.sql("SELECT now()")[0][0]
+    pg.drop_slot(slot_name)
+    ids = [r[0] for r in pg.sql(
+        "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, "
+        "payload) SELECT %s, 'k', 'e', '{}' FROM generate_series(1, 5) "
+        "RETURNING id::text", (agg,))]
+    again = outboxd_factory()
+    expect_exit(again, 1, "does not exist, but outboxd created it",
+                "backlog_where", "DELETE FROM public.outboxd_slots")
+    assert pg.slot(slot_name) is None
+    recovery = outboxd_factory(
+        {"outbox": {"backlog_where": "created_at >= '%s'" % before}})
+    recovery.wait_log(r"streaming from slot", 30)
+    assert "was lost" in recovery.log_text()
+    got = id_counts(consumer.collect([topic], len(ids), timeout=30))
+    assert set(ids) <= set(got), got
+    assert recovery.stop() == 0, recovery.log_tail()
+    rc, _, err = recovery.run_cmd(["slot", "drop"])
+    assert rc == 0, err
+    assert marker_rows(pg, slot_name) == 0 and pg.slot(slot_name) is None
+    fresh = outboxd_factory()
+    fresh.wait_log(r"streaming from slot", 30)
+    assert marker_rows(pg, slot_name) == 1
+    assert fresh.stop() == 0, fresh.log_tail()
+    pg.drop_slot(slot_name)
+    rc, _, err = fresh.run_cmd(["slot", "create"])
+    assert rc == 0 and "was lost" in err, err
+    assert pg.slot(slot_name) is not None
+
+
+# ---------------------------------------------------------------------------
+# two instances started at once
+
+
+def test_two_instances_started_at_once(pg, broker, outboxd_factory, test_id,
+                                       slot_name):
+    """Started at the same moment on a database with neither the
+    publication nor the slot, both instances stay up: one creates and
+    streams, the other waits as a standby, whoever wins each race. Three
+    rounds, each with a publication and a slot of its own."""
+    for round_ in range(3):
+        slot = "%s_%d" % (slot_name[:55], round_)
+        conf = {"postgres": {"plugin": "pgoutput", "slot": slot,
+                             "publication": "pub_%s_%d" % (test_id, round_),
+                             "standby_retry_ms": 500}}
+        a = outboxd_factory(conf, start=False)
+        b = outboxd_factory(conf, start=False)
+        a.start()
+        b.start()
+        wait_until(lambda: (pg.slot(slot) or {}).get("active"), 30, 0.1,
+                   "slot %s streamed from" % slot)
+        time.sleep(1.5)
+        for d in (a, b):
+            assert d.running(), "round %d: exited (rc %s):\n%s" % (
+                round_, d.proc.returncode, d.log_tail())
+        streaming = [d for d in (a, b) if "streaming from slot" in
+                     d.log_text()]
+        assert len(streaming) == 1, [d.log_tail() for d in (a, b)]
+        other = b if streaming[0] is a else a
+        assert "as a standby" in other.log_text(), other.log_tail()
+        for d in (a, b):
+            assert d.stop() == 0, d.log_tail()
+        pg.drop_slot(slot)
+
+
+# ---------------------------------------------------------------------------
+# decoding on a hot standby
+
+
+class SnapshotNudger(threading.Thread):
+    """Calls pg_log_standby_snapshot() on the primary every 0.5 s, so a
+    slot created on the standby need not wait for the next
+    running-transactions record (up to 15 s)."""
+
+    def __init__(self, primary):
+        super().__init__(daemon=True)
+        self.primary = primary
+        self.stop_flag = threading.Event()
+
+    def run(self):
+        while not self.stop_flag.wait(0.5):
+            self.primary.sql("SELECT pg_log_standby_snapshot()")
+
+    def halt(self):
+        self.stop_flag.set()
+        self.join(10)
+
+
+def test_decoding_on_a_standby(pair, broker, consumer, outboxd_factory,
+                               test_id, slot_name):
+    """postgres.conninfo names the hot standby. 16+: outboxd says that the
+    slot waits for the primary's next running-transactions record, decodes
+    there, and every row written on the primary is published; a missing
+    publication is an exit 1 naming the statement to run on the primary.
+    15 cannot decode on a standby: exit 1 saying so."""
+    primary, standby = pair
+    agg = "sb_%s" % test_id
+    topic = make_topic(broker, agg)
+    on_standby = pgoutput_on(standby.conninfo())
+    if major() < 16:
+        d = outboxd_factory(on_standby)
+        expect_exit(d, 1, "cannot decode there", "primary")
+        return
+    nopub = outboxd_factory(on_standby)
+    expect_exit(nopub, 1, "hot standby, where it cannot be created",
+                "CREATE PUBLICATION pub_%s" % test_id)
+    primary.sql("CREATE PUBLICATION pub_%s FOR TABLE public.outbox WITH "
+                "(publish = 'insert', publish_via_partition_root = true)"
+                % test_id)
+    nudger = SnapshotNudger(primary)
+    nudger.start()
+    try:
+        d = outboxd_factory(on_standby)
+        d.wait_log(r"waits for the primary's next running-transactions", 30)
+        d.wait_log(r"streaming from slot", 30)
+    finally:
+        nudger.halt()
+    ids = [r[0] for r in primary.sql(
+        "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, "
+        "payload) SELECT %s, 'k' || g, 'e', '{}' FROM generate_series(1, 50) "
+        "g RETURNING id::text", (agg,))]
+    ids += [primary.sql(
+        "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, "
+        "payload) VALUES (%s, 'one', 'e', '{}') RETURNING id::text",
+        (agg,))[0][0] for _ in range(20)]
+    lost, dups, _ = count_delivery(consumer, topic, ids, [], timeout=40)
+    print("standby decoding pg%d: %d written, %d lost, %d duplicated"
+          % (major(), len(ids), lost, dups))
+    assert lost == 0 and dups == 0
+    # The standby's WAL position is read in recovery: the slot is
+    # confirmed as the stream goes (no query failing forever).
+    wait_until(lambda: standby.slot(slot_name)["confirmed_flush_lsn_int"]
+               >= lsn_to_int(primary.sql(
+                   "SELECT pg_current_wal_lsn()")[0][0]) - 1024 * 1024,
+               20, 0.2, "the standby's slot confirmed")
+    assert "recovery is in progress" not in d.log_text(), d.log_tail()
+    assert d.stop() == 0, d.log_tail()
