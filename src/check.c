@@ -14,6 +14,7 @@
 
 #include "outboxd/backlog.h"
 #include "outboxd/backlogsql.h"
+#include "outboxd/failover.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
@@ -492,6 +493,40 @@ check_slot(checker *c)
 				       : "");
 }
 
+/* Whether the slot survives a promotion (failover.h): each missing
+ * setting is a warning naming its fix (a primary without a standby is no
+ * error), and so is a standby's copy in sight that is not ready. */
+static void
+check_failover(checker *c)
+{
+	ob_failover_state st;
+	char detail[768];
+	bool seen, ready;
+
+	if (!ob_failover_read(c->pg, c->cfg, &st)) {
+		c->query_failed = true;
+		report(c, "failover", false, "query failed (see the log)");
+		return;
+	}
+	if (st.verdict == OB_FAILOVER_NA && !c->cfg->pg.slot_failover) {
+		report(c, "failover", true, "not checked: %s", st.why);
+		return;
+	}
+	if (st.verdict != OB_FAILOVER_READY) {
+		warn(c, "failover", "%s", st.why);
+		return;
+	}
+	report(c, "failover", true, "%s", st.why);
+	if (!read_slot(c))
+		return;
+	ob_failover_standby_copy(c->cfg, c->slot.confirmed_flush, &seen, &ready, detail,
+				 sizeof(detail));
+	if (seen && ready)
+		report(c, "standby copy", true, "%s", detail);
+	else
+		warn(c, "standby copy", "%s", detail);
+}
+
 /* What the slot's WAL may cost: without a bound (max_slot_wal_keep_size =
  * -1) the server keeps every WAL file the slot has not confirmed, so an
  * outboxd stopped or stalled long enough fills its disk; with one, a slot
@@ -638,6 +673,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 			c.all_ok = false;
 		check_replication(&c);
 		check_slot(&c);
+		check_failover(&c);
 		check_wal_retention(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);

@@ -12,6 +12,7 @@
 #include "ob_build.h"
 #include "outboxd/check.h"
 #include "outboxd/config.h"
+#include "outboxd/failover.h"
 #include "outboxd/http.h"
 #include "outboxd/inbox.h"
 #include "outboxd/log.h"
@@ -191,6 +192,27 @@ run(const ob_config *cfg, bool inbox)
 	return rc;
 }
 
+/* `slot status`'s failover lines (failover.h); false when a query failed. */
+static bool
+print_failover(ob_pgrepl *pg, const ob_config *cfg, const ob_slot_info *info)
+{
+	static const char *const words[] = {"n/a", "yes", "no"};
+	ob_failover_state st;
+	char detail[768];
+	bool seen, ready;
+
+	if (!ob_failover_read(pg, cfg, &st))
+		return false;
+	printf("failover_ready       %s (%s)\n", words[st.verdict], st.why);
+	if (st.verdict != OB_FAILOVER_NA) {
+		ob_failover_standby_copy(cfg, info->confirmed_flush, &seen, &ready, detail,
+					 sizeof(detail));
+		printf("standby_copy         %s (%s)\n", !seen ? "unseen" : ready ? "ready" : "not-ready",
+		       detail);
+	}
+	return true;
+}
+
 static int
 slot_command(const ob_config *cfg, const char *sub)
 {
@@ -232,7 +254,9 @@ slot_command(const ob_config *cfg, const char *sub)
 			       OB_LSN_ARGS(info.restart_lsn));
 			printf("wal_status           %s\n", info.wal_status);
 			printf("retained_wal_bytes   %lld\n", (long long)info.retained_bytes);
-			rc = 0;
+			printf("failover             %s\n", info.failover ? "true" : "false");
+			printf("synced               %s\n", info.synced ? "true" : "false");
+			rc = print_failover(pg, cfg, &info) ? 0 : EXIT_OPERATOR;
 		}
 	}
 	ob_pgrepl_close(pg, false);

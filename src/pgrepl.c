@@ -355,7 +355,8 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 	char *lit = ob_pgrepl_quote_literal(p, slot);
 	char *sql = ob_xasprintf(
 	    "SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
-	    "restart_lsn, wal_status, coalesce(" OB_SQL_WAL_LSN " - restart_lsn, 0)::bigint, %s "
+	    "restart_lsn, wal_status, coalesce(" OB_SQL_WAL_LSN " - restart_lsn, 0)::bigint, "
+	    "temporary, %s "
 	    "FROM pg_replication_slots WHERE slot_name = %s",
 	    ob_pgrepl_server_version(p) >= OB_FAILOVER_MIN_SERVER ? "failover, synced"
 								   : "false, false",
@@ -378,8 +379,9 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 			ok = ob_lsn_parse(PQgetvalue(res, 0, 4), &info->restart_lsn);
 		copy_field(info->wal_status, sizeof(info->wal_status), res, 5);
 		info->retained_bytes = atoll(PQgetvalue(res, 0, 6));
-		info->failover = ob_pg_field_true(res, 7);
-		info->synced = ob_pg_field_true(res, 8);
+		info->temporary = ob_pg_field_true(res, 7);
+		info->failover = ob_pg_field_true(res, 8);
+		info->synced = ob_pg_field_true(res, 9);
 		if (!ok)
 			ob_error("could not parse the LSNs of replication slot %s", slot);
 	}
@@ -582,7 +584,18 @@ ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost)
 	if (!standby) {
 		if ((st = ob_slotmark_read(p, cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 			return st;
+		/* Another process writes the row after it created the slot:
+		 * with the row there, a slot there now is theirs. */
 		if (marked && !replace_lost) {
+			ob_slot_info info;
+
+			if (!ob_pgrepl_slot_info(p, cfg->pg.slot, &info))
+				return OB_PG_RETRY;
+			if (info.exists) {
+				ob_info("replication slot %s was created by another process meanwhile",
+					cfg->pg.slot);
+				return OB_PG_STANDBY;
+			}
 			ob_slotmark_log_lost(cfg, since);
 			return OB_PG_FATAL;
 		}

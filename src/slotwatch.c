@@ -8,11 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/failover.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 
 /* The least time between two readings. */
 #define SLOTWATCH_INTERVAL_MS 1000
+/* The least time between two readings of the failover readiness. */
+#define FAILOVER_INTERVAL_MS  10000
 
 void
 ob_slotwatch_init(ob_slotwatch *w)
@@ -45,6 +48,28 @@ take(ob_slotwatch *w, int64_t inserts, ob_lsn wal_lsn, ob_lsn done_lsn)
 		kept++;
 	memmove(w->marks, w->marks + kept, (w->n_marks - kept) * sizeof(w->marks[0]));
 	w->n_marks -= kept;
+}
+
+/* Read whether the slot survives a promotion, when due; say when that
+ * changes. */
+static void
+poll_failover(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg)
+{
+	ob_failover_state st;
+
+	if (ob_mono_ms() < w->next_failover_ms || !ob_failover_read(p, cfg, &st))
+		return;
+	w->next_failover_ms = ob_mono_ms() + FAILOVER_INTERVAL_MS;
+	if (!w->failover_read || st.verdict != w->failover) {
+		if (st.verdict == OB_FAILOVER_NOT_READY)
+			ob_warn("replication slot %s is not failover-ready: %s", cfg->pg.slot,
+				st.why);
+		else if (st.verdict == OB_FAILOVER_READY)
+			ob_info("replication slot %s is failover-ready: %s", cfg->pg.slot, st.why);
+	}
+	w->failover_read = true;
+	w->failover = st.verdict;
+	ob_metrics_set_failover_ready(st.verdict != OB_FAILOVER_NA, st.verdict == OB_FAILOVER_READY);
 }
 
 void
@@ -94,6 +119,7 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn re
 	ob_metrics_set_slot(atoll(PQgetvalue(res, 0, 4)),
 			    ob_wal_status_parse(PQgetvalue(res, 0, 3)),
 			    w->n_marks > 0 ? w->marks[0].seen_us : 0);
+	poll_failover(w, p, cfg);
 done:
 	PQclear(res);
 	free(sql);

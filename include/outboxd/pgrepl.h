@@ -64,6 +64,7 @@ typedef struct ob_slot_info {
 	int64_t retained_bytes; /* current WAL LSN minus restart_lsn */
 	bool failover;          /* PostgreSQL 17+: synced to standbys (false before 17) */
 	bool synced;            /* PostgreSQL 17+: a standby's copy synced from the primary */
+	bool temporary;         /* dropped at the session's end (a synced copy: at promotion) */
 } ob_slot_info;
 
 /* One message of the replication stream. data borrows libpq's buffer and

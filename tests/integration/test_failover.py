@@ -22,6 +22,7 @@ import harness
 from conftest import OUTBOX_SQL
 from harness import lsn_to_int, wait_until
 from test_faults import expect_exit, id_counts, make_topic
+from test_ops import http_get
 
 PHYSICAL_SLOT = "standby1"
 
@@ -148,6 +149,28 @@ def count_delivery(consumer, topic, committed, in_doubt, timeout=90):
     return lost, dups, doubt
 
 
+def assert_failover_ready(d, port):
+    """check, slot status, the metric and /readyz all say the slot is
+    failover-ready, and check sees the standby's copy ready."""
+    rc, out, err = d.run_cmd(["check"])
+    lines = {ln.split()[0] + (" copy" if ln.startswith("standby copy") else ""):
+             ln for ln in out.splitlines() if ln.strip()}
+    assert rc == 0, out + err
+    assert " ok " in lines["failover"] and "synchronized_standby_slots" \
+        in lines["failover"], out
+    assert " ok " in lines["standby copy"] and "is synced" in \
+        lines["standby copy"], out
+    rc, out, err = d.run_cmd(["slot", "status"])
+    assert rc == 0 and "failover             true" in out and \
+        "failover_ready       yes" in out and \
+        "standby_copy         ready" in out, out + err
+    wait_until(lambda: "outboxd_slot_failover_ready 1" in
+               (http_get(port, "/metrics")[1] or ""), 20, 0.5,
+               "metric outboxd_slot_failover_ready 1")
+    status, body = http_get(port, "/readyz")
+    assert status == 200 and body.split() == ["ready", "failover-ready"], body
+
+
 def sync_ready(standby, slot):
     """The standby's copy of slot is synced and persisted (not temporary),
     so it survives a promotion."""
@@ -178,7 +201,9 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
     topic = make_topic(broker, agg)
     hosts = both_hosts(primary, standby)
     started = primary.sql("SELECT now()")[0][0]
-    d = outboxd_factory(pgoutput_on(hosts))
+    port = harness.free_port()
+    d = outboxd_factory({**pgoutput_on(hosts),
+                         "http": {"listen": "127.0.0.1:%d" % port}})
     d.wait_log(r"streaming from slot", 40)
     writer = Writer(hosts, agg)
     writer.start()
@@ -192,6 +217,7 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
                    "the standby's copy of slot %s is sync-ready" % slot_name)
         print("pg%d: the standby's copy was sync-ready after %.1f s"
               % (major(), time.monotonic() - t0))
+        assert_failover_ready(d, port)
     kill_and_promote(primary, standby, writer, before=1.0)
     if major() < 17:
         expect_exit(d, 1, "no longer exists", "backlog_where")
@@ -215,6 +241,41 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
     assert len(writer.committed) > 200
     assert lost == 0, "%d of %d committed events lost; log:\n%s" % (
         lost, len(writer.committed), d.log_tail())
+
+
+def test_check_names_each_missing_failover_setting(pg, outboxd_factory):
+    """On the session's server (a primary without a standby): 17+ warns
+    that synchronized_standby_slots is not set, naming the fix; 15 and 16
+    warn that the server has no failover slots. Neither fails check; with
+    postgres.slot_failover = false nothing is checked; the metric is absent
+    and /readyz has one line."""
+    port = harness.free_port()
+    d = outboxd_factory({"http": {"listen": "127.0.0.1:%d" % port}})
+    rc, out, err = d.run_cmd(["check"])
+    assert rc == 0, out + err
+    line = [ln for ln in out.splitlines() if ln.startswith("failover ")]
+    assert len(line) == 1 and " warn " in line[0], out
+    if major() >= 17:
+        assert "synchronized_standby_slots is not set" in line[0] and \
+            "ALTER SYSTEM SET synchronized_standby_slots" in line[0], out
+    else:
+        assert "has no failover slots" in line[0], out
+    d.wait_log(r"streaming from slot", 30)
+    if major() >= 17:
+        d.wait_log(r"is not failover-ready: synchronized_standby_slots", 20)
+        wait_until(lambda: "outboxd_slot_failover_ready 0" in
+                   (http_get(port, "/metrics")[1] or ""), 20, 0.5,
+                   "metric outboxd_slot_failover_ready 0")
+        assert http_get(port, "/readyz")[1].split() == [
+            "ready", "failover-not-ready"]
+    else:
+        assert "outboxd_slot_failover_ready" not in http_get(
+            port, "/metrics")[1]
+    off = outboxd_factory({"postgres": {"slot_failover": False}},
+                          start=False)
+    rc, out, err = off.run_cmd(["check"])
+    assert rc == 0 and "not checked: postgres.slot_failover is false" in \
+        out, out + err
 
 
 # ---------------------------------------------------------------------------
