@@ -167,8 +167,9 @@ def assert_failover_ready(d, port):
     wait_until(lambda: "outboxd_slot_failover_ready 1" in
                (http_get(port, "/metrics")[1] or ""), 20, 0.5,
                "metric outboxd_slot_failover_ready 1")
-    status, body = http_get(port, "/readyz")
-    assert status == 200 and body.split() == ["ready", "failover-ready"], body
+    wait_until(lambda: http_get(port, "/readyz") == (
+        200, "ready\nfailover-ready\n"), 20, 0.2, "/readyz ready, "
+        "failover-ready")
 
 
 def sync_ready(standby, slot):
@@ -266,8 +267,9 @@ def test_check_names_each_missing_failover_setting(pg, outboxd_factory):
         wait_until(lambda: "outboxd_slot_failover_ready 0" in
                    (http_get(port, "/metrics")[1] or ""), 20, 0.5,
                    "metric outboxd_slot_failover_ready 0")
-        assert http_get(port, "/readyz")[1].split() == [
-            "ready", "failover-not-ready"]
+        wait_until(lambda: http_get(port, "/readyz")[1].split() == [
+            "ready", "failover-not-ready"], 20, 0.2, "/readyz ready, "
+            "failover-not-ready")
     else:
         assert "outboxd_slot_failover_ready" not in http_get(
             port, "/metrics")[1]
