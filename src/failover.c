@@ -11,8 +11,8 @@
 #include "outboxd/log.h"
 
 /* The setting's names as a text[] expression (spaces dropped). */
-#define STANDBY_SLOTS_ARRAY                                                                 \
-	"string_to_array(replace(coalesce(current_setting('synchronized_standby_slots', true), " \
+#define STANDBY_SLOTS_ARRAY                                                                        \
+	"string_to_array(replace(coalesce(current_setting('synchronized_standby_slots', true), "   \
 	"''), ' ', ''), ',')"
 
 /* Fill st->verdict and st->why from what was read. */
@@ -62,11 +62,12 @@ ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st)
 		return true;
 	}
 	if (v < OB_FAILOVER_MIN_SERVER) {
-		snprintf(st->why, sizeof(st->why),
-			 "PostgreSQL %d has no failover slots (17+): a promoted standby has no copy "
-			 "of the slot unless a failover manager keeps one (Patroni's permanent "
-			 "slots), and outboxd then stops naming the recovery (README, \"Failover\")",
-			 v / 10000);
+		snprintf(
+		    st->why, sizeof(st->why),
+		    "PostgreSQL %d has no failover slots (17+): a promoted standby has no copy "
+		    "of the slot unless a failover manager keeps one (Patroni's permanent "
+		    "slots), and outboxd then stops naming the recovery (README, \"Failover\")",
+		    v / 10000);
 		return true;
 	}
 	if (!ob_pgrepl_in_recovery(p, &standby))
@@ -126,13 +127,15 @@ standby_conninfo(const char *conninfo)
 	/* A later setting wins over an earlier one of the same name. */
 	if (several)
 		out = ob_xasprintf("%s%starget_session_attrs=standby", conninfo,
-				   !uri ? " " : strchr(conninfo, '?') ? "&" : "?");
+				   !uri                    ? " "
+				   : strchr(conninfo, '?') ? "&"
+							   : "?");
 	return out;
 }
 
 void
-ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *seen,
-			 bool *ready, char *detail, size_t detail_len)
+ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *seen, bool *ready,
+			 char *detail, size_t detail_len)
 {
 	char *conninfo = standby_conninfo(cfg->pg.conninfo);
 	ob_config on_standby = *cfg;
@@ -150,7 +153,8 @@ ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *s
 	}
 	on_standby.pg.conninfo = conninfo;
 	if (ob_pgrepl_connect_plain(&on_standby, &p) != OB_PG_OK) {
-		snprintf(detail, detail_len, "no standby among the hosts of postgres.conninfo answered");
+		snprintf(detail, detail_len,
+			 "no standby among the hosts of postgres.conninfo answered");
 	} else if (ob_pgrepl_slot_info(p, cfg->pg.slot, &info)) {
 		*seen = true;
 		*ready = info.exists && info.synced && !info.temporary;

@@ -288,10 +288,12 @@ ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
 	return ok;
 }
 
-char *
-ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
+/* s quoted as an SQL identifier (ident) or literal; the caller frees. */
+static char *
+quote(ob_pgrepl *p, const char *s, bool ident)
 {
-	char *q = PQescapeLiteral(p->conn, s, strlen(s));
+	char *q = ident ? PQescapeIdentifier(p->conn, s, strlen(s))
+			: PQescapeLiteral(p->conn, s, strlen(s));
 	char *out;
 
 	if (q == NULL) {
@@ -305,19 +307,15 @@ ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
 }
 
 char *
+ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
+{
+	return quote(p, s, false);
+}
+
+char *
 ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s)
 {
-	char *q = PQescapeIdentifier(p->conn, s, strlen(s));
-	char *out;
-
-	if (q == NULL) {
-		/* Only fails on out-of-memory or invalid encoding. */
-		ob_error("could not quote \"%s\": %s", s, clean_error(PQerrorMessage(p->conn)));
-		abort();
-	}
-	out = ob_xstrdup(q);
-	PQfreemem(q);
-	return out;
+	return quote(p, s, true);
 }
 
 int

@@ -57,11 +57,12 @@ char *
 ob_slotmark_setup_sql(const ob_config *cfg, const char *role)
 {
 	/* The schema as written (config.c keeps names as configured). */
-	return ob_xasprintf("CREATE TABLE IF NOT EXISTS \"%s\"." OB_SLOTMARK_TABLE
-			    " (slot_name text PRIMARY KEY, created_at timestamptz NOT NULL "
-			    "DEFAULT now()); GRANT SELECT, INSERT, DELETE ON \"%s\"." OB_SLOTMARK_TABLE
-			    " TO \"%s\";",
-			    cfg->outbox.schema, cfg->outbox.schema, role);
+	return ob_xasprintf(
+	    "CREATE TABLE IF NOT EXISTS \"%s\"." OB_SLOTMARK_TABLE
+	    " (slot_name text PRIMARY KEY, created_at timestamptz NOT NULL "
+	    "DEFAULT now()); GRANT SELECT, INSERT, DELETE ON \"%s\"." OB_SLOTMARK_TABLE
+	    " TO \"%s\";",
+	    cfg->outbox.schema, cfg->outbox.schema, role);
 }
 
 ob_pg_status

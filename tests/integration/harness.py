@@ -286,6 +286,13 @@ class PgCluster:
         check_postgres_and_wal2json()
         self.port = port or free_port()
         self.wal_level = wal_level
+        self._make_dirs(tmpdir)
+        self._initdb(extra_conf or {})
+        self.running = False
+
+    def _make_dirs(self, tmpdir):
+        """The cluster's directories under tmpdir (its data directory not
+        yet made), reachable by the server's user."""
         os.makedirs(tmpdir, exist_ok=True)
         # The postgres user must reach the data dir through every parent;
         # pytest's temp dirs (mode 700, root's) do not allow that.
@@ -306,8 +313,6 @@ class PgCluster:
             pw = pwd.getpwnam("postgres")
             for p in (self.base, self.sockdir):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
-        self._initdb(extra_conf or {})
-        self.running = False
 
     @staticmethod
     def _postgres_can_enter(path):
@@ -372,22 +377,7 @@ class PgCluster:
         self = cls.__new__(cls)
         self.port = free_port()
         self.wal_level = primary.wal_level
-        self._own_base = tempfile.mkdtemp(prefix="outboxd-pg-standby-") \
-            if _is_root() else None
-        base = self._own_base or os.path.abspath(tmpdir)
-        os.makedirs(base, exist_ok=True)
-        self.base = os.path.join(base, "pg-%d" % self.port)
-        self.datadir = os.path.join(self.base, "data")
-        self.sockdir = os.path.join(self.base, "sock")
-        self.logfile = os.path.join(self.base, "postgres.log")
-        os.makedirs(self.sockdir)
-        if self._own_base:
-            os.chmod(self._own_base, 0o755)
-        os.chmod(self.base, 0o755)
-        if _is_root():
-            pw = pwd.getpwnam("postgres")
-            for p in (self.base, self.sockdir):
-                os.chown(p, pw.pw_uid, pw.pw_gid)
+        self._make_dirs(tmpdir)
         self._run_server_cmd(["cp", "-a", primary.datadir, self.datadir])
         for f in ("postmaster.pid", "postmaster.opts"):
             try:
