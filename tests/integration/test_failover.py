@@ -239,7 +239,7 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
           "%d lost, %d duplicated"
           % (major(), len(writer.committed), len(writer.in_doubt), doubt,
              lost, dups))
-    assert len(writer.committed) > 200
+    assert len(writer.committed) > 100
     assert lost == 0, "%d of %d committed events lost; log:\n%s" % (
         lost, len(writer.committed), d.log_tail())
 
