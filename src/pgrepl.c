@@ -580,7 +580,8 @@ ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost)
 	if (!ob_pgrepl_in_recovery(p, &standby))
 		return OB_PG_RETRY;
 	if (!standby) {
-		if ((st = ob_slotmark_read(p, cfg, &marked, since, sizeof(since))) != OB_PG_OK)
+		if ((st = ob_slotmark_ready(p, cfg)) != OB_PG_OK ||
+		    (st = ob_slotmark_read(p, cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 			return st;
 		/* Another process writes the row after it created the slot:
 		 * with the row there, a slot there now is theirs. */
@@ -602,8 +603,6 @@ ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost)
 				"one starts at the current WAL position: events committed in "
 				"between are not published",
 				cfg->pg.slot, since);
-		if ((st = ob_slotmark_ready(p, cfg)) != OB_PG_OK)
-			return st;
 	}
 	st = ob_pgrepl_create_slot(p, cfg->pg.slot, cfg->pg.plugin,
 				   ob_pgrepl_failover_wanted(p, cfg, standby));

@@ -1394,14 +1394,15 @@ lost_slot_recovery(relay *r, ob_pgrepl *p)
 		return OB_PG_RETRY;
 	if (standby)
 		return OB_PG_OK;
-	if ((st = ob_slotmark_read(p, r->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
+	if ((st = ob_slotmark_ready(p, r->cfg)) != OB_PG_OK ||
+	    (st = ob_slotmark_read(p, r->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 		return st;
 	if (marked)
 		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
 			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
 			"made; rows outside it committed since the loss are not published",
 			r->cfg->pg.slot, since, r->cfg->outbox.backlog_where);
-	return ob_slotmark_ready(p, r->cfg);
+	return OB_PG_OK;
 }
 
 /*
@@ -1438,10 +1439,6 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		ok = true;
 		goto close;
 	}
-	if ((st = lost_slot_recovery(r, tmp)) != OB_PG_OK) {
-		*out = st == OB_PG_FATAL ? OUTCOME_HALT : OUTCOME_RETRY;
-		goto close;
-	}
 	/* The table and its columns first, so a missing one is named as
 	 * such (exit 1), not as a predicate the server refuses. */
 	if ((st = ob_check_database(tmp, cfg, NULL)) != OB_PG_OK) {
@@ -1452,6 +1449,10 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		goto close;
 	if ((st = ob_backlog_verify(b)) != OB_PG_OK) {
 		ok = backlog_failed(b, st, out);
+		goto close;
+	}
+	if ((st = lost_slot_recovery(r, tmp)) != OB_PG_OK) {
+		*out = st == OB_PG_FATAL ? OUTCOME_HALT : OUTCOME_RETRY;
 		goto close;
 	}
 	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());

@@ -335,6 +335,18 @@ def test_lost_slot_is_never_replaced_silently(pg, broker, consumer,
     assert pg.slot(slot_name) is not None
 
 
+def test_no_slot_without_its_marker(pg, outboxd_factory, test_id, slot_name):
+    """A role that may not write the marker table gets no slot: exit 1
+    naming the GRANT to run (what sql/role.sql grants)."""
+    role = "mk_%s" % test_id
+    pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
+    pg.sql("GRANT SELECT ON public.outbox TO %s" % role)
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=role)}})
+    expect_exit(d, 1, "GRANT SELECT, INSERT, DELETE ON \"public\".outboxd_slots",
+                "creates no slot without it")
+    assert pg.slot(slot_name) is None
+
+
 # ---------------------------------------------------------------------------
 # two instances started at once
 
