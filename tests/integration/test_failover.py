@@ -280,6 +280,45 @@ def test_check_names_each_missing_failover_setting(pg, outboxd_factory):
         out, out + err
 
 
+def test_failover_flag_on_existing_and_copied_slots(pg, outboxd_factory,
+                                                   test_id, slot_name):
+    """17+: a slot made by hand without FAILOVER gets it when outboxd takes
+    it, and so does the slot copied from the backlog's temporary slot
+    (which loses the flag); with slot_failover = false an existing slot is
+    left as it is. 15 and 16: the log says once that the setting does
+    nothing there."""
+    pub = "pub_%s" % test_id
+    pg.sql("CREATE PUBLICATION %s FOR TABLE public.outbox WITH (publish = "
+           "'insert', publish_via_partition_root = true)" % pub)
+    pg.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+           (slot_name,))
+    conf = {"postgres": {"plugin": "pgoutput"}}
+    off = outboxd_factory({"postgres": {"plugin": "pgoutput",
+                                        "slot_failover": False}})
+    off.wait_log(r"streaming from slot", 30)
+    assert off.stop() == 0, off.log_tail()
+    if major() >= 17:
+        assert pg.slot(slot_name)["failover"] is False
+    d = outboxd_factory(conf)
+    d.wait_log(r"streaming from slot", 30)
+    if major() >= 17:
+        assert "has FAILOVER now" in d.log_text(), d.log_tail()
+        assert pg.slot(slot_name)["failover"] is True
+    else:
+        assert "has no failover slots" in d.log_text(), d.log_tail()
+    assert d.stop() == 0, d.log_tail()
+    pg.drop_slot(slot_name)
+    pg.sql("DELETE FROM public.outboxd_slots WHERE slot_name = %s",
+           (slot_name,))
+    copied = outboxd_factory({"postgres": {"plugin": "pgoutput"},
+                              "outbox": {"backlog_where": "false"}})
+    copied.wait_log(r"streaming from slot", 30)
+    assert marker_rows(pg, slot_name) == 1
+    if major() >= 17:
+        assert pg.slot(slot_name)["failover"] is True, copied.log_tail()
+    assert copied.stop() == 0, copied.log_tail()
+
+
 # ---------------------------------------------------------------------------
 # the marker: a first start or a lost slot
 

@@ -155,6 +155,9 @@ def test_backlog_role_without_select_is_told_the_grant(pg, broker, consumer,
            "FROM generate_series(1, 5) g" % table, (atype,))
     role = "r_%s" % test_id
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
+    # What sql/role.sql grants on the slot marker table.
+    pg.sql("GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO %s"
+           % role)
     cfg = {"postgres": {"conninfo": pg.conninfo(user=role)},
            "outbox": {"table": "public." + table, "backlog_where": "true"}}
     grant = "GRANT SELECT ON TABLE public.%s TO %s;" % (table, role)
