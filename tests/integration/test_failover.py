@@ -380,6 +380,9 @@ def test_no_slot_without_its_marker(pg, outboxd_factory, test_id, slot_name):
     role = "mk_%s" % test_id
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     pg.sql("GRANT SELECT ON public.outbox TO %s" % role)
+    # (pgoutput: the publication is the table owner's to make.)
+    pg.sql("CREATE PUBLICATION pub_%s FOR TABLE public.outbox WITH (publish "
+           "= 'insert', publish_via_partition_root = true)" % test_id)
     d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=role)}})
     expect_exit(d, 1, "GRANT SELECT, INSERT, DELETE ON \"public\".outboxd_slots",
                 "creates no slot without it")
