@@ -20,25 +20,25 @@ static void
 judge(const ob_config *cfg, ob_failover_state *st)
 {
 	st->verdict = OB_FAILOVER_NOT_READY;
-	if (st->slot_exists && !st->flag)
+	if (st->slot_exists && !st->flag) {
 		snprintf(st->why, sizeof(st->why),
 			 "slot %s has no FAILOVER: outboxd turns it on when it next takes the slot "
 			 "(or run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication "
 			 "connection)",
 			 cfg->pg.slot, cfg->pg.slot);
-	else if (st->standby_slots[0] == '\0')
+	} else if (st->standby_slots[0] == '\0') {
 		snprintf(st->why, sizeof(st->why),
 			 "synchronized_standby_slots is not set on the primary, so the slot may "
 			 "confirm WAL no standby has and outboxd publish events a promoted standby "
 			 "never had: ALTER SYSTEM SET synchronized_standby_slots = '<the standby's "
 			 "physical slot>'; SELECT pg_reload_conf();");
-	else if (!st->standby_streams)
+	} else if (!st->standby_streams) {
 		snprintf(st->why, sizeof(st->why),
 			 "synchronized_standby_slots names %s, but no standby streams from such a "
-			 "physical slot (the slot waits for it): start the standby with "
+			 "physical slot (the stream waits for it): start the standby with "
 			 "primary_slot_name naming it, or correct the setting",
 			 st->standby_slots);
-	else {
+	} else {
 		st->verdict = OB_FAILOVER_READY;
 		snprintf(st->why, sizeof(st->why),
 			 "slot %s has FAILOVER%s, and a standby streams from %s "
