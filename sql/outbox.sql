@@ -110,7 +110,7 @@ COMMENT ON COLUMN public.outbox.seq IS
     'Insert order; outboxd orders a backlog by it (not published).';
 
 -- outboxd's own marker table: a row per replication slot outboxd created
--- (README, "Failover"). A slot lives beside the database, not in it: a
+-- (deploy/README.md, "Failover"). A slot lives beside the database, not in it: a
 -- failover to a standby without a copy of the slot, or a restore, leaves
 -- the database without it, and a new slot would start at the current WAL
 -- position, skipping every event in between. This row travels with the

@@ -31,7 +31,7 @@
 --                the marker row of the slot outboxd creates (written when
 --                it creates the slot, read when the slot is missing,
 --                deleted by outboxd slot drop), which tells a first start
---                from a slot lost in a failover (README, "Failover").
+--                from a slot lost in a failover (deploy/README.md, "Failover").
 --   CONNECT on the database
 --                granted to PUBLIC by default; granted explicitly below in
 --                case it was revoked.

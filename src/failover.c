@@ -66,7 +66,7 @@ ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st)
 		    st->why, sizeof(st->why),
 		    "PostgreSQL %d has no failover slots (17+): a promoted standby has no copy "
 		    "of the slot unless a failover manager keeps one (Patroni's permanent "
-		    "slots), and outboxd then stops naming the recovery (README, \"Failover\")",
+		    "slots), and outboxd then stops naming the recovery (deploy/README.md, \"Failover\")",
 		    v / 10000);
 		return true;
 	}

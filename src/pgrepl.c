@@ -564,7 +564,7 @@ ob_pgrepl_failover_wanted(ob_pgrepl *p, const ob_config *cfg, bool standby)
 	if (!said)
 		ob_info("PostgreSQL %d has no failover slots (they came with 17): "
 			"postgres.slot_failover does nothing here, and a promoted standby has no "
-			"copy of slot %s unless a failover manager keeps one (README, \"Failover\")",
+			"copy of slot %s unless a failover manager keeps one (deploy/README.md, \"Failover\")",
 			v / 10000, cfg->pg.slot);
 	said = true;
 	return false;
@@ -629,7 +629,7 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 			 "server without it): events committed after " OB_LSN_FMT
 			 " may not have been published; stopping. To recover, start outboxd with "
 			 "outbox.backlog_where set to select the outbox rows written since then "
-			 "(README, \"Failover\")",
+			 "(deploy/README.md, \"Failover\")",
 			 slot, OB_LSN_ARGS(confirmed));
 		return OB_PG_FATAL;
 	}

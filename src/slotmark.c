@@ -128,7 +128,7 @@ ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
 		char *fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
 
 		ob_error("could not make sure of table %s, whose row for slot %s tells a first "
-			 "start from a lost slot (README, \"Failover\"); outboxd creates no slot "
+			 "start from a lost slot (deploy/README.md, \"Failover\"); outboxd creates no slot "
 			 "without it: have the schema's owner run %s (sql/outbox.sql and "
 			 "sql/role.sql do)",
 			 table, cfg->pg.slot, fix);
@@ -207,7 +207,7 @@ ob_slotmark_log_lost(const ob_config *cfg, const char *since)
 		 "WAL position, skipping every event committed since; stopping. To recover, "
 		 "start outboxd with outbox.backlog_where selecting the outbox rows not yet "
 		 "published (for example created_at > the time of the last event consumers "
-		 "received): it publishes them, then creates the slot (README, \"Failover\"). To "
+		 "received): it publishes them, then creates the slot (deploy/README.md, \"Failover\"). To "
 		 "start afresh, publishing none of them: DELETE FROM %s." OB_SLOTMARK_TABLE
 		 " WHERE slot_name = '%s'",
 		 cfg->pg.slot, since, cfg->outbox.schema, cfg->outbox.schema, cfg->pg.slot);

@@ -1,5 +1,5 @@
 /*
- * failover.h: whether the slot survives a promotion of a standby (README,
+ * failover.h: whether the slot survives a promotion of a standby (deploy/README.md,
  * "Failover"), as `outboxd check`, `outboxd slot status`, the metric
  * outboxd_slot_failover_ready and /readyz say it.
  *

@@ -1,6 +1,6 @@
 /*
  * slotmark.h: the marker that tells outboxd's first start from a lost
- * slot (README, "Failover").
+ * slot (deploy/README.md, "Failover").
  *
  * A replication slot lives beside the database, not in it: a failover to
  * a standby without it (PostgreSQL 15 and 16; 17+ without a synced copy),
