@@ -20,6 +20,7 @@
 #include "outboxd/pgconnect.h"
 #include "outboxd/producer.h"
 #include "outboxd/publication.h"
+#include "outboxd/slotmark.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
 
@@ -442,6 +443,24 @@ slot_failure_fix(const checker *c, const char *state)
 	return "see the log";
 }
 
+/* Whether the row that marks the slot as made can be written (slotmark.h),
+ * before outboxd creates the slot; not on a hot standby, where it is
+ * neither read nor written. */
+static void
+check_marker(checker *c)
+{
+	char detail[1024];
+	bool standby;
+	ob_pg_status st;
+
+	if (!ob_pgrepl_in_recovery(c->pg, &standby) || standby)
+		return;
+	st = ob_slotmark_check(c->pg, c->cfg, detail, sizeof(detail));
+	if (st == OB_PG_RETRY)
+		c->query_failed = true;
+	report(c, "slot marker", st == OB_PG_OK, "%s", detail);
+}
+
 /* The slot, or whether one could be created: a temporary slot proves
  * that the output plugin loads and that a slot is free. */
 static void
@@ -471,6 +490,7 @@ check_slot(checker *c)
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "
 					     "run \"outboxd slot create\"");
+		check_marker(c);
 		free(ignored);
 		free(sql);
 		return;

@@ -97,6 +97,48 @@ done:
 }
 
 ob_pg_status
+ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detail_len)
+{
+	char *table = table_sql(p, cfg);
+	char *regclass = ob_pgrepl_quote_literal(p, table);
+	char *schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
+	char *sql = ob_xasprintf(
+	    "SELECT CASE WHEN to_regclass(%s) IS NULL THEN CASE WHEN "
+	    "has_schema_privilege(%s, 'CREATE') THEN 'create' ELSE 'missing' END WHEN "
+	    "has_table_privilege(%s, 'SELECT') AND has_table_privilege(%s, 'INSERT') AND "
+	    "has_table_privilege(%s, 'DELETE') THEN 'ok' ELSE 'denied' END",
+	    regclass, schema, regclass, regclass, regclass);
+	char *fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
+	char *value = NULL;
+	ob_pg_status st = OB_PG_RETRY;
+
+	if (!ob_pgrepl_query_value(p, sql, &value) || value == NULL) {
+		snprintf(detail, detail_len, "could not read table %s (see the log)", table);
+	} else if (strcmp(value, "ok") == 0 || strcmp(value, "create") == 0) {
+		snprintf(detail, detail_len, "%s %s", table,
+			 value[0] == 'o' ? "is writable"
+					 : "does not exist yet; outboxd will create it");
+		st = OB_PG_OK;
+	} else {
+		snprintf(detail, detail_len,
+			 "%s %s, and outboxd creates no slot without its row there: have the "
+			 "schema's owner run %s",
+			 table,
+			 value[0] == 'm' ? "does not exist and this role may not create it"
+					 : "is not writable by this role",
+			 fix);
+		st = OB_PG_FATAL;
+	}
+	free(value);
+	free(fix);
+	free(sql);
+	free(schema);
+	free(regclass);
+	free(table);
+	return st;
+}
+
+ob_pg_status
 ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
 {
 	char *table = table_sql(p, cfg);
@@ -128,7 +170,8 @@ ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
 		char *fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
 
 		ob_error("could not make sure of table %s, whose row for slot %s tells a first "
-			 "start from a lost slot (deploy/README.md, \"Failover\"); outboxd creates no slot "
+			 "start from a lost slot (deploy/README.md, \"Failover\"); outboxd creates "
+			 "no slot "
 			 "without it: have the schema's owner run %s (sql/outbox.sql and "
 			 "sql/role.sql do)",
 			 table, cfg->pg.slot, fix);
@@ -207,7 +250,8 @@ ob_slotmark_log_lost(const ob_config *cfg, const char *since)
 		 "WAL position, skipping every event committed since; stopping. To recover, "
 		 "start outboxd with outbox.backlog_where selecting the outbox rows not yet "
 		 "published (for example created_at > the time of the last event consumers "
-		 "received): it publishes them, then creates the slot (deploy/README.md, \"Failover\"). To "
+		 "received): it publishes them, then creates the slot (deploy/README.md, "
+		 "\"Failover\"). To "
 		 "start afresh, publishing none of them: DELETE FROM %s." OB_SLOTMARK_TABLE
 		 " WHERE slot_name = '%s'",
 		 cfg->pg.slot, since, cfg->outbox.schema, cfg->outbox.schema, cfg->pg.slot);

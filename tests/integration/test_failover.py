@@ -398,7 +398,8 @@ def test_lost_slot_is_never_replaced_silently(pg, broker, consumer,
 
 def test_no_slot_without_its_marker(pg, outboxd_factory, test_id, slot_name):
     """A role that may not write the marker table gets no slot: exit 1
-    naming the GRANT to run (what sql/role.sql grants)."""
+    naming the GRANT to run (what sql/role.sql grants); `check` fails its
+    `slot marker` line with the same statement."""
     role = "mk_%s" % test_id
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     pg.sql("GRANT SELECT ON public.outbox TO %s" % role)
@@ -409,6 +410,16 @@ def test_no_slot_without_its_marker(pg, outboxd_factory, test_id, slot_name):
     expect_exit(d, 1, "GRANT SELECT, INSERT, DELETE ON \"public\".outboxd_slots",
                 "creates no slot without it")
     assert pg.slot(slot_name) is None
+    rc, out, _ = d.run_cmd(["check"])
+    line = [ln for ln in out.splitlines() if ln.startswith("slot marker")]
+    assert rc == 2 and len(line) == 1 and " FAIL " in line[0] and \
+        "is not writable by this role" in line[0] and \
+        'GRANT SELECT, INSERT, DELETE ON "public".outboxd_slots' in line[0], out
+    pg.sql("GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO %s"
+           % role)
+    rc, out, _ = d.run_cmd(["check"])
+    assert "slot marker" in out and '"public".outboxd_slots is writable' in \
+        out, out
 
 
 # ---------------------------------------------------------------------------

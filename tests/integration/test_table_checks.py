@@ -119,6 +119,9 @@ def test_check_reads_the_privilege_of_a_mixed_case_table(pg, broker,
     role = "r_%s" % test_id
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     pg.sql('GRANT SELECT ON public."%s" TO %s' % (name, role))
+    # What sql/role.sql grants on the slot marker table.
+    pg.sql("GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO %s"
+           % role)
     for user in ("postgres", role):
         d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=user)},
                              "outbox": {"table": "public." + name}},
