@@ -66,7 +66,8 @@ ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st)
 		    st->why, sizeof(st->why),
 		    "PostgreSQL %d has no failover slots (17+): a promoted standby has no copy "
 		    "of the slot unless a failover manager keeps one (Patroni's permanent "
-		    "slots), and outboxd then stops naming the recovery (deploy/README.md, \"Failover\")",
+		    "slots), and outboxd then stops naming the recovery (deploy/README.md, "
+		    "\"Failover\")",
 		    v / 10000);
 		return true;
 	}
@@ -133,6 +134,31 @@ standby_conninfo(const char *conninfo)
 	return out;
 }
 
+/* The standby p has no copy of the slot: name the settings it lacks
+ * (primary_conninfo, which only a superuser may read, is named as a
+ * reminder). */
+static void
+missing_copy(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detail_len)
+{
+	char *missing = NULL;
+	bool ok = ob_pgrepl_query_value(
+	    p,
+	    "SELECT concat_ws(', ', CASE WHEN current_setting('sync_replication_slots') <> 'on' "
+	    "THEN 'sync_replication_slots = on' END, CASE WHEN "
+	    "current_setting('hot_standby_feedback') <> 'on' THEN 'hot_standby_feedback = on' "
+	    "END, CASE WHEN current_setting('primary_slot_name') = '' THEN 'primary_slot_name' "
+	    "END)",
+	    &missing);
+
+	snprintf(detail, detail_len,
+		 "the standby has no copy of slot %s: set there %s%sand dbname in "
+		 "primary_conninfo (slot sync needs all of sync_replication_slots = on, "
+		 "hot_standby_feedback = on, primary_slot_name and that dbname)",
+		 cfg->pg.slot, ok && missing != NULL && missing[0] != '\0' ? missing : "",
+		 ok && missing != NULL && missing[0] != '\0' ? ", " : "");
+	free(missing);
+}
+
 void
 ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *seen, bool *ready,
 			 char *detail, size_t detail_len)
@@ -159,11 +185,7 @@ ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *s
 		*seen = true;
 		*ready = info.exists && info.synced && !info.temporary;
 		if (!info.exists)
-			snprintf(detail, detail_len,
-				 "the standby has no copy of slot %s: set sync_replication_slots = "
-				 "on and hot_standby_feedback = on there, primary_slot_name, and "
-				 "dbname in its primary_conninfo",
-				 cfg->pg.slot);
+			missing_copy(p, cfg, detail, detail_len);
 		else if (!info.synced || info.temporary)
 			snprintf(detail, detail_len,
 				 "the standby's copy of slot %s is not sync-ready yet (a temporary "

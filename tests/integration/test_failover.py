@@ -529,3 +529,18 @@ def test_decoding_on_a_standby(pair, broker, consumer, outboxd_factory,
                20, 0.2, "the standby's slot confirmed")
     assert "recovery is in progress" not in d.log_text(), d.log_tail()
     assert d.stop() == 0, d.log_tail()
+    if major() >= 17:
+        # check, with both hosts, on a slot the standby has no copy of:
+        # the standby's missing settings are named.
+        standby.sql("ALTER SYSTEM SET sync_replication_slots = off")
+        standby.sql("SELECT pg_reload_conf()")
+        other = outboxd_factory(
+            {"postgres": {"conninfo": both_hosts(primary, standby),
+                          "plugin": "pgoutput", "slot": slot_name + "_c"}},
+            start=False)
+        rc, out, err = other.run_cmd(["check"])
+        line = [ln for ln in out.splitlines()
+                if ln.startswith("standby copy")]
+        assert len(line) == 1 and " warn " in line[0] and \
+            "has no copy of slot" in line[0] and \
+            "sync_replication_slots = on" in line[0], out + err
