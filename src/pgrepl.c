@@ -665,6 +665,15 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
 	}
 	if (info.active_pid != 0)
 		return OB_PG_STANDBY;
+	/* A promoted standby's copy trails the old primary's slot. */
+	if (streamed && info.confirmed_flush < confirmed)
+		ob_info("replication slot %s is confirmed up to " OB_LSN_FMT " here, %llu bytes "
+			"before this process's position " OB_LSN_FMT
+			" (a promoted standby's copy trails): what lies between was published "
+			"already and is read again, not published again",
+			slot, OB_LSN_ARGS(info.confirmed_flush),
+			(unsigned long long)(confirmed - info.confirmed_flush),
+			OB_LSN_ARGS(confirmed));
 	/* A slot made before the marker was: mark it now (a role that may
 	 * not write the table is told by `outboxd check`). */
 	if (!standby)

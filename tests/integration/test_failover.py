@@ -241,6 +241,8 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
         recovery.wait_log(r"was lost", 5)
     else:
         d.wait_log(r"timeline 2", 60)
+        d.wait_log(r"streaming from slot", 30, since=d.log_text().rfind(
+            "timeline 2"))
     # Replication to the standby is asynchronous: a commit acknowledged
     # just before the crash may never have reached it, and is then gone
     # from the database itself. What outboxd must publish is every row the
@@ -264,6 +266,12 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
     if major() >= 17:
         assert not ghosts, "published, but not on the promoted server: %s" \
             % sorted(ghosts)[:3]
+        # A new process on the promoted server alone takes the synced
+        # slot too (no marker complaint: the slot is there).
+        assert d.stop() == 0, d.log_tail()
+        again = outboxd_factory(pgoutput_on(standby.conninfo()))
+        again.wait_log(r"streaming from slot", 30)
+        assert again.stop() == 0, again.log_tail()
 
 
 def test_check_names_each_missing_failover_setting(pg, outboxd_factory):
