@@ -374,15 +374,17 @@ check_standby(checker *c)
 	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
 		c->query_failed = true;
 		report(c, "hot standby", false, "query failed (see the log)");
+	} else if (standby && v >= OB_STANDBY_DECODING_MIN_SERVER) {
+		report(c, "hot standby", true,
+		       "the server is a hot standby: outboxd decodes there (the publication must "
+		       "be made on the primary)");
 	} else if (standby) {
-		report(c, "hot standby", v >= OB_STANDBY_DECODING_MIN_SERVER,
-		       v >= OB_STANDBY_DECODING_MIN_SERVER
-			   ? "the server is a hot standby: outboxd decodes there (the publication "
-			     "must be made on the primary)"
-			   : "the server is a hot standby, and PostgreSQL %d cannot decode there (that "
-			     "came with 16): point postgres.conninfo at the primary (naming several "
-			     "hosts, add target_session_attrs=read-write)",
-		       v / 10000);
+		report(
+		    c, "hot standby", false,
+		    "the server is a hot standby, and PostgreSQL %d cannot decode there (that came "
+		    "with 16): point postgres.conninfo at the primary (naming several hosts, add "
+		    "target_session_attrs=read-write)",
+		    v / 10000);
 	}
 }
 

@@ -207,7 +207,10 @@ print_failover(ob_pgrepl *pg, const ob_config *cfg, const ob_slot_info *info)
 	if (st.verdict != OB_FAILOVER_NA) {
 		ob_failover_standby_copy(cfg, info->confirmed_flush, &seen, &ready, detail,
 					 sizeof(detail));
-		printf("standby_copy         %s (%s)\n", !seen ? "unseen" : ready ? "ready" : "not-ready",
+		printf("standby_copy         %s (%s)\n",
+		       !seen   ? "unseen"
+		       : ready ? "ready"
+			       : "not-ready",
 		       detail);
 	}
 	return true;

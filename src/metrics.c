@@ -532,10 +532,11 @@ ob_metrics_render(void)
 		   "WAL the replication slot keeps on the server (bytes; 0 until read).");
 	put(&t, "outboxd_slot_retained_wal_bytes %lld\n", (long long)atomic_load(&m.slot_retained));
 	if (atomic_load(&m.failover) != 0) {
-		put_header(&t, "outboxd_slot_failover_ready", "gauge",
-			   "1 when the slot survives a promotion (PostgreSQL 17+: FAILOVER, and a "
-			   "standby named in synchronized_standby_slots streams); absent where that "
-			   "does not apply.");
+		put_header(
+		    &t, "outboxd_slot_failover_ready", "gauge",
+		    "1 when the slot survives a promotion (PostgreSQL 17+: FAILOVER, and a "
+		    "standby named in synchronized_standby_slots streams); absent where that "
+		    "does not apply.");
 		put(&t, "outboxd_slot_failover_ready %d\n", atomic_load(&m.failover) == 2);
 	}
 	put_header(&t, "outboxd_slot_wal_status", "gauge",

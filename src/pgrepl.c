@@ -357,7 +357,7 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 	    "temporary, %s "
 	    "FROM pg_replication_slots WHERE slot_name = %s",
 	    ob_pgrepl_server_version(p) >= OB_FAILOVER_MIN_SERVER ? "failover, synced"
-								   : "false, false",
+								  : "false, false",
 	    lit);
 	PGresult *res = exec_query(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
@@ -459,8 +459,8 @@ create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover, boo
 			snprintf(snapshot, snapshot_len, "%s", PQgetvalue(res, 0, 2));
 		}
 	} else {
-		ob_info("created replication slot %s with plugin %s%s", slot, ob_plugin_name(plugin),
-			failover ? " and FAILOVER" : "");
+		ob_info("created replication slot %s with plugin %s%s", slot,
+			ob_plugin_name(plugin), failover ? " and FAILOVER" : "");
 	}
 	PQclear(res);
 	free(sql);
@@ -564,7 +564,8 @@ ob_pgrepl_failover_wanted(ob_pgrepl *p, const ob_config *cfg, bool standby)
 	if (!said)
 		ob_info("PostgreSQL %d has no failover slots (they came with 17): "
 			"postgres.slot_failover does nothing here, and a promoted standby has no "
-			"copy of slot %s unless a failover manager keeps one (deploy/README.md, \"Failover\")",
+			"copy of slot %s unless a failover manager keeps one (deploy/README.md, "
+			"\"Failover\")",
 			v / 10000, cfg->pg.slot);
 	said = true;
 	return false;
@@ -591,8 +592,9 @@ ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost)
 			if (!ob_pgrepl_slot_info(p, cfg->pg.slot, &info))
 				return OB_PG_RETRY;
 			if (info.exists) {
-				ob_info("replication slot %s was created by another process meanwhile",
-					cfg->pg.slot);
+				ob_info(
+				    "replication slot %s was created by another process meanwhile",
+				    cfg->pg.slot);
 				return OB_PG_STANDBY;
 			}
 			ob_slotmark_log_lost(cfg, since);

@@ -69,7 +69,8 @@ poll_failover(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg)
 	}
 	w->failover_read = true;
 	w->failover = st.verdict;
-	ob_metrics_set_failover_ready(st.verdict != OB_FAILOVER_NA, st.verdict == OB_FAILOVER_READY);
+	ob_metrics_set_failover_ready(st.verdict != OB_FAILOVER_NA,
+				      st.verdict == OB_FAILOVER_READY);
 }
 
 void
@@ -93,8 +94,8 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn re
 	sql = ob_xasprintf(
 	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(tree.r)), 0)::bigint "
 	    "FROM (SELECT to_regclass(format('%%I.%%I', %s, %s)) AS t) AS o, "
-	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS tree(r)), "
-	    OB_SQL_WAL_LSN ", s.confirmed_flush_lsn, s.wal_status, "
+	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS "
+	    "tree(r)), " OB_SQL_WAL_LSN ", s.confirmed_flush_lsn, s.wal_status, "
 	    "coalesce(" OB_SQL_WAL_LSN " - s.restart_lsn, 0)::bigint "
 	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
 	    schema, table, slot);

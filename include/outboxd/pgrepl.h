@@ -25,16 +25,16 @@ typedef struct ob_pgrepl ob_pgrepl;
  * visible to its snapshots. OB_SQL_WAL_LSN is written WAL,
  * OB_SQL_WAL_FLUSH_LSN flushed WAL (on a standby both are the replayed
  * position). */
-#define OB_SQL_WAL_LSN                                                                     \
-	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() " \
+#define OB_SQL_WAL_LSN                                                                             \
+	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() "  \
 	"END)"
-#define OB_SQL_WAL_FLUSH_LSN                                                               \
-	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE "                 \
+#define OB_SQL_WAL_FLUSH_LSN                                                                       \
+	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE "                       \
 	"pg_current_wal_flush_lsn() END)"
 /* The first PostgreSQL that decodes on a hot standby. */
 #define OB_STANDBY_DECODING_MIN_SERVER 160000
 /* The first PostgreSQL with failover slots (FAILOVER, synced to standbys). */
-#define OB_FAILOVER_MIN_SERVER 170000
+#define OB_FAILOVER_MIN_SERVER         170000
 
 /* Where the wal2json plugin comes from, for hints. */
 #define OB_WAL2JSON_PACKAGE_HINT "Debian and Ubuntu: postgresql-15-wal2json"
@@ -129,8 +129,7 @@ bool ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info) OB_
  * the log that creation waits for the primary's next running-transactions
  * record. OB_PG_FATAL names the fix; OB_PG_STANDBY (logged) when another
  * process created the slot meanwhile. */
-ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
-				   bool failover);
+ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover);
 /* ALTER_REPLICATION_SLOT slot (FAILOVER true) (PostgreSQL 17+, the slot
  * inactive). OB_PG_STANDBY when another process took the slot meanwhile;
  * OB_PG_RETRY (logged) on any other failure. */

@@ -37,8 +37,7 @@ ob_pg_status ob_slotmark_read(ob_pgrepl *p, const ob_config *cfg, bool *marked, 
  * check`): OB_PG_OK when the table is writable or the role may create
  * it; OB_PG_FATAL with the statements to run; OB_PG_RETRY when the query
  * failed. detail gets one line for the operator. */
-ob_pg_status ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail,
-			       size_t detail_len);
+ob_pg_status ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detail_len);
 /* Make sure the row can be written before a slot is created: create the
  * table when it is missing, and check the INSERT privilege. OB_PG_FATAL
  * (logged, naming the SQL to run) when the role may do neither;
