@@ -81,15 +81,16 @@ typedef struct block_bits {
 
 #define BLOCK 64
 
+/* The bits of the n bytes at p (n: 16 or BLOCK). */
 static inline void
-block_bits_of(const char *p, block_bits *b)
+block_bits_of(const char *p, int n, block_bits *b)
 {
 #if defined(__SSE2__)
 	const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
 	const __m128i below_space = _mm_set1_epi8(0x1f);
 
 	b->quotes = b->backslashes = b->controls = 0;
-	for (int k = 0; k < BLOCK / 16; k++) {
+	for (int k = 0; k < n / 16; k++) {
 		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
 
 		b->quotes |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote))
@@ -103,7 +104,7 @@ block_bits_of(const char *p, block_bits *b)
 	}
 #else
 	b->quotes = b->backslashes = b->controls = 0;
-	for (int i = 0; i < BLOCK; i++) {
+	for (int i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
 
 		b->quotes |= (uint64_t)(c == '"') << i;
@@ -143,11 +144,25 @@ scan_string(const char *s, size_t len, size_t *pos, bool *escaped)
 	uint64_t carry = 0;
 	bool esc = false;
 
+	/* Most strings are short and plain: their end in the first 16
+	 * bytes, with neither a backslash nor a control character before. */
+	if (i + 16 <= len) {
+		block_bits b;
+		uint64_t before;
+
+		block_bits_of(s + i, 16, &b);
+		before = (b.quotes & -b.quotes) - 1;
+		if (b.quotes != 0 && ((b.backslashes | b.controls) & before) == 0) {
+			*escaped = false;
+			*pos = i + (size_t)__builtin_ctzll(b.quotes) + 1;
+			return true;
+		}
+	}
 	for (; i + BLOCK <= len; i += BLOCK) {
 		block_bits b;
 		uint64_t ends, before;
 
-		block_bits_of(s + i, &b);
+		block_bits_of(s + i, BLOCK, &b);
 		ends = b.quotes & ~escaped_bits(b.backslashes, &carry);
 		before = ends != 0 ? (ends & -ends) - 1 : ~UINT64_C(0);
 		if ((b.controls & before) != 0)
@@ -179,6 +194,30 @@ scan_string(const char *s, size_t len, size_t *pos, bool *escaped)
 		}
 	}
 	return false;
+}
+
+/* True for the bytes that end a bare literal or number (a NUL among them,
+ * which then fails the member). */
+static inline bool
+ends_literal(char c)
+{
+	switch (c) {
+	case '\0':
+	case ',':
+	case ':':
+	case ']':
+	case '}':
+	case ' ':
+	case '\t':
+	case '\r':
+	case '\n':
+	case '{':
+	case '[':
+	case '"':
+		return true;
+	default:
+		return false;
+	}
 }
 
 /* Scan one value (string, object, array or bare literal/number); for a
@@ -218,7 +257,7 @@ scan_value(const char *s, size_t len, size_t *pos, bool *escaped, int max_depth)
 		} else {
 			size_t start = *pos;
 
-			while (*pos < len && strchr(",:]} \t\r\n{[\"", s[*pos]) == NULL)
+			while (*pos < len && !ends_literal(s[*pos]))
 				(*pos)++;
 			if (*pos == start)
 				return false;

@@ -148,6 +148,19 @@ test_iter_uses_len(void **state)
 	assert_int_equal(ob_json_iter_next(&it, &m), -1);
 }
 
+/* A NUL byte ends a bare literal, and the member with it. */
+static void
+test_literal_nul(void **state)
+{
+	static const char text[] = "{\"a\":1\0}";
+	ob_json_iter it;
+	ob_json_member m;
+
+	(void)state;
+	assert_true(ob_json_iter_init(&it, text, sizeof(text) - 1));
+	assert_int_equal(ob_json_iter_next(&it, &m), -1);
+}
+
 /* Nesting up to 256 levels inside a value is scanned; deeper is refused. */
 static void
 test_iter_depth(void **state)
@@ -362,7 +375,7 @@ main(void)
 	    cmocka_unit_test(test_iter_table),     cmocka_unit_test(test_iter_uses_len),
 	    cmocka_unit_test(test_iter_depth),     cmocka_unit_test(test_member_is_null),
 	    cmocka_unit_test(test_unescape_table), cmocka_unit_test(test_iter_strings_random),
-	    cmocka_unit_test(test_unescape_random),
+	    cmocka_unit_test(test_unescape_random), cmocka_unit_test(test_literal_nul),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
