@@ -70,7 +70,7 @@
 /* A transaction read this long after its commit is part of a backlog. */
 #define BEHIND_MS               100
 /* How long the loop naps, reading a backlog, once it has read what came. */
-#define BACKLOG_NAP_MS          1
+#define BACKLOG_NAP_MS          4
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */
 #define BACKOFF_START_MS        100
 /* How often a standby says it is still waiting. */
@@ -1010,7 +1010,7 @@ stream(relay *r)
 		 * events can wait for: rather than waking for each packet
 		 * (and for each delivery report), nap and then read all that
 		 * came meanwhile. Each wake-up costs more CPU than the events
-		 * of one packet; the nap adds 1 ms to events already late by
+		 * of one packet; the nap adds up to 4 ms to events already late by
 		 * more than BEHIND_MS. A turn that read nothing (idle, or the
 		 * backlog's end) sleeps as usual. */
 		nap = drained && n > 0 && r->behind;
