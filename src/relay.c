@@ -131,7 +131,7 @@ typedef struct relay {
 
 	/* The transaction being read (its position is in replay). */
 	int64_t txn_commit_us;
-	bool behind; /* it was read more than BEHIND_MS after its commit */
+	bool behind;      /* it was read more than BEHIND_MS after its commit */
 	bool txn_tracked; /* it has an entry in the ack tracker (txn_seq) */
 	uint64_t txn_seq;
 

@@ -256,8 +256,8 @@ test_iter_strings_random(void **state)
 		/* A string that ends before the last quote is followed by a
 		 * byte no separator is: the member is refused there. */
 		if (end == 0 ? r != -1 : r != (end == n + 2 ? 1 : -1) || it.pos != 5 + end)
-			fail_msg("iteration %d: %d at %zu, expected the string to end at %zu", iter, r,
-				 it.pos, end == 0 ? 0 : 5 + end);
+			fail_msg("iteration %d: %d at %zu, expected the string to end at %zu", iter,
+				 r, it.pos, end == 0 ? 0 : 5 + end);
 		if (r == 1 && (m.value_len != n || m.value != (const char *)text + 6 ||
 			       m.value_escaped != escaped || !m.value_is_string))
 			fail_msg("iteration %d: wrong value span or flags", iter);
@@ -343,9 +343,8 @@ test_unescape_random(void **state)
 {
 	static const struct {
 		const char *in, *out;
-	} tokens[] = {{"a", "a"},    {"\xc3", "\xc3"},   {"\\\"", "\""},
-		      {"\\\\", "\\"}, {"\\n", "\n"},       {"\\u0041", "A"},
-		      {"/", "/"},     {"\\/", "/"}};
+	} tokens[] = {{"a", "a"},    {"\xc3", "\xc3"}, {"\\\"", "\""}, {"\\\\", "\\"},
+		      {"\\n", "\n"}, {"\\u0041", "A"}, {"/", "/"},     {"\\/", "/"}};
 	uint64_t seed = 7;
 
 	(void)state;
@@ -372,9 +371,9 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_iter_table),     cmocka_unit_test(test_iter_uses_len),
-	    cmocka_unit_test(test_iter_depth),     cmocka_unit_test(test_member_is_null),
-	    cmocka_unit_test(test_unescape_table), cmocka_unit_test(test_iter_strings_random),
+	    cmocka_unit_test(test_iter_table),      cmocka_unit_test(test_iter_uses_len),
+	    cmocka_unit_test(test_iter_depth),      cmocka_unit_test(test_member_is_null),
+	    cmocka_unit_test(test_unescape_table),  cmocka_unit_test(test_iter_strings_random),
 	    cmocka_unit_test(test_unescape_random), cmocka_unit_test(test_literal_nul),
 	};
 
