@@ -499,8 +499,8 @@ publish(relay *r, const ob_event *ev, uint64_t seq, uint64_t index, record_kind 
 			*out = OUTCOME_REPRODUCE; /* this producer's records are dropped */
 			return false;
 		}
-		switch (ob_producer_send(r->producer, ev, make_tag(seq, index, kind), &why,
-					 &too_large)) {
+		switch ((r->isolating ? ob_producer_send_alone : ob_producer_send)(
+		    r->producer, ev, make_tag(seq, index, kind), &why, &too_large)) {
 		case OB_SEND_OK:
 			ob_acktrack_add(&r->ack, seq);
 			if (kind != KIND_EVENT)
@@ -1540,7 +1540,7 @@ reproduce(relay *r)
 	ob_replay_reset(&r->replay, ob_acktrack_confirmable(&r->ack));
 	r->reproduce_why[0] = '\0';
 	ob_metrics_reconnect(OB_TARGET_KAFKA);
-	return ob_producer_new(r->cfg, on_delivery, r, &r->producer);
+	return ob_producer_new(r->cfg, OB_PRODUCER_PIPELINED, on_delivery, r, &r->producer);
 }
 
 /* Read the stream's tables once more before the last confirmation, so
@@ -1693,7 +1693,7 @@ relay_main(const ob_config *cfg, bool create_only)
 	ob_signals_install();
 	ob_notify_init();
 	ob_metrics_set_ready(OB_READY_CONNECTING);
-	if (!ob_producer_new(cfg, on_delivery, &r, &r.producer)) {
+	if (!ob_producer_new(cfg, OB_PRODUCER_PIPELINED, on_delivery, &r, &r.producer)) {
 		exit_code = 2;
 		goto out;
 	}
