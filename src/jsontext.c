@@ -427,13 +427,11 @@ ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child)
 }
 
 bool
-ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len)
+ob_json_escaped_name_is(const ob_json_member *m, const char *name, size_t name_len)
 {
 	char buf[256];
 	long n;
 
-	if (!m->name_escaped)
-		return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
 	if (m->name_len > sizeof(buf))
 		return false;
 	n = ob_json_unescape(m->name, m->name_len, buf);

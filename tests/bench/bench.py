@@ -73,6 +73,7 @@ to look at.
 """
 
 import argparse
+import glob
 import math
 import os
 import platform
@@ -552,6 +553,12 @@ class Rig:
                             os.path.join(self.tmp, "outboxd"))
         self.daemons.append(d)
         if perf_out:
+            # perf follows the threads there are when it attaches: wait
+            # for librdkafka's (the producer exists before the stream).
+            wait_until(lambda: any(
+                open(os.path.join(t, "comm")).read().startswith("rdk:broker")
+                for t in glob.glob("/proc/%d/task/*" % d.pid)), 30, 0.01,
+                "librdkafka's threads started")
             perf = subprocess.Popen(
                 ["perf", "record", "-q", "-F", "1999", "--call-graph",
                  "dwarf,16384",
