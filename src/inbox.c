@@ -1335,7 +1335,8 @@ ob_inbox_run(const ob_config *cfg)
 	ib.unstarted_lag = rd_kafka_topic_partition_list_new(1);
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
 	set_ready(&ib);
-	if (!ob_producer_new(cfg, OB_PRODUCER_AWAITED, on_dlq_delivery, &ib, &ib.dlq) || !start_consumer(&ib)) {
+	if (!ob_producer_new(cfg, OB_PRODUCER_AWAITED, on_dlq_delivery, &ib, &ib.dlq) ||
+	    !start_consumer(&ib)) {
 		ib.exit_code = EXIT_USAGE;
 		goto out;
 	}

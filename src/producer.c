@@ -75,7 +75,8 @@ test_hook_sent(ob_producer *p)
 {
 	if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
 		fatal_hook_fired = true;
-		rd_kafka_test_fatal_error(p->main.rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+		rd_kafka_test_fatal_error(p->main.rk,
+					  RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
 					  "OUTBOXD_TEST_FATAL_AFTER");
 	}
 }

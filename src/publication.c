@@ -66,13 +66,8 @@ typedef struct pub_state {
 	bool whole;       /* with every column and no row filter */
 	bool may_create;  /* the role owns the table and may create in the database */
 	bool partitioned; /* the outbox table is partitioned */
+	bool standby;     /* the server is a hot standby: nothing can be created there */
 } pub_state;
-
-static bool
-field_true(const PGresult *res, int col)
-{
-	return !PQgetisnull(res, 0, col) && strcmp(PQgetvalue(res, 0, col), "t") == 0;
-}
 
 /* The condition that the publication sends every column of the outbox
  * table (a column list, if any, names them all: without one the published
@@ -127,7 +122,8 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 	    pg, cfg,
 	    ob_xasprintf("p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, "
 			 "%s, pg_has_role(c.relowner, 'USAGE') AND "
-			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p'",
+			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p', "
+			 "pg_is_in_recovery()",
 			 whole_table(pg)));
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
 
@@ -137,13 +133,14 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 			 PQresultStatus(res) == PGRES_TUPLES_OK ? "the outbox table is gone"
 								: PQresultErrorMessage(res));
 	} else {
-		st->exists = field_true(res, 0);
-		st->inserts = field_true(res, 1);
-		st->via_root = field_true(res, 2);
-		st->has_table = field_true(res, 3);
-		st->whole = field_true(res, 4);
-		st->may_create = field_true(res, 5);
-		st->partitioned = field_true(res, 6);
+		st->exists = ob_pg_field_true(res, 0);
+		st->inserts = ob_pg_field_true(res, 1);
+		st->via_root = ob_pg_field_true(res, 2);
+		st->has_table = ob_pg_field_true(res, 3);
+		st->whole = ob_pg_field_true(res, 4);
+		st->may_create = ob_pg_field_true(res, 5);
+		st->partitioned = ob_pg_field_true(res, 6);
+		st->standby = ob_pg_field_true(res, 7);
 	}
 	PQclear(res);
 	return ok;
@@ -170,20 +167,35 @@ ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t st
 	return ok;
 }
 
-/* CREATE PUBLICATION; false (logged) on failure. */
-static bool
+typedef enum create_result {
+	CREATED,
+	RACED, /* another process created it meanwhile */
+	FAILED,
+} create_result;
+
+/* CREATE PUBLICATION; FAILED is logged. Several outboxd started at once
+ * race to create it: the losers get duplicate_object, or unique_violation
+ * on the catalog's index. */
+static create_result
 create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)
 {
 	PGresult *res = ob_pgrepl_exec(pg, sql);
-	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	create_result out = FAILED;
 
-	if (ok)
+	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
 		ob_info("created publication %s: %s", cfg->pg.publication, sql);
-	else
+		out = CREATED;
+	} else if (state != NULL && (strcmp(state, "42710") == 0 || strcmp(state, "23505") == 0)) {
+		ob_info("publication %s was created by another process meanwhile",
+			cfg->pg.publication);
+		out = RACED;
+	} else {
 		ob_error("could not create publication %s: %s", cfg->pg.publication,
 			 PQresultErrorMessage(res));
+	}
 	PQclear(res);
-	return ok;
+	return out;
 }
 
 ob_pg_status
@@ -195,9 +207,28 @@ ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bo
 	char table[300];
 	pub_state st;
 	ob_pg_status result = OB_PG_FATAL;
+	bool ok;
 
 	table_sql(cfg, table, sizeof(table));
-	if (!read_state(pg, cfg, &st)) {
+	ok = read_state(pg, cfg, &st);
+	if (ok && !st.exists && !slot_exists && create_missing && st.may_create && !st.standby) {
+		switch (create(pg, cfg, create_sql)) {
+		case CREATED:
+			snprintf(detail, detail_len, "%s created", name);
+			result = OB_PG_OK;
+			goto done;
+		case RACED: /* theirs is checked like any other */
+			ok = read_state(pg, cfg, &st);
+			break;
+		case FAILED:
+			snprintf(detail, detail_len,
+				 "could not create publication %s (see the log); "
+				 "have the table's owner run: %s",
+				 name, create_sql);
+			goto done;
+		}
+	}
+	if (!ok) {
 		snprintf(detail, detail_len, "could not read publication %s (see the log)", name);
 		result = OB_PG_RETRY;
 	} else if (!st.exists && slot_exists) {
@@ -210,16 +241,11 @@ ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bo
 			 "slot (\"outboxd slot drop\") and start outboxd with outbox.backlog_where "
 			 "to publish the rows written since the slot was made",
 			 name, cfg->pg.slot, create_sql);
-	} else if (!st.exists && create_missing && st.may_create) {
-		if (create(pg, cfg, create_sql)) {
-			snprintf(detail, detail_len, "%s created", name);
-			result = OB_PG_OK;
-		} else {
-			snprintf(detail, detail_len,
-				 "could not create publication %s (see the log); "
-				 "have the table's owner run: %s",
-				 name, create_sql);
-		}
+	} else if (!st.exists && st.standby) {
+		snprintf(detail, detail_len,
+			 "%s does not exist, and the server is a hot standby, where it cannot be "
+			 "created: run on the primary: %s",
+			 name, create_sql);
 	} else if (!st.exists) {
 		snprintf(detail, detail_len,
 			 st.may_create
@@ -248,6 +274,7 @@ ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bo
 		snprintf(detail, detail_len, "%s publishes the inserts of %s", name, table);
 		result = OB_PG_OK;
 	}
+done:
 	free(create_sql);
 	return result;
 }

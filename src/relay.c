@@ -53,6 +53,7 @@
 #include "outboxd/producer.h"
 #include "outboxd/replay.h"
 #include "outboxd/signals.h"
+#include "outboxd/slotmark.h"
 #include "outboxd/slotwatch.h"
 #include "outboxd/wal2json.h"
 
@@ -1345,6 +1346,9 @@ copy_once(relay *r, const char *tmp_slot)
 		return st;
 	ob_pgrepl_set_tick(p, on_query_tick, r);
 	st = ob_pgrepl_copy_slot(p, tmp_slot, r->cfg->pg.slot);
+	/* A row not written now is written when the stream takes the slot. */
+	if (st == OB_PG_OK && !ob_slotmark_write(p, r->cfg))
+		ob_info("the slot's marker row is written on the next connection");
 	ob_pgrepl_close(p, false);
 	return st;
 }
@@ -1392,6 +1396,32 @@ copy_slot(relay *r, ob_pgrepl *tmp, const char *tmp_slot, ob_lsn consistent, boo
 	return true;
 }
 
+/* The slot is missing and the backlog is about to be published: when its
+ * marker says it was lost (slotmark.h), the backlog is the operator's
+ * recovery, said in the log; the marker's table must be writable before
+ * any slot is made. Nothing of this on a hot standby. */
+static ob_pg_status
+lost_slot_recovery(relay *r, ob_pgrepl *p)
+{
+	char since[64];
+	bool marked, standby;
+	ob_pg_status st;
+
+	if (!ob_pgrepl_in_recovery(p, &standby))
+		return OB_PG_RETRY;
+	if (standby)
+		return OB_PG_OK;
+	if ((st = ob_slotmark_ready(p, r->cfg)) != OB_PG_OK ||
+	    (st = ob_slotmark_read(p, r->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
+		return st;
+	if (marked)
+		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
+			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
+			"made; rows outside it committed since the loss are not published",
+			r->cfg->pg.slot, since, r->cfg->outbox.backlog_where);
+	return OB_PG_OK;
+}
+
 /*
  * When the slot is missing and outboxd may create it, and backlog_where
  * is set: check the predicate (a refused one is a configuration error,
@@ -1436,6 +1466,10 @@ publish_backlog(relay *r, bool *created, outcome *out)
 		goto close;
 	if ((st = ob_backlog_verify(b)) != OB_PG_OK) {
 		ok = backlog_failed(b, st, out);
+		goto close;
+	}
+	if ((st = lost_slot_recovery(r, tmp)) != OB_PG_OK) {
+		*out = st == OB_PG_FATAL ? OUTCOME_HALT : OUTCOME_RETRY;
 		goto close;
 	}
 	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());
