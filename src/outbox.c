@@ -300,7 +300,10 @@ put_template(ob_event *ev, const field_source *src, const char *tpl, bool uri_en
 			ob_event_put(ev, piece.text, piece.len);
 			continue;
 		}
-		snprintf(name, sizeof(name), "%.*s", (int)piece.len, piece.text);
+		size_t name_len = piece.len < sizeof(name) ? piece.len : sizeof(name) - 1;
+
+		memcpy(name, piece.text, name_len);
+		name[name_len] = '\0';
 		if (put_field(ev, src, name, &value) != FIELD_OK) {
 			snprintf(missing, missing_len, "%s", name);
 			return false;

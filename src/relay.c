@@ -68,6 +68,10 @@
 #define STATUS_MIN_INTERVAL_MS  20
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
+/* A transaction read this long after its commit is part of a backlog. */
+#define BEHIND_MS               100
+/* How long the loop naps, reading a backlog, once it has read what came. */
+#define BACKLOG_NAP_MS          4
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */
 #define BACKOFF_START_MS        100
 /* How often a standby says it is still waiting. */
@@ -128,6 +132,7 @@ typedef struct relay {
 
 	/* The transaction being read (its position is in replay). */
 	int64_t txn_commit_us;
+	bool behind;      /* it was read more than BEHIND_MS after its commit */
 	bool txn_tracked; /* it has an entry in the ack tracker (txn_seq) */
 	uint64_t txn_seq;
 
@@ -568,6 +573,7 @@ static void
 begin_txn(relay *r, ob_pos unit, int64_t commit_us)
 {
 	r->txn_commit_us = commit_us;
+	r->behind = ob_now_us() - commit_us > BEHIND_MS * 1000;
 	r->txn_tracked = false;
 	if (!ob_replay_begin(&r->replay, unit))
 		log_at(OB_LOG_DEBUG, ob_pos_lsn(unit), NULL, 0,
@@ -956,9 +962,10 @@ stream(relay *r)
 
 		/* Read what is there, up to READ_BATCH records; drained says
 		 * whether libpq's buffer is empty, so poll() may wait. */
-		bool drained = false;
+		bool drained = false, nap;
+		int n;
 
-		for (int n = 0; n < READ_BATCH && !ob_signals_stop_requested(); n++) {
+		for (n = 0; n < READ_BATCH && !ob_signals_stop_requested(); n++) {
 			ob_pgrepl_msg msg;
 			ob_read_result rr = ob_pgrepl_read(r->pg, &msg);
 
@@ -1000,7 +1007,17 @@ stream(relay *r)
 			wait_ms = 1000;
 		if (wait_ms < 0 || !drained)
 			wait_ms = 0; /* records wait in libpq's buffer: no sleeping */
-		if (poll(fds, 2, (int)wait_ms) < 0 && errno != EINTR) {
+		/* Reading a backlog, the walsender sends faster than the
+		 * events can wait for: rather than waking for each packet
+		 * (and for each delivery report), nap and then read all that
+		 * came meanwhile. Each wake-up costs more CPU than the events
+		 * of one packet; the nap adds up to 4 ms to events already late by
+		 * more than BEHIND_MS. A turn that read nothing (idle, or the
+		 * backlog's end) sleeps as usual. */
+		nap = drained && n > 0 && r->behind;
+		if (nap && wait_ms > BACKLOG_NAP_MS)
+			wait_ms = BACKLOG_NAP_MS;
+		if (poll(fds, nap ? 0 : 2, (int)wait_ms) < 0 && errno != EINTR) {
 			ob_error("could not poll: %s", strerror(errno));
 			return OUTCOME_LOST;
 		}

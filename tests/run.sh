@@ -7,6 +7,10 @@
 # 2. configures and builds with meson/ninja into build/,
 # 3. runs the unit tests (meson test --suite unit: cmocka, and the replay
 #    of each fuzz target's corpus in tests/fuzz/corpus/),
+# 3b. runs the CPU check (tests/bench/cpu_check.py, about 30 s; one test):
+#    outboxd's CPU time per event over pg_recvlogical's on the same rows in
+#    the same run, with each decoder, against the reference ratios in
+#    tests/bench/cpu_reference.txt (fails past 25% over),
 # 4. runs the integration tests (pytest tests/integration: a throwaway
 #    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker),
 # 4b. runs the PostgreSQL version matrix (tests/versions.sh): a chosen part
@@ -205,6 +209,15 @@ say "unit tests"
 run_unit "$BUILD"
 passed=$((passed + unit_passed))
 failed=$((failed + unit_failed))
+
+# --- CPU check: CPU per event against pg_recvlogical's, one test ------------
+say "CPU check"
+if OUTBOXD_BUILD="$BUILD" timeout --signal=INT --kill-after=30 300 \
+        "$PY" tests/bench/cpu_check.py --build "$BUILD"; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
 
 # --- integration tests -------------------------------------------------------
 say "integration tests"

@@ -10,6 +10,8 @@
 #ifndef OUTBOXD_JSONTEXT_H
 #define OUTBOXD_JSONTEXT_H
 
+#include <string.h>
+
 #include "outboxd/common.h"
 
 /* One member. name is the text between the quotes of the key, value the
@@ -65,8 +67,18 @@ int ob_json_array_more(ob_json_iter *it) OB_MUST_CHECK;
 bool ob_json_iter_enter(const ob_json_iter *parent, ob_json_iter *child) OB_MUST_CHECK;
 int ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child) OB_MUST_CHECK;
 
-/* True if the member's name, escapes decoded, is name. */
-bool ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len);
+/* True if the member's name, escapes decoded, is name. Inline: records
+ * are matched against known names many times each, and most names differ
+ * in length. */
+bool ob_json_escaped_name_is(const ob_json_member *m, const char *name, size_t name_len);
+
+static inline bool
+ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len)
+{
+	if (m->name_escaped)
+		return ob_json_escaped_name_is(m, name, name_len);
+	return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
+}
 
 /* True if the value is the literal null. */
 bool ob_json_member_is_null(const ob_json_member *m);
