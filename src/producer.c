@@ -100,10 +100,10 @@ test_hook_sent(ob_producer *p)
 static const ob_kafka_setting default_props[] = {
     {"partitioner", "murmur2_random"},
     {"message.timeout.ms", "0"},
-    /* Not 0 (batches from load alone): with many one-record requests in
-     * flight, the test broker (librdkafka 2.0.2's mock cluster) wrote
-     * records queued behind a refused batch in 4 of 10 runs of
-     * test_attack.py despite the gapless guarantee. */
+    /* Not 0 (batches from load alone) while the test broker, which does
+     * not check idempotent sequence numbers, is what the order tests run
+     * against: with many one-record requests in flight it writes those
+     * sent behind a refused batch (tests/README.md). */
     {"linger.ms", "5"},
     {"compression.type", "lz4"},
     {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
