@@ -555,7 +555,21 @@ publish_alone(relay *r, const ob_event *ev, uint64_t seq, ob_event_pos pos, reco
 	ok = publish(r, ev, seq, pos.index, kind, out);
 	if (ok)
 		ob_replay_handed(&r->replay);
-	ok = ok && settle(r, out);
+	if (ok && !settle(r, out)) {
+		ok = false;
+		/* Any end of the wait but a stop (the stream lost, above all)
+		 * leaves the record in flight in the client for records produced
+		 * alone, where nothing orders it before what the main client
+		 * writes next: recreate the producer, which drops it, so that it
+		 * is produced alone again first. */
+		if (*out != OUTCOME_STOP && *out != OUTCOME_HALT && *out != OUTCOME_REPRODUCE) {
+			*out = OUTCOME_REPRODUCE;
+			if (r->reproduce_why[0] == '\0')
+				snprintf(
+				    r->reproduce_why, sizeof(r->reproduce_why),
+				    "the stream ended while a record produced alone was in flight");
+		}
+	}
 	/* A stop leaves the record in flight: the shutdown flush still takes
 	 * a refusal of it as its own. */
 	r->isolating = !ok && *out == OUTCOME_STOP;
