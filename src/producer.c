@@ -12,13 +12,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
-#include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "outboxd/kafka.h"
 #include "outboxd/log.h"
 
 struct ob_producer {
@@ -90,48 +89,17 @@ static const ob_kafka_setting default_props[] = {
     {"client.id", "outboxd"},
 };
 
-bool
-ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
-{
-	char err[512];
-
-	if (rd_kafka_conf_set(conf, key, value, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
-		ob_error("invalid kafka.%s: %s", key, err);
-		return false;
-	}
-	return true;
-}
-
-static long long
-conf_get_number(const rd_kafka_conf_t *conf, const char *key)
-{
-	char buf[64];
-	size_t size = sizeof(buf);
-
-	if (rd_kafka_conf_get(conf, key, buf, &size) != RD_KAFKA_CONF_OK)
-		return 0;
-	return atoll(buf);
-}
-
-bool
-ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf)
-{
-	if (conf_get_number(conf, "statistics.interval.ms") > 0)
-		return true;
-	return ob_kafka_conf_set(conf, "statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS);
-}
-
 /* The producer queue must hold the largest record the client accepts,
  * else such a record waits for room forever. Raise outboxd's default to
  * two such records; a user's explicit smaller value is an error. */
 static bool
 fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 {
-	long long max_bytes = conf_get_number(conf, "message.max.bytes");
+	long long max_bytes = ob_kafka_conf_number(conf, "message.max.bytes");
 	long long need_kb = (2 * max_bytes + 1023) / 1024;
 	char value[32];
 
-	if (conf_get_number(conf, "queue.buffering.max.kbytes") >= need_kb)
+	if (ob_kafka_conf_number(conf, "queue.buffering.max.kbytes") >= need_kb)
 		return true;
 	if (ob_config_kafka_get(cfg, "queue.buffering.max.kbytes") != NULL) {
 		ob_error("invalid kafka.queue.buffering.max.kbytes: must be at least %lld to "
@@ -147,19 +115,10 @@ fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 static rd_kafka_conf_t *
 build_conf(const ob_config *cfg)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	bool ok = true;
+	rd_kafka_conf_t *conf = ob_kafka_conf_build(cfg, default_props, OB_ARRAY_LEN(default_props),
+						    NULL, 0, ob_kafka_pinned, ob_kafka_pinned_len);
 
-	for (size_t i = 0; i < OB_ARRAY_LEN(default_props); i++)
-		ok = ob_kafka_conf_set(conf, default_props[i].key, default_props[i].value) && ok;
-	for (size_t i = 0; i < cfg->kafka_len; i++)
-		ok = ob_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
-	for (size_t i = 0; i < ob_kafka_pinned_len; i++)
-		ok =
-		    ob_kafka_conf_set(conf, ob_kafka_pinned[i].key, ob_kafka_pinned[i].value) && ok;
-	ok = ok && ob_kafka_conf_keep_stats(conf);
-	ok = ok && fit_queue_to_records(cfg, conf);
-	if (!ok) {
+	if (conf != NULL && !fit_queue_to_records(cfg, conf)) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
@@ -175,20 +134,6 @@ ob_producer_check_config(const ob_config *cfg)
 		return false;
 	rd_kafka_conf_destroy(conf);
 	return true;
-}
-
-void
-ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
-{
-	/* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
-	ob_log_level l = level <= 3   ? OB_LOG_ERROR
-			 : level == 4 ? OB_LOG_WARNING
-			 : level <= 6 ? OB_LOG_INFO
-				      : OB_LOG_DEBUG;
-	ob_log_field fields[] = {{"component", "librdkafka"}, {"facility", facility}, {NULL, NULL}};
-
-	if (ob_log_enabled(l))
-		ob_log_kv(l, fields, "%s", buf);
 }
 
 static void
@@ -209,26 +154,6 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		p->brokers_up = 0;
 	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
-}
-
-int
-ob_kafka_stats_brokers_up(const char *json, size_t json_len)
-{
-	json_t *root = json_loadb(json, json_len, 0, NULL);
-	json_t *brokers = json_object_get(root, "brokers");
-	const char *name;
-	json_t *b;
-	int up = 0;
-
-	json_object_foreach (brokers, name, b) {
-		json_t *nodeid = json_object_get(b, "nodeid");
-		const char *state = json_string_value(json_object_get(b, "state"));
-
-		if (json_integer_value(nodeid) >= 0 && state != NULL && strcmp(state, "UP") == 0)
-			up++;
-	}
-	json_decref(root);
-	return up;
 }
 
 static int
@@ -277,8 +202,6 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	ob_producer *p = opaque;
 	ob_delivery d;
-	rd_kafka_headers_t *hdrs = NULL;
-	rd_kafka_timestamp_type_t tstype;
 
 	/* Records purged when the producer is dropped: nobody waits for them. */
 	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
@@ -295,27 +218,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	d.error = d.status == OB_DELIVERED ? NULL : rd_kafka_err2str(m->err);
 	d.value_too_large = is_too_large(m->err);
 	d.partition = m->partition;
-	d.record.topic = rd_kafka_topic_name(m->rkt);
-	d.record.topic_len = strlen(d.record.topic);
-	d.record.has_key = m->key != NULL;
-	d.record.key = m->key;
-	d.record.key_len = m->key_len;
-	d.record.has_value = m->payload != NULL;
-	d.record.value = m->payload;
-	d.record.value_len = m->len;
-	d.record.timestamp_ms = rd_kafka_message_timestamp(m, &tstype);
-	if (d.status != OB_DELIVERED &&
-	    rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-		size_t n = rd_kafka_header_cnt(hdrs);
-		ob_record_view *r = &d.record;
-
-		for (size_t i = 0; i < n && i < OB_EVENT_MAX_HEADERS; i++) {
-			if (rd_kafka_header_get_all(
-				hdrs, i, &r->header_names[i], &r->header_values[i],
-				&r->header_value_lens[i]) == RD_KAFKA_RESP_ERR_NO_ERROR)
-				r->headers_len = i + 1;
-		}
-	}
+	/* The headers are for a dead-letter record only. */
+	(void)ob_kafka_record_view(m, d.status != OB_DELIVERED, &d.record);
 	/* A failure a fresh producer may get past fails the producer: the
 	 * relay then recreates it and reads the slot again. */
 	if (d.status == OB_DELIVERY_RETRY && !p->failed) {
@@ -362,7 +266,8 @@ ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, 
 		ob_error("could not create wake-up pipe: %s", strerror(errno));
 		goto fail_destroy;
 	}
-	p->max_record_bytes = (size_t)conf_get_number(rd_kafka_conf(p->rk), "message.max.bytes");
+	p->max_record_bytes =
+	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->rk), "message.max.bytes");
 	p->main_queue = rd_kafka_queue_get_main(p->rk);
 	test_hook_arm(p);
 	rd_kafka_queue_io_event_enable(p->main_queue, p->wake_pipe[1], "1", 1);

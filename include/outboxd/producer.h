@@ -17,8 +17,6 @@
 #ifndef OUTBOXD_PRODUCER_H
 #define OUTBOXD_PRODUCER_H
 
-#include <librdkafka/rdkafka.h>
-
 #include "outboxd/common.h"
 #include "outboxd/config.h"
 #include "outboxd/event.h"
@@ -99,24 +97,5 @@ bool ob_producer_check_config(const ob_config *cfg) OB_MUST_CHECK;
  * topic is not NULL, *topic_exists says whether the cluster has it. */
 bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
 		       char *detail, size_t detail_len) OB_MUST_CHECK;
-
-/* Helpers shared with the inbox consumer (inbox.c). ob_kafka_conf_set()
- * sets one property, false (logged, naming kafka.<key>) when librdkafka
- * rejects it; ob_kafka_log() is the log callback that sends librdkafka's
- * lines to outboxd's logger. */
-bool ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value) OB_MUST_CHECK;
-void ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf);
-
-/* Broker state (outboxd_kafka_connected, /readyz) comes only from
- * librdkafka's statistics: ob_kafka_conf_keep_stats() raises a
- * statistics.interval.ms of 0 (statistics off, librdkafka's default) to
- * OB_KAFKA_STATS_INTERVAL_MS; a positive interval is kept. False (logged)
- * when librdkafka rejects it. */
-#define OB_KAFKA_STATS_INTERVAL_MS "1000"
-bool ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf) OB_MUST_CHECK;
-
-/* The number of brokers (bootstrap entries left out) in state UP in
- * librdkafka's statistics JSON; shared with the inbox consumer. */
-int ob_kafka_stats_brokers_up(const char *json, size_t json_len);
 
 #endif
