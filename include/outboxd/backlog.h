@@ -24,7 +24,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
-#include "outboxd/outbox.h"
+#include "outboxd/change.h"
 #include "outboxd/pgrepl.h"
 
 typedef struct ob_backlog ob_backlog;
