@@ -144,14 +144,14 @@ done:
 static ob_pg_status
 copy_once(ob_cutover *c, const char *tmp_slot)
 {
-	ob_pgrepl *p;
-	ob_pg_status st = ob_pgrepl_connect_plain(c->cfg, &p);
+	ob_pgconn *p;
+	ob_pg_status st = ob_pgsql_connect(c->cfg, OB_PGCONN_PLAIN, &p);
 
 	if (st != OB_PG_OK)
 		return st;
-	ob_pgrepl_set_tick(p, on_query_tick, c);
+	ob_pgsql_set_tick(p, on_query_tick, c);
 	st = ob_pgrepl_copy_slot(p, tmp_slot, c->cfg->pg.slot);
-	ob_pgrepl_close(p, false);
+	ob_pgsql_close(p);
 	return st;
 }
 
@@ -164,7 +164,7 @@ copy_once(ob_cutover *c, const char *tmp_slot)
  * with *created false: the stream starts at that slot's own position.
  * False with *out set otherwise. */
 static bool
-copy_slot(ob_cutover *c, ob_pgrepl *tmp, const char *tmp_slot, ob_lsn consistent, bool *created,
+copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent, bool *created,
 	  ob_outcome *out)
 {
 	int64_t backoff = COPY_BACKOFF_START_MS;
@@ -204,7 +204,7 @@ bool
 ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 {
 	const ob_config *cfg = c->cfg;
-	ob_pgrepl *tmp = NULL;
+	ob_pgconn *tmp = NULL;
 	ob_backlog *b = NULL;
 	ob_slot_info info;
 	ob_lsn consistent = 0;
@@ -216,7 +216,7 @@ ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 	*out = OB_OUTCOME_RETRY;
 	if (ob_pgrepl_connect(cfg, &tmp) != OB_PG_OK)
 		return false;
-	ob_pgrepl_set_tick(tmp, on_query_tick, c);
+	ob_pgsql_set_tick(tmp, on_query_tick, c);
 	if (!ob_pgrepl_slot_info(tmp, cfg->pg.slot, &info))
 		goto close;
 	if (info.exists || (!cfg->pg.create_slot && !c->create_only)) {

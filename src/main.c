@@ -193,7 +193,7 @@ run(const ob_config *cfg, bool inbox)
 static int
 slot_command(const ob_config *cfg, const char *sub)
 {
-	ob_pgrepl *pg = NULL;
+	ob_pgconn *pg = NULL;
 	ob_slot_info info;
 	int rc = EXIT_OPERATOR;
 

@@ -4,6 +4,7 @@
  * (pgrepl.c) and the inbox's (inboxdb.c) all come from here.
  */
 #include "outboxd/pgconnect.h"
+#include "outboxd/pglayer.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -69,9 +69,9 @@ typedef struct pub_state {
 } pub_state;
 
 static bool
-field_true(const PGresult *res, int col)
+field_true(const ob_pgres *res, int col)
 {
-	return !PQgetisnull(res, 0, col) && strcmp(PQgetvalue(res, 0, col), "t") == 0;
+	return !ob_pgres_null(res, 0, col) && strcmp(ob_pgres_value(res, 0, col), "t") == 0;
 }
 
 /* The condition that the publication sends every column of the outbox
@@ -84,9 +84,9 @@ field_true(const PGresult *res, int col)
  * where counting them made a publication of the whole table look like a
  * column list. */
 static const char *
-whole_table(ob_pgrepl *pg)
+whole_table(ob_pgconn *pg)
 {
-	return ob_pgrepl_server_version(pg) >= 150000
+	return ob_pgsql_server_version(pg) >= 150000
 		   ? "(t.rowfilter IS NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE "
 		     "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND "
 		     "a.attgenerated = '' AND a.attname <> ALL (t.attnames)))"
@@ -97,19 +97,19 @@ whole_table(ob_pgrepl *pg)
  * c (in namespace n), the publication p and the publication's row t for
  * the table (p and t NULL when missing). No row when the table is
  * missing. The caller clears the result. */
-static PGresult *
-query_publication(ob_pgrepl *pg, const ob_config *cfg, char *columns)
+static ob_pgres *
+query_publication(ob_pgconn *pg, const ob_config *cfg, char *columns)
 {
-	char *pub = ob_pgrepl_quote_literal(pg, cfg->pg.publication);
-	char *schema = ob_pgrepl_quote_literal(pg, cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(pg, cfg->outbox.table_name);
+	char *pub = ob_pgsql_quote_literal(pg, cfg->pg.publication);
+	char *schema = ob_pgsql_quote_literal(pg, cfg->outbox.schema);
+	char *table = ob_pgsql_quote_literal(pg, cfg->outbox.table_name);
 	char *sql = ob_xasprintf(
 	    "SELECT %s FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
 	    "LEFT JOIN pg_publication p ON p.pubname = %s "
 	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
 	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
 	    columns, pub, schema, table);
-	PGresult *res = ob_pgrepl_exec(pg, sql);
+	ob_pgres *res = ob_pgsql_exec(pg, sql);
 
 	free(sql);
 	free(columns);
@@ -121,21 +121,22 @@ query_publication(ob_pgrepl *pg, const ob_config *cfg, char *columns)
 
 /* Read pub_state; false (logged) when the query failed. */
 static bool
-read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
+read_state(ob_pgconn *pg, const ob_config *cfg, pub_state *st)
 {
-	PGresult *res = query_publication(
+	ob_pgres *res = query_publication(
 	    pg, cfg,
 	    ob_xasprintf("p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, "
 			 "%s, pg_has_role(c.relowner, 'USAGE') AND "
 			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p'",
 			 whole_table(pg)));
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+	bool ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1;
+	char err[1024];
 
 	memset(st, 0, sizeof(*st));
 	if (!ok) {
 		ob_error("could not read publication %s: %s", cfg->pg.publication,
-			 PQresultStatus(res) == PGRES_TUPLES_OK ? "the outbox table is gone"
-								: PQresultErrorMessage(res));
+			 ob_pgres_tuples(res) ? "the outbox table is gone"
+					      : ob_pgres_error(res, err, sizeof(err)));
 	} else {
 		st->exists = field_true(res, 0);
 		st->inserts = field_true(res, 1);
@@ -145,49 +146,51 @@ read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
 		st->may_create = field_true(res, 5);
 		st->partitioned = field_true(res, 6);
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	return ok;
 }
 
 bool
-ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t stamp_len, char *err,
+ob_publication_stamp(ob_pgconn *pg, const ob_config *cfg, char *stamp, size_t stamp_len, char *err,
 		     size_t errlen)
 {
-	PGresult *res = query_publication(
+	ob_pgres *res = query_publication(
 	    pg, cfg,
 	    ob_xasprintf("CASE WHEN p.oid IS NULL THEN 'missing' ELSE concat_ws('/', "
 			 "p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s) END",
 			 whole_table(pg)));
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	bool ok = ob_pgres_tuples(res);
+	char msg[1024];
 
 	if (!ok)
 		snprintf(err, errlen, "could not read publication %s: %s", cfg->pg.publication,
-			 PQresultErrorMessage(res));
+			 ob_pgres_error(res, msg, sizeof(msg)));
 	else
 		snprintf(stamp, stamp_len, "%s",
-			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "no outbox table");
-	PQclear(res);
+			 ob_pgres_rows(res) == 1 ? ob_pgres_value(res, 0, 0) : "no outbox table");
+	ob_pgres_free(res);
 	return ok;
 }
 
 /* CREATE PUBLICATION; false (logged) on failure. */
 static bool
-create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)
+create(ob_pgconn *pg, const ob_config *cfg, const char *sql)
 {
-	PGresult *res = ob_pgrepl_exec(pg, sql);
-	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	ob_pgres *res = ob_pgsql_exec(pg, sql);
+	bool ok = ob_pgres_command(res);
+	char err[1024];
 
 	if (ok)
 		ob_info("created publication %s: %s", cfg->pg.publication, sql);
 	else
 		ob_error("could not create publication %s: %s", cfg->pg.publication,
-			 PQresultErrorMessage(res));
-	PQclear(res);
+			 ob_pgres_error(res, err, sizeof(err)));
+	ob_pgres_free(res);
 	return ok;
 }
 
 ob_pg_status
-ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bool create_missing,
+ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bool create_missing,
 		       char *detail, size_t detail_len)
 {
 	const char *name = cfg->pg.publication;

@@ -38,6 +38,7 @@
 #include "outboxd/pgrepl.h"
 #include "outboxd/position.h"
 #include "outboxd/signals.h"
+#include "outboxd/sqlstate.h"
 #include "outboxd/tableset.h"
 #include "outboxd/wal2json.h"
 
@@ -63,7 +64,7 @@ typedef struct relay {
 	ob_tableset tableset; /* the stream's tables: what may be confirmed */
 	ob_cutover cutover;   /* the backlog, before the first stream */
 	ob_mapper mapper;
-	ob_pgrepl *pg;
+	ob_pgconn *pg;
 	ob_event ev;              /* the event being mapped, reused */
 	ob_w2j_record rec;        /* wal2json: points into the message being handled */
 	ob_pgo_msg pgo;           /* pgoutput: points into the message being handled */
@@ -452,8 +453,8 @@ disconnect(relay *r, bool graceful)
 static void
 keep_error(relay *r)
 {
-	snprintf(r->err_state, sizeof(r->err_state), "%s", ob_pgrepl_error_state(r->pg));
-	snprintf(r->err_msg, sizeof(r->err_msg), "%s", ob_pgrepl_error_message(r->pg));
+	snprintf(r->err_state, sizeof(r->err_state), "%s", ob_pgsql_error_state(r->pg));
+	snprintf(r->err_msg, sizeof(r->err_msg), "%s", ob_pgsql_error_message(r->pg));
 }
 
 /* Count the kept server error. Lost connections and server shutdowns
@@ -465,8 +466,7 @@ note_server_error(relay *r)
 {
 	const char *s = r->err_state;
 
-	if (s[0] == '\0' || strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 ||
-	    strcmp(s, "57P02") == 0 || strcmp(s, "57P03") == 0) {
+	if (s[0] == '\0' || ob_sqlstate_server_gone(s)) {
 		r->err_repeats = 0;
 		return true;
 	}
@@ -535,7 +535,7 @@ connect_stream(relay *r)
 	r->err_state[0] = '\0';
 	if (st != OB_PG_OK)
 		return st;
-	ob_pgrepl_set_tick(r->pg, on_query_tick, r);
+	ob_pgsql_set_tick(r->pg, on_query_tick, r);
 	st = check_server(r, &sys);
 	if (st == OB_PG_OK)
 		st = ob_check_database(r->pg, r->cfg, NULL);

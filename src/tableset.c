@@ -14,7 +14,7 @@
 #define HURRIED_READ_MS 20
 
 void
-ob_tableset_init(ob_tableset *ts, const ob_config *cfg, ob_deliveries *d, ob_pgrepl_tick_fn tick,
+ob_tableset_init(ob_tableset *ts, const ob_config *cfg, ob_deliveries *d, ob_pgsql_tick_fn tick,
 		 void *tick_ctx)
 {
 	memset(ts, 0, sizeof(*ts));
@@ -141,7 +141,7 @@ ob_tableset_wait_ms(ob_tableset *ts, bool drained, int64_t wait_ms)
 }
 
 ob_pg_status
-ob_tableset_start(ob_tableset *ts, ob_pgrepl *pg)
+ob_tableset_start(ob_tableset *ts, ob_pgconn *pg)
 {
 	const ob_config *cfg = ts->cfg;
 	ob_deliveries *d = ts->deliveries;

@@ -48,7 +48,7 @@
  * when it is partitioned; whether it is; and the verified position. False
  * on failure, with the reason (the server's message) in err: the caller
  * logs it. */
-bool ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err,
+bool ob_partitions_read(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err,
 			size_t errlen) OB_MUST_CHECK;
 
 /* The reads while a stream runs, on a plain connection of their own
@@ -56,16 +56,16 @@ bool ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, cha
  * use and closed with the stream. */
 typedef struct ob_partwatch {
 	const ob_config *cfg;
-	ob_pgrepl_tick_fn tick; /* kept running while a read waits */
+	ob_pgsql_tick_fn tick; /* kept running while a read waits */
 	void *tick_ctx;
-	ob_pgrepl *conn;    /* NULL until the first read, and after a failure */
+	ob_pgconn *conn;    /* NULL until the first read, and after a failure */
 	int64_t next_ms;    /* when the next read is due */
 	int64_t last_ms;    /* when the latest read succeeded */
 	int64_t backoff_ms; /* the wait after a failed read; doubles */
 	bool failing;       /* the latest read failed (said once) */
 } ob_partwatch;
 
-void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx);
+void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgsql_tick_fn tick, void *ctx);
 /* Read the set into *set when a read is due: OB_PARTITIONS_INTERVAL_MS
  * after the last one, or, after a failure, after a wait that doubles up to
  * postgres.reconnect_max_backoff_ms. True when *set was read now. A failed

@@ -54,7 +54,7 @@ typedef struct ob_tableset {
 
 /* tick runs while the reads wait for the server. */
 void ob_tableset_init(ob_tableset *ts, const ob_config *cfg, ob_deliveries *d,
-		      ob_pgrepl_tick_fn tick, void *tick_ctx);
+		      ob_pgsql_tick_fn tick, void *tick_ctx);
 void ob_tableset_free(ob_tableset *ts);
 
 /* The highest position that may be confirmed or streamed from: the ack
@@ -67,7 +67,7 @@ ob_lsn ob_tableset_confirmable(ob_tableset *ts);
  * what that stream read after its ceiling may lack rows of it: the ack
  * tracker and replay go back to that ceiling, so it is read and handed
  * over again (published twice where it was published already). */
-ob_pg_status ob_tableset_start(ob_tableset *ts, ob_pgrepl *pg);
+ob_pg_status ob_tableset_start(ob_tableset *ts, ob_pgconn *pg);
 /* While streaming, read the set again when due: while the stream's tables
  * are unchanged the ceiling moves up to its verified position. False with
  * *out set when the stream must end: a leaf it does not read (REFILTER),
