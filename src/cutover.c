@@ -11,11 +11,11 @@
 #include "outboxd/log.h"
 #include "outboxd/notify.h"
 #include "outboxd/pgrepl.h"
-#include "outboxd/signals.h"
+#include "outboxd/runtime.h"
 
 /* First wait before the copy is tried again; doubles up to
  * reconnect_max_backoff_ms. */
-#define COPY_BACKOFF_START_MS   100
+#define COPY_BACKOFF_FIRST_MS   100
 /* How often the backlog's progress is logged. */
 #define BACKLOG_LOG_INTERVAL_MS 5000
 
@@ -37,7 +37,7 @@ on_query_tick(void *ctx)
 
 	ob_delivery_alive(c->deliveries, false);
 	ob_delivery_poll(c->deliveries, 0);
-	return !ob_signals_stop_requested();
+	return !ob_runtime_stop_requested();
 }
 
 /* Log the backlog's progress (rows handed over, their rate, what the
@@ -66,7 +66,7 @@ backlog_failed(ob_backlog *b, ob_pg_status st, ob_outcome *out)
 		ob_error("%s; stopping: no slot was created", ob_backlog_error(b));
 		*out = OB_OUTCOME_CONFIG;
 	} else {
-		*out = ob_signals_stop_requested() ? OB_OUTCOME_STOP : OB_OUTCOME_RETRY;
+		*out = ob_runtime_stop_requested() ? OB_OUTCOME_STOP : OB_OUTCOME_RETRY;
 	}
 	return false;
 }
@@ -106,7 +106,7 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 			goto done;
 		if (++rows % 1000 != 0)
 			continue;
-		if (ob_signals_stop_requested()) {
+		if (ob_runtime_stop_requested()) {
 			*out = OB_OUTCOME_STOP;
 			goto done;
 		}
@@ -167,11 +167,14 @@ static bool
 copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent, bool *created,
 	  ob_outcome *out)
 {
-	int64_t backoff = COPY_BACKOFF_START_MS;
+	ob_backoff backoff;
 	ob_slot_info info;
 	ob_pg_status st;
 
+	ob_backoff_init(&backoff, COPY_BACKOFF_FIRST_MS, c->cfg->pg.reconnect_max_backoff_ms);
 	while ((st = copy_once(c, tmp_slot)) == OB_PG_RETRY) {
+		int64_t ms;
+
 		/* A query that succeeds leaves tmp's temporary slot alone. */
 		if (!ob_pgrepl_slot_info(tmp, tmp_slot, &info) || !info.exists) {
 			ob_warn(
@@ -180,16 +183,14 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
 			*out = OB_OUTCOME_RETRY;
 			return false;
 		}
+		ms = ob_backoff_next(&backoff);
 		ob_info("retrying the copy in %lld ms; the backlog is acknowledged and is "
 			"published again only if outboxd stops before the copy succeeds",
-			(long long)backoff);
-		if (!ob_delivery_pause(c->deliveries, backoff, OB_READY_BACKLOG)) {
+			(long long)ms);
+		if (!ob_delivery_pause(c->deliveries, ms, OB_READY_BACKLOG)) {
 			*out = OB_OUTCOME_STOP;
 			return false;
 		}
-		backoff = backoff * 2 > c->cfg->pg.reconnect_max_backoff_ms
-			      ? c->cfg->pg.reconnect_max_backoff_ms
-			      : backoff * 2;
 	}
 	*created = st == OB_PG_OK;
 	if (*created)

@@ -16,12 +16,11 @@
 #include <string.h>
 
 #include "outboxd/log.h"
-#include "outboxd/notify.h"
-#include "outboxd/signals.h"
+#include "outboxd/runtime.h"
 
 /* First wait before reading again after a producer failed again; doubles
  * up to reconnect_max_backoff_ms. */
-#define RECREATE_BACKOFF_START_MS 100
+#define RECREATE_BACKOFF_FIRST_MS 100
 
 static const char *const state_names[] = {"flowing", "settling", "isolating", "broken", "halted"};
 
@@ -183,7 +182,7 @@ drain_refused(ob_deliveries *d, ob_outcome *out)
 static bool
 wait_once(ob_deliveries *d, bool drain, ob_outcome *out)
 {
-	if (ob_signals_stop_requested()) {
+	if (ob_runtime_stop_requested()) {
 		*out = OB_OUTCOME_STOP;
 		return false;
 	}
@@ -439,29 +438,29 @@ ob_delivery_alive(ob_deliveries *d, bool streaming)
 {
 	bool kafka = ob_delivery_connected(d);
 
-	ob_metrics_heartbeat();
-	ob_notify_watchdog();
+	(void)ob_runtime_tick();
 	if (streaming)
 		ob_metrics_set_ready(kafka && !d->kafka_failing ? OB_READY_STREAMING
 								: OB_READY_KAFKA_DOWN);
 	ob_metrics_set_connected(streaming, kafka);
 }
 
+/* Serve reports while a pause waits, the stream being down. */
+static bool
+serve_paused(void *ctx, int timeout_ms)
+{
+	ob_deliveries *d = ctx;
+
+	ob_metrics_set_connected(false, ob_delivery_connected(d));
+	ob_delivery_poll(d, timeout_ms);
+	return true;
+}
+
 bool
 ob_delivery_pause(ob_deliveries *d, int64_t ms, ob_ready_state state)
 {
-	int64_t deadline = ob_mono_ms() + ms;
-
 	ob_metrics_set_ready(state);
-	while (!ob_signals_stop_requested()) {
-		int64_t left = deadline - ob_mono_ms();
-
-		ob_delivery_alive(d, false);
-		if (left <= 0)
-			return true;
-		ob_delivery_poll(d, left < 100 ? (int)left : 100);
-	}
-	return false;
+	return ob_runtime_wait(ms, serve_paused, d);
 }
 
 bool
@@ -475,7 +474,8 @@ ob_delivery_init(ob_deliveries *d, const ob_config *cfg, ob_delivery_hooks hooks
 	ob_dlqueue_init(&d->refused);
 	ob_event_init(&d->dlq_ev);
 	ob_event_init(&d->small_ev);
-	d->recreate_backoff = RECREATE_BACKOFF_START_MS;
+	ob_backoff_init(&d->recreate_backoff, RECREATE_BACKOFF_FIRST_MS,
+			cfg->pg.reconnect_max_backoff_ms);
 	d->last_recreated = (ob_lsn)-1;
 	return ob_producer_new(cfg, on_delivery, d, &d->producer);
 }
@@ -500,20 +500,17 @@ static bool
 wait_after_recreate(ob_deliveries *d)
 {
 	ob_lsn confirmable = ob_acktrack_confirmable(&d->ack);
-	bool running;
+	int64_t ms;
 
 	if (confirmable != d->last_recreated) {
 		d->last_recreated = confirmable;
-		d->recreate_backoff = RECREATE_BACKOFF_START_MS;
+		ob_backoff_reset(&d->recreate_backoff);
 		return true;
 	}
 	d->kafka_failing = true;
-	ob_info("kafka producer failed again; retrying in %lld ms", (long long)d->recreate_backoff);
-	running = ob_delivery_pause(d, d->recreate_backoff, OB_READY_KAFKA_DOWN);
-	d->recreate_backoff = d->recreate_backoff * 2 > d->cfg->pg.reconnect_max_backoff_ms
-				  ? d->cfg->pg.reconnect_max_backoff_ms
-				  : d->recreate_backoff * 2;
-	return running;
+	ms = ob_backoff_next(&d->recreate_backoff);
+	ob_info("kafka producer failed again; retrying in %lld ms", (long long)ms);
+	return ob_delivery_pause(d, ms, OB_READY_KAFKA_DOWN);
 }
 
 bool

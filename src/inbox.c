@@ -37,12 +37,10 @@
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
 #include "outboxd/producer.h"
-#include "outboxd/signals.h"
+#include "outboxd/runtime.h"
 
-#define EXIT_OPERATOR    1
-#define EXIT_USAGE       2
 #define POLL_MS          100
-#define BACKOFF_START_MS 100
+#define BACKOFF_FIRST_MS 100
 
 typedef struct ob_inbox {
 	const ob_config *cfg;
@@ -57,7 +55,7 @@ typedef struct ob_inbox {
 	ob_consumer_record *batch;
 	size_t batch_len;
 	bool reposition; /* seek back to the stored positions once connected */
-	int backoff_ms;
+	ob_backoff backoff;
 	int exit_code; /* -1 while running */
 } ob_inbox;
 
@@ -75,25 +73,26 @@ set_ready(ob_inbox *ib)
 	ob_metrics_set_connected(ib->db != NULL, brokers_up > 0);
 }
 
+/* Poll the consumer while a backoff waits: the partitions are paused,
+ * and a message that comes anyway is dropped. */
+static bool
+serve_paused(void *ctx, int timeout_ms)
+{
+	ob_inbox *ib = ctx;
+
+	ob_consumer_poll_drop(ib->consumer, timeout_ms);
+	return ib->exit_code < 0;
+}
+
 /* Wait the current backoff, polling the consumer meanwhile (so the group
- * keeps this member and rebalances are served; the partitions are paused
- * and a message that comes anyway is dropped), stopping early on SIGTERM
- * or an exit; then double the backoff up to
+ * keeps this member and rebalances are served), stopping early on SIGTERM
+ * or an exit; the next backoff doubles, up to
  * postgres.reconnect_max_backoff_ms. Only outside rebalance callbacks,
  * with no batch in hand. */
 static void
 wait_polling(ob_inbox *ib)
 {
-	for (int waited = 0;
-	     waited < ib->backoff_ms && ib->exit_code < 0 && !ob_signals_stop_requested();
-	     waited += POLL_MS) {
-		ob_metrics_heartbeat();
-		ob_notify_watchdog();
-		ob_consumer_poll_drop(ib->consumer, POLL_MS);
-	}
-	ib->backoff_ms *= 2;
-	if (ib->backoff_ms > ib->cfg->pg.reconnect_max_backoff_ms)
-		ib->backoff_ms = ib->cfg->pg.reconnect_max_backoff_ms;
+	(void)ob_runtime_wait(ob_backoff_next(&ib->backoff), serve_paused, ib);
 }
 
 /* The database is unusable (a failed statement or connection attempt):
@@ -110,6 +109,15 @@ lose_db(ob_inbox *ib)
 	ob_metrics_reconnect(OB_TARGET_POSTGRES);
 }
 
+/* While a statement waits for the database: the loop is alive. A stop
+ * does not cancel it: the batch in hand is stored first. */
+static bool
+on_db_tick(void *ctx)
+{
+	(void)ob_runtime_tick();
+	return true;
+}
+
 /* One attempt to connect to the database, unless connected. True when
  * connected; a missing table sets exit 1. */
 static bool
@@ -119,11 +127,12 @@ connect_db(ob_inbox *ib)
 		return true;
 	switch (ob_inboxdb_connect(ib->cfg, true, &ib->db, NULL, 0)) {
 	case OB_INBOXDB_OK:
+		ob_inboxdb_set_tick(ib->db, on_db_tick, ib);
 		ob_info("connected to the inbox database");
 		set_ready(ib);
 		return true;
 	case OB_INBOXDB_FATAL:
-		ib->exit_code = EXIT_OPERATOR;
+		ib->exit_code = OB_EXIT_OPERATOR;
 		return false;
 	case OB_INBOXDB_RETRY:
 	case OB_INBOXDB_REJECTED:
@@ -267,15 +276,12 @@ dead_letter(ob_inbox *ib, const ob_consumer_record *m, const ob_record_view *v, 
 static bool
 wait_dead_letters(ob_inbox *ib)
 {
-	while (ib->dlq_waiting > 0 && !ib->dlq_failed && !ob_signals_stop_requested()) {
-		ob_metrics_heartbeat();
-		ob_notify_watchdog();
+	while (ib->dlq_waiting > 0 && !ib->dlq_failed && ob_runtime_tick())
 		ob_producer_poll(ib->dlq, POLL_MS);
-	}
 	if (ib->dlq_failed) {
 		ob_error("dead-letter publish failed: stopping without storing the positions "
 			 "past it");
-		ib->exit_code = EXIT_OPERATOR;
+		ib->exit_code = OB_EXIT_OPERATOR;
 	}
 	return ib->dlq_waiting == 0 && !ib->dlq_failed;
 }
@@ -315,7 +321,7 @@ committed(ob_inbox *ib, const ob_inbox_position *pos, size_t n)
 		parts[i] = (ob_kpart){pos[i].topic, pos[i].partition, pos[i].next_offset};
 	ob_consumer_stored(ib->consumer, parts, n);
 	free(parts);
-	ib->backoff_ms = BACKOFF_START_MS;
+	ob_backoff_reset(&ib->backoff);
 }
 
 /* Store batch[from, to): the rows whose good[] is set, and the positions
@@ -368,11 +374,11 @@ commit_one_by_one(ob_inbox *ib, const ob_inbox_row *rows, bool *good)
 					 "stopping (outbox.on_bad_event = halt)",
 					 v.topic, (int)ib->batch[i].partition,
 					 (long long)ib->batch[i].offset, error);
-				ib->exit_code = EXIT_OPERATOR;
+				ib->exit_code = OB_EXIT_OPERATOR;
 				return OB_INBOXDB_FATAL;
 			}
 			if (!dead_letter(ib, &ib->batch[i], &v, "unstorable", error)) {
-				ib->exit_code = EXIT_OPERATOR;
+				ib->exit_code = OB_EXIT_OPERATOR;
 				return OB_INBOXDB_FATAL;
 			}
 			/* Not acknowledged: a failure (exit 1 is set) or SIGTERM. */
@@ -402,11 +408,11 @@ handle_bad(ob_inbox *ib, bool *good, const ob_inbox_bad *bad)
 				 "(outbox.on_bad_event = halt)",
 				 v.topic, (int)ib->batch[i].partition,
 				 (long long)ib->batch[i].offset, bad[i].error);
-			ib->exit_code = EXIT_OPERATOR;
+			ib->exit_code = OB_EXIT_OPERATOR;
 			return false;
 		}
 		if (!dead_letter(ib, &ib->batch[i], &v, bad[i].reason, bad[i].error)) {
-			ib->exit_code = EXIT_OPERATOR;
+			ib->exit_code = OB_EXIT_OPERATOR;
 			return false;
 		}
 		queued = true;
@@ -451,7 +457,7 @@ flush(ob_inbox *ib)
 		if (st == OB_INBOXDB_REJECTED)
 			st = commit_one_by_one(ib, rows, good);
 		if (st == OB_INBOXDB_FATAL && ib->exit_code < 0)
-			ib->exit_code = EXIT_OPERATOR;
+			ib->exit_code = OB_EXIT_OPERATOR;
 		if (st == OB_INBOXDB_RETRY)
 			lose_db(ib);
 	}
@@ -481,10 +487,10 @@ positions_ok(ob_inbox *ib, ob_inboxpos_status st)
 		lose_db(ib);
 		break;
 	case OB_INBOXPOS_HALT:
-		ib->exit_code = EXIT_OPERATOR;
+		ib->exit_code = OB_EXIT_OPERATOR;
 		break;
 	case OB_INBOXPOS_CONFIG:
-		ib->exit_code = EXIT_USAGE;
+		ib->exit_code = OB_EXIT_CONFIG;
 		break;
 	}
 	return false;
@@ -512,7 +518,7 @@ recover(ob_inbox *ib)
 			ib->reposition = false;
 	}
 	if (ok)
-		ib->backoff_ms = BACKOFF_START_MS;
+		ob_backoff_reset(&ib->backoff);
 	else if (ib->exit_code < 0)
 		wait_polling(ib);
 }
@@ -531,12 +537,10 @@ run_loop(ob_inbox *ib)
 {
 	int64_t next_lag = 0;
 
-	while (ib->exit_code < 0 && !ob_signals_stop_requested()) {
+	while (ib->exit_code < 0 && ob_runtime_tick()) {
 		ob_consumer_poll_result got;
 		ob_consumer_record rec;
 
-		ob_metrics_heartbeat();
-		ob_notify_watchdog();
 		if (ob_mono_ms() >= next_lag) {
 			ob_consumer_report_lag(ib->consumer);
 			next_lag = ob_mono_ms() + 1000;
@@ -582,32 +586,32 @@ on_brokers(void *ctx)
 int
 ob_inbox_run(const ob_config *cfg)
 {
-	ob_inbox ib = {.cfg = cfg, .exit_code = -1, .backoff_ms = BACKOFF_START_MS};
+	ob_inbox ib = {.cfg = cfg, .exit_code = -1};
 	ob_consumer_hooks hooks = {on_revoking, on_lost, on_brokers, &ib};
 	char *masked = ob_log_mask_conninfo(cfg->inbox.conninfo);
 
 	ob_info("outboxd inbox starting: postgres \"%s\", table %s.%s, topics %s, group %s", masked,
 		cfg->inbox.schema, cfg->inbox.table_name, cfg->inbox.topics, cfg->inbox.group);
 	free(masked);
-	ob_signals_install();
-	ob_notify_init();
+	ob_runtime_start();
+	ob_backoff_init(&ib.backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);
 	ob_event_init(&ib.dlq_event);
 	ob_event_init(&ib.dlq_small);
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
 	set_ready(&ib);
 	if (!ob_producer_new(cfg, on_dlq_delivery, &ib, &ib.dlq) ||
 	    (ib.consumer = ob_consumer_new(cfg, hooks)) == NULL) {
-		ib.exit_code = EXIT_USAGE;
+		ib.exit_code = OB_EXIT_CONFIG;
 		goto out;
 	}
 	/* Ready once the database is: the consumer is polled meanwhile. */
-	while (ib.db == NULL && ib.exit_code < 0 && !ob_signals_stop_requested())
+	while (ib.db == NULL && ib.exit_code < 0 && !ob_runtime_stop_requested())
 		recover(&ib);
 	if (ib.db == NULL)
 		goto out;
 	ob_notify_ready("consuming into the inbox table");
 	run_loop(&ib);
-	ob_notify_stopping();
+	ob_runtime_stopping();
 	/* Store what was read; on an exit for the operator, nothing more. */
 	if (ib.exit_code < 0)
 		flush(&ib);
@@ -620,6 +624,5 @@ out:
 	ob_event_free(&ib.dlq_event);
 	ob_event_free(&ib.dlq_small);
 	free(ib.batch);
-	ob_info("outboxd inbox stopped");
-	return ib.exit_code < 0 ? 0 : ib.exit_code;
+	return ob_runtime_exit("outboxd inbox", ib.exit_code < 0 ? OB_EXIT_OK : ib.exit_code);
 }

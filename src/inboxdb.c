@@ -342,6 +342,12 @@ ob_inboxdb_close(ob_inboxdb *db)
 	free(db);
 }
 
+void
+ob_inboxdb_set_tick(ob_inboxdb *db, bool (*tick)(void *ctx), void *ctx)
+{
+	ob_pgsql_set_tick(db->conn, tick, ctx);
+}
+
 ob_inboxdb_status
 ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 {

@@ -20,9 +20,7 @@
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
 #include "outboxd/relay.h"
-
-#define EXIT_OPERATOR 1
-#define EXIT_USAGE    2
+#include "outboxd/runtime.h"
 
 static const char usage_text[] =
     "outboxd publishes transactional-outbox events from PostgreSQL to Kafka.\n"
@@ -55,7 +53,7 @@ usage_error(const char *what, const char *arg)
 {
 	fprintf(stderr, "outboxd: %s%s%s%s\nTry \"outboxd --help\".\n", what, arg ? " \"" : "",
 		arg ? arg : "", arg ? "\"" : "");
-	return EXIT_USAGE;
+	return OB_EXIT_CONFIG;
 }
 
 /* outboxd's version and those of the libraries it runs with. */
@@ -184,7 +182,7 @@ run(const ob_config *cfg, bool inbox)
 		log_startup(cfg);
 	ob_metrics_init(cfg->http.stall_after_ms);
 	if (!ob_http_start(cfg->http.listen, &http))
-		return EXIT_OPERATOR; /* the address is taken or not ours */
+		return OB_EXIT_OPERATOR; /* the address is taken or not ours */
 	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
 	ob_http_stop(http);
 	return rc;
@@ -195,10 +193,10 @@ slot_command(const ob_config *cfg, const char *sub)
 {
 	ob_pgconn *pg = NULL;
 	ob_slot_info info;
-	int rc = EXIT_OPERATOR;
+	int rc = OB_EXIT_OPERATOR;
 
 	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
-		return EXIT_OPERATOR;
+		return OB_EXIT_OPERATOR;
 	if (strcmp(sub, "create") == 0 && cfg->outbox.backlog_where[0] != '\0') {
 		ob_metrics_init(cfg->http.stall_after_ms);
 		rc = ob_relay_create_slot(cfg);
@@ -249,12 +247,12 @@ main(int argc, char **argv)
 		return rc;
 	}
 	if (!load_config(&c, &cfg)) {
-		rc = EXIT_USAGE;
+		rc = OB_EXIT_CONFIG;
 		goto out;
 	}
 	ob_log_configure(cfg.log.format, cfg.log.level);
 	if (!settings_fit(&cfg, c.command)) {
-		rc = EXIT_USAGE;
+		rc = OB_EXIT_CONFIG;
 		goto out;
 	}
 	if (strcmp(c.command, "inbox") == 0)

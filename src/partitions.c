@@ -223,7 +223,7 @@ ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgsql_tick_fn tick, 
 	w->cfg = cfg;
 	w->tick = tick;
 	w->tick_ctx = ctx;
-	w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
+	ob_backoff_init(&w->backoff, OB_PARTITIONS_INTERVAL_MS, cfg->pg.reconnect_max_backoff_ms);
 }
 
 bool
@@ -267,7 +267,7 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 			ob_info("read the %s of %s.%s again", what, w->cfg->outbox.schema,
 				w->cfg->outbox.table_name);
 		w->failing = false;
-		w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
+		ob_backoff_reset(&w->backoff);
 		w->next_ms = now + OB_PARTITIONS_INTERVAL_MS;
 		w->last_ms = now;
 		return true;
@@ -279,10 +279,7 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 	w->failing = true;
 	ob_pgsql_close(w->conn);
 	w->conn = NULL;
-	w->next_ms = now + w->backoff_ms;
-	w->backoff_ms *= 2;
-	if (w->backoff_ms > w->cfg->pg.reconnect_max_backoff_ms)
-		w->backoff_ms = w->cfg->pg.reconnect_max_backoff_ms;
+	w->next_ms = now + ob_backoff_next(&w->backoff);
 	return false;
 }
 

@@ -37,7 +37,7 @@
 #include "outboxd/pgoutput.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/position.h"
-#include "outboxd/signals.h"
+#include "outboxd/runtime.h"
 #include "outboxd/sqlstate.h"
 #include "outboxd/tableset.h"
 #include "outboxd/wal2json.h"
@@ -51,7 +51,7 @@
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */
-#define BACKOFF_START_MS        100
+#define BACKOFF_FIRST_MS        100
 /* How often a standby says it is still waiting. */
 #define STANDBY_LOG_INTERVAL_MS 60000
 /* A server error met this many times in a row at one position is not
@@ -91,7 +91,7 @@ typedef struct relay {
 	ob_lsn err_lsn;
 	int err_repeats;
 
-	int64_t backoff; /* before the next connection attempt */
+	ob_backoff backoff; /* before the next connection attempt */
 	int64_t last_standby_log;
 	bool slot_created; /* `slot create` created it */
 } relay;
@@ -383,7 +383,7 @@ stream(relay *r)
 		int64_t wait_ms;
 
 		ob_delivery_alive(&r->d, true);
-		if (ob_signals_stop_requested())
+		if (ob_runtime_stop_requested())
 			return OB_OUTCOME_STOP;
 		if (!ob_delivery_serve(&r->d, 0, &out) ||
 		    !ob_tableset_watch(&r->tableset, r->wal_end, &out))
@@ -393,7 +393,7 @@ stream(relay *r)
 		 * whether libpq's buffer is empty, so poll() may wait. */
 		bool drained = false;
 
-		for (int n = 0; n < READ_BATCH && !ob_signals_stop_requested(); n++) {
+		for (int n = 0; n < READ_BATCH && !ob_runtime_stop_requested(); n++) {
 			ob_pgrepl_msg msg;
 			ob_read_result rr = ob_pgrepl_read(r->pg, &msg);
 
@@ -495,7 +495,7 @@ on_query_tick(void *ctx)
 
 	ob_delivery_alive(&r->d, r->streaming);
 	ob_delivery_poll(&r->d, 0);
-	return !ob_signals_stop_requested() || ob_mono_ms() < r->stopping_query_until;
+	return !ob_runtime_stop_requested() || ob_mono_ms() < r->stopping_query_until;
 }
 
 /* The server must be the one streamed from before: the same system
@@ -619,7 +619,7 @@ shut_down(relay *r)
 	ob_outcome out = OB_OUTCOME_STOP;
 	bool final_ok;
 
-	ob_notify_stopping();
+	ob_runtime_stopping();
 	ob_info("stopping: flushing %llu in-flight events",
 		(unsigned long long)ob_acktrack_inflight(&r->d.ack));
 	while (r->d.producer != NULL && ob_acktrack_inflight(&r->d.ack) > 0 &&
@@ -661,7 +661,7 @@ relay_init(relay *r, const ob_config *cfg, bool create_only)
 	ob_mapper_init(&r->mapper, cfg);
 	ob_pgo_relcache_init(&r->relcache);
 	ob_event_init(&r->ev);
-	r->backoff = BACKOFF_START_MS;
+	ob_backoff_init(&r->backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);
 	r->last_standby_log = -STANDBY_LOG_INTERVAL_MS;
 	ob_tableset_init(&r->tableset, cfg, &r->d, on_query_tick, r);
 	ob_cutover_init(&r->cutover, cfg, &r->d, create_only);
@@ -702,43 +702,40 @@ static int
 relay_main(const ob_config *cfg, bool create_only)
 {
 	relay r;
-	int exit_code = 0;
+	int exit_code = OB_EXIT_OK;
 	bool running = true;
 	ob_outcome out;
+	int64_t ms;
 
-	ob_signals_install();
-	ob_notify_init();
-	ob_metrics_set_ready(OB_READY_CONNECTING);
+	ob_runtime_start();
 	if (!relay_init(&r, cfg, create_only)) {
-		exit_code = 2;
+		exit_code = OB_EXIT_CONFIG;
 		goto out;
 	}
 
-	while (running && !ob_signals_stop_requested()) {
+	while (running && !ob_runtime_stop_requested()) {
 		switch (run_connection(&r)) {
 		case OB_OUTCOME_STOP:
 			running = false;
 			break;
 		case OB_OUTCOME_HALT:
-			exit_code = 1;
+			exit_code = OB_EXIT_OPERATOR;
 			running = false;
 			break;
 		case OB_OUTCOME_CONFIG:
-			exit_code = 2;
+			exit_code = OB_EXIT_CONFIG;
 			running = false;
 			break;
 		case OB_OUTCOME_LOST:
-			r.backoff = BACKOFF_START_MS;
+			ob_backoff_reset(&r.backoff);
 			ob_metrics_set_ready(OB_READY_CONNECTING);
 			ob_metrics_reconnect(OB_TARGET_POSTGRES);
 			break;
 		case OB_OUTCOME_RETRY:
 			ob_metrics_reconnect(OB_TARGET_POSTGRES);
-			ob_info("retrying in %lld ms", (long long)r.backoff);
-			running = ob_delivery_pause(&r.d, r.backoff, OB_READY_CONNECTING);
-			r.backoff = r.backoff * 2 > cfg->pg.reconnect_max_backoff_ms
-					? cfg->pg.reconnect_max_backoff_ms
-					: r.backoff * 2;
+			ms = ob_backoff_next(&r.backoff);
+			ob_info("retrying in %lld ms", (long long)ms);
+			running = ob_delivery_pause(&r.d, ms, OB_READY_CONNECTING);
 			break;
 		case OB_OUTCOME_STANDBY:
 			running = wait_as_standby(&r);
@@ -749,22 +746,21 @@ relay_main(const ob_config *cfg, bool create_only)
 			if (!ob_delivery_recreate(&r.d, ob_tableset_confirmable(&r.tableset),
 						  &out)) {
 				if (out == OB_OUTCOME_HALT)
-					exit_code = 1; /* the same settings worked at start */
+					exit_code = OB_EXIT_OPERATOR; /* worked at start */
 				running = false;
 			}
 			break;
 		}
 	}
 	if (!shut_down(&r))
-		exit_code = 1;
+		exit_code = OB_EXIT_OPERATOR;
 
 out:
 	/* `slot create` succeeds only once the backlog is acknowledged. */
-	if (create_only && !r.slot_created && exit_code == 0)
-		exit_code = 1;
+	if (create_only && !r.slot_created && exit_code == OB_EXIT_OK)
+		exit_code = OB_EXIT_OPERATOR;
 	relay_free(&r);
-	ob_info("outboxd stopped (exit code %d)", exit_code);
-	return exit_code;
+	return ob_runtime_exit("outboxd", exit_code);
 }
 
 int

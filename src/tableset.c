@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "outboxd/log.h"
-#include "outboxd/signals.h"
+#include "outboxd/runtime.h"
 
 /* The shortest gap between two reads of the stream's tables when
  * acknowledgements wait on the verified position. */
@@ -102,7 +102,7 @@ ob_tableset_cover(ob_tableset *ts, ob_outcome *out)
 	if (ts->cfg->pg.plugin != OB_PLUGIN_WAL2JSON || !ts->tables.partitioned)
 		return true;
 	while (replay->unit > ob_pos_bound(ts->ceiling)) {
-		if (ob_signals_stop_requested()) {
+		if (ob_runtime_stop_requested()) {
 			*out = OB_OUTCOME_STOP;
 			return false;
 		}

@@ -39,6 +39,7 @@
 #include "outboxd/outcome.h"
 #include "outboxd/producer.h"
 #include "outboxd/replay.h"
+#include "outboxd/runtime.h"
 
 /* What the caller does while deliveries wait. */
 typedef struct ob_delivery_hooks {
@@ -82,8 +83,8 @@ typedef struct ob_deliveries {
 	/* Producers keep failing with the slot no further on: /readyz says
 	 * kafka-down until a record is delivered again. */
 	bool kafka_failing;
-	int64_t recreate_backoff; /* before reading again, when a new producer fails again */
-	ob_lsn last_recreated;    /* the confirmable LSN when the last one was made */
+	ob_backoff recreate_backoff; /* before reading again, when a new producer fails again */
+	ob_lsn last_recreated;       /* the confirmable LSN when the last one was made */
 } ob_deliveries;
 
 /* Set up d and create its producer. False (logged) when the producer

@@ -39,6 +39,7 @@
 #include "outboxd/config.h"
 #include "outboxd/leafset.h"
 #include "outboxd/pgrepl.h"
+#include "outboxd/runtime.h"
 
 /* How often a stream's set is read again. */
 #define OB_PARTITIONS_INTERVAL_MS 1000
@@ -61,7 +62,7 @@ typedef struct ob_partwatch {
 	ob_pgconn *conn;    /* NULL until the first read, and after a failure */
 	int64_t next_ms;    /* when the next read is due */
 	int64_t last_ms;    /* when the latest read succeeded */
-	int64_t backoff_ms; /* the wait after a failed read; doubles */
+	ob_backoff backoff; /* the wait after a failed read; doubles */
 	bool failing;       /* the latest read failed (said once) */
 } ob_partwatch;
 
