@@ -29,18 +29,17 @@
 
 #include "outboxd/check.h"
 #include "outboxd/cutover.h"
+#include "outboxd/decoder.h"
 #include "outboxd/delivery.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
 #include "outboxd/outbox.h"
-#include "outboxd/pgoutput.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/position.h"
 #include "outboxd/runtime.h"
 #include "outboxd/sqlstate.h"
 #include "outboxd/tableset.h"
-#include "outboxd/wal2json.h"
 
 /* How long SIGTERM waits for in-flight events before giving up. */
 #define SHUTDOWN_FLUSH_MS       30000
@@ -65,10 +64,8 @@ typedef struct relay {
 	ob_cutover cutover;   /* the backlog, before the first stream */
 	ob_mapper mapper;
 	ob_pgconn *pg;
-	ob_event ev;              /* the event being mapped, reused */
-	ob_w2j_record rec;        /* wal2json: points into the message being handled */
-	ob_pgo_msg pgo;           /* pgoutput: points into the message being handled */
-	ob_pgo_relcache relcache; /* pgoutput: the relations of this session */
+	ob_event ev;        /* the event being mapped, reused */
+	ob_decoder decoder; /* wal2json's or pgoutput's records as changes */
 
 	/* The server and the stream. */
 	bool streamed;       /* replication started once: the slot is ours */
@@ -237,139 +234,77 @@ handle_message(relay *r, const ob_logical_message *lm, ob_outcome *out)
 	return ok;
 }
 
-/* Map an I record: a row of the outbox table, or, when it is
- * partitioned, of one of the leaves the stream reads. */
-static ob_map_result
-map_w2j_insert(relay *r)
+/* Whether the row of ch is of the outbox table. */
+static bool
+outbox_table(const relay *r, const ob_change *ch)
 {
+	return strcmp(ch->schema, r->cfg->outbox.schema) == 0 &&
+	       strcmp(ch->table, r->cfg->outbox.table_name) == 0;
+}
+
+/* Map an inserted row: a row of the outbox table (with pgoutput, a
+ * partition's rows come under it), or, with wal2json and a partitioned
+ * table, of one of the leaves the stream reads. Rows of other tables are
+ * skipped (pgoutput's publication may hold them). */
+static ob_map_result
+map_row(relay *r, const ob_change *ch)
+{
+	const ob_leafset *tables = &r->tableset.tables;
 	int64_t commit_ms = r->d.unit_commit_us / 1000;
 
-	if (!r->tableset.tables.partitioned)
-		return ob_mapper_map_insert(&r->mapper, &r->rec, commit_ms, &r->ev);
-	if (!ob_leafset_has(&r->tableset.tables, r->rec.schema, r->rec.table))
+	if (ch->w2j != NULL && !tables->partitioned)
+		return ob_mapper_map_insert(&r->mapper, ch->w2j, commit_ms, &r->ev);
+	if (ch->w2j != NULL)
+		return ob_leafset_has(tables, ch->schema, ch->table)
+			   ? ob_mapper_map_row(&r->mapper, ch->w2j, commit_ms, &r->ev)
+			   : OB_MAP_SKIP;
+	if (!outbox_table(r, ch))
 		return OB_MAP_SKIP;
-	return ob_mapper_map_row(&r->mapper, &r->rec, commit_ms, &r->ev);
+	return ob_mapper_map_text_row(&r->mapper, &ch->text, ch->lsn, commit_ms, &r->ev);
 }
 
-/* One wal2json record (wal2json.h). */
+/* One record of the stream, whichever decoder sent it: the one dispatch
+ * of decoded changes (change.h). */
 static bool
-handle_wal2json(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
+handle_xlog(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
 {
+	ob_change ch;
 	char err[256];
-
-	if (!ob_w2j_parse(msg->data, msg->len, &r->rec, err, sizeof(err)))
-		return handle_unparsable(r, msg, err, out);
-	switch (r->rec.action) {
-	case OB_W2J_BEGIN:
-		return handle_begin(r, r->rec.lsn,
-				    r->rec.has_timestamp ? r->rec.timestamp_us : ob_now_us(), out);
-	case OB_W2J_COMMIT:
-		if (r->d.replay.in_txn)
-			commit(r, r->rec.nextlsn);
-		return true;
-	case OB_W2J_INSERT:
-		if (!r->d.replay.in_txn)
-			return true;
-		return hand_over(r, map_w2j_insert(r), r->rec.lsn, out);
-	case OB_W2J_MESSAGE: {
-		ob_logical_message lm = {
-		    .lsn = r->rec.lsn,
-		    .transactional = r->rec.transactional,
-		    .prefix = r->rec.prefix,
-		    .prefix_too_long = r->rec.prefix_too_long,
-		    .content = r->rec.content,
-		    .content_len = r->rec.content_len,
-		    .content_escaped = r->rec.content_escaped,
-		};
-
-		return handle_message(r, &lm, out);
-	}
-	case OB_W2J_OTHER:
-		break;
-	}
-	return true;
-}
-
-/* An Insert of pgoutput: a row of the outbox table (published under the
- * partitioned table when it went to a partition), or of another table the
- * publication holds, which is skipped. */
-static bool
-handle_pgoutput_insert(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
-{
-	const ob_config *cfg = r->cfg;
-	const ob_pgo_relation *rel;
-	ob_text_row row;
-	char err[256];
-
 	bool parsed;
 
-	if (!r->d.replay.in_txn)
-		return true;
-	parsed = ob_pgo_row(&r->relcache, &r->pgo, &rel, &row, err, sizeof(err));
-	if (rel != NULL && (strcmp(rel->schema, cfg->outbox.schema) != 0 ||
-			    strcmp(rel->name, cfg->outbox.table_name) != 0))
-		return true;
-	if (!parsed)
+	if (msg->data_start > r->received)
+		r->received = msg->data_start;
+	parsed = ob_decoder_next(&r->decoder, msg->data, msg->len, msg->data_start, &ch, err,
+				 sizeof(err));
+	if (!parsed && ch.kind == OB_CHANGE_OTHER)
 		return handle_unparsable(r, msg, err, out);
-	return hand_over(r,
-			 ob_mapper_map_text_row(&r->mapper, &row, msg->data_start,
-						r->d.unit_commit_us / 1000, &r->ev),
-			 msg->data_start, out);
-}
-
-/* One pgoutput message (pgoutput.h). */
-static bool
-handle_pgoutput(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
-{
-	const ob_pgo_msg *m = &r->pgo;
-	char err[256];
-
-	if (!ob_pgo_parse(msg->data, msg->len, &r->pgo, err, sizeof(err)))
-		return handle_unparsable(r, msg, err, out);
-	switch (m->kind) {
-	case OB_PGO_BEGIN:
-		/* Begin tells where the commit record starts (which places
-		 * the transaction), Commit where it ends (what it confirms). */
-		return handle_begin(r, m->commit_lsn, m->commit_us, out);
-	case OB_PGO_COMMIT:
+	switch (ch.kind) {
+	case OB_CHANGE_BEGIN:
+		return handle_begin(r, ch.lsn, ch.commit_us != 0 ? ch.commit_us : ob_now_us(), out);
+	case OB_CHANGE_COMMIT:
 		if (r->d.replay.in_txn)
-			commit(r, m->end_lsn);
+			commit(r, ch.lsn);
 		return true;
-	case OB_PGO_RELATION:
-		if (ob_pgo_relcache_put(&r->relcache, msg->data, msg->len, err, sizeof(err)))
+	case OB_CHANGE_ROW:
+		if (!r->d.replay.in_txn || (!parsed && ch.table != NULL && !outbox_table(r, &ch)))
+			return true;
+		if (!parsed)
+			return handle_unparsable(r, msg, err, out);
+		return hand_over(r, map_row(r, &ch), ch.lsn, out);
+	case OB_CHANGE_MESSAGE:
+		return handle_message(r, &ch.message, out);
+	case OB_CHANGE_RELATION:
+		if (parsed)
 			return true;
 		/* Every row of the table would be unreadable. */
 		ob_log_lsn(OB_LOG_ERROR, msg->data_start, NULL, 0,
 			   "could not read a pgoutput Relation message: %s; stopping", err);
 		*out = OB_OUTCOME_HALT;
 		return false;
-	case OB_PGO_INSERT:
-		return handle_pgoutput_insert(r, msg, out);
-	case OB_PGO_MESSAGE: {
-		ob_logical_message lm = {
-		    .lsn = m->message_lsn,
-		    .transactional = m->transactional,
-		    .prefix = m->prefix,
-		    .content = m->content,
-		    .content_len = m->content_len,
-		};
-
-		return handle_message(r, &lm, out);
-	}
-	case OB_PGO_OTHER:
+	case OB_CHANGE_OTHER:
 		break;
 	}
 	return true;
-}
-
-static bool
-handle_xlog(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
-{
-	if (msg->data_start > r->received)
-		r->received = msg->data_start;
-	if (r->cfg->pg.plugin == OB_PLUGIN_PGOUTPUT)
-		return handle_pgoutput(r, msg, out);
-	return handle_wal2json(r, msg, out);
 }
 
 /* Read the stream until something ends it. */
@@ -555,7 +490,7 @@ connect_stream(relay *r)
 	}
 	r->streamed = true;
 	r->server = sys;
-	ob_pgo_relcache_clear(&r->relcache); /* a new session describes them again */
+	ob_decoder_reset(&r->decoder); /* a new session describes its relations again */
 	r->sent_flush = 0;
 	r->last_status_ms = 0;
 	return OB_PG_OK;
@@ -659,7 +594,7 @@ relay_init(relay *r, const ob_config *cfg, bool create_only)
 	memset(r, 0, sizeof(*r));
 	r->cfg = cfg;
 	ob_mapper_init(&r->mapper, cfg);
-	ob_pgo_relcache_init(&r->relcache);
+	ob_decoder_init(&r->decoder, cfg->pg.plugin);
 	ob_event_init(&r->ev);
 	ob_backoff_init(&r->backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);
 	r->last_standby_log = -STANDBY_LOG_INTERVAL_MS;
@@ -674,7 +609,7 @@ relay_free(relay *r)
 	ob_delivery_free(&r->d);
 	ob_event_free(&r->ev);
 	ob_mapper_free(&r->mapper);
-	ob_pgo_relcache_free(&r->relcache);
+	ob_decoder_free(&r->decoder);
 	ob_tableset_free(&r->tableset);
 }
 

@@ -2,10 +2,13 @@
  * change.h: what the decoders and the backlog hand the relay, whatever
  * their source.
  *
- * A row in text format (read with libpq by the backlog, or decoded from
- * pgoutput's tuple data) and a logical message are the same to the mapper
- * (outbox.h) wherever they came from. Nothing here touches libpq or a
- * socket.
+ * Both decoders yield the same kinds of change (decoder.h): a
+ * transaction's begin and commit, an inserted row, a logical message, and
+ * (pgoutput) the description of a relation; the relay dispatches them in
+ * one switch, as PostgreSQL's apply_dispatch() does. A row in text format
+ * (read with libpq by the backlog, or decoded from pgoutput's tuple data)
+ * and a logical message are the same to the mapper (outbox.h) wherever
+ * they came from. Nothing here touches libpq or a socket.
  */
 #ifndef OUTBOXD_CHANGE_H
 #define OUTBOXD_CHANGE_H
@@ -52,5 +55,34 @@ typedef struct ob_logical_message {
 	size_t content_len;
 	bool content_escaped;
 } ob_logical_message;
+
+struct ob_w2j_record;
+
+typedef enum ob_change_kind {
+	OB_CHANGE_BEGIN,    /* a transaction begins */
+	OB_CHANGE_COMMIT,   /* the open transaction commits */
+	OB_CHANGE_ROW,      /* a row was inserted */
+	OB_CHANGE_MESSAGE,  /* a logical message */
+	OB_CHANGE_RELATION, /* pgoutput described a relation (the decoder keeps it) */
+	OB_CHANGE_OTHER,    /* nothing to publish (updates, deletes, types, ...) */
+} ob_change_kind;
+
+/* One decoded change; its pointers borrow the record it was decoded from
+ * and the decoder, and are valid until the next record is decoded. */
+typedef struct ob_change {
+	ob_change_kind kind;
+	/* BEGIN: where the transaction's commit record starts (which places
+	 * it, position.h). COMMIT: where it ends (what it confirms). ROW: the
+	 * change's own position. MESSAGE: message.lsn, where its record ends. */
+	ob_lsn lsn;
+	int64_t commit_us; /* BEGIN: the commit time, µs since the epoch; 0: not sent */
+	/* ROW: the table (NULL when the decoder does not know it), and the
+	 * row: a wal2json record with its values as JSON, or a text row. */
+	const char *schema;
+	const char *table;
+	const struct ob_w2j_record *w2j;
+	ob_text_row text;
+	ob_logical_message message; /* MESSAGE */
+} ob_change;
 
 #endif
