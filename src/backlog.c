@@ -236,8 +236,8 @@ ob_backlog_verify(ob_backlog *b)
 			snprintf(b->error, sizeof(b->error),
 				 "invalid value \"%s\" for outbox.backlog_where: %s",
 				 cfg->outbox.backlog_where, err);
-		st = OB_PG_FATAL;
 		ob_pgres_free(where);
+		st = OB_PG_FATAL;
 	}
 	ob_pgres_free(res);
 	return st;
@@ -246,11 +246,11 @@ ob_backlog_verify(ob_backlog *b)
 ob_pg_status
 ob_backlog_start(ob_backlog *b, const char *snapshot)
 {
+	ob_pg_status st = OB_PG_RETRY;
 	char *lit = ob_pgsql_quote_literal(b->pg, snapshot);
 	char *import = ob_xasprintf("SET TRANSACTION SNAPSHOT %s", lit);
 	char *select = ob_backlogsql_select(b->cfg, "*", b->order);
 	char *declare = ob_xasprintf("DECLARE ob_backlog NO SCROLL CURSOR FOR %s", select);
-	ob_pg_status st = OB_PG_RETRY;
 	ob_pgres *res;
 	char err[512];
 

@@ -568,18 +568,32 @@ set_resume(ob_consumer *c, const ob_kpart *parts, size_t n)
 	}
 }
 
-bool
-ob_consumer_start(ob_consumer *c, const ob_kpart *parts, size_t n)
+/* Each of parts resumes at its .offset: seek those that have one, then
+ * resume the partitions of list. False (logged) when a seek failed; else
+ * *sought is how many were sought. */
+static bool
+place(ob_consumer *c, const ob_kpart *parts, size_t n, rd_kafka_topic_partition_list_t *list,
+      int *sought)
 {
 	rd_kafka_topic_partition_list_t *seek = to_list(parts, n, true);
 	bool ok;
 
 	set_resume(c, parts, n);
 	ok = seek_to(c, seek);
+	*sought = seek->cnt;
 	rd_kafka_topic_partition_list_destroy(seek);
-	if (!ok)
+	if (ok)
+		(void)rd_kafka_resume_partitions(c->rk, list);
+	return ok;
+}
+
+bool
+ob_consumer_start(ob_consumer *c, const ob_kpart *parts, size_t n)
+{
+	int sought;
+
+	if (!place(c, parts, n, c->unstarted, &sought))
 		return false;
-	(void)rd_kafka_resume_partitions(c->rk, c->unstarted);
 	rd_kafka_topic_partition_list_destroy(c->unstarted);
 	c->unstarted = rd_kafka_topic_partition_list_new(1);
 	return true;
@@ -588,16 +602,11 @@ ob_consumer_start(ob_consumer *c, const ob_kpart *parts, size_t n)
 bool
 ob_consumer_resume_at(ob_consumer *c, const ob_kpart *parts, size_t n)
 {
-	rd_kafka_topic_partition_list_t *seek = to_list(parts, n, true);
-	bool ok;
+	int sought = 0;
+	bool ok = place(c, parts, n, c->assigned, &sought);
 
-	set_resume(c, parts, n);
-	ok = seek_to(c, seek);
-	if (ok) {
-		(void)rd_kafka_resume_partitions(c->rk, c->assigned);
-		ob_info("resumed %d partition(s) from the positions stored in postgres", seek->cnt);
-	}
-	rd_kafka_topic_partition_list_destroy(seek);
+	if (ok)
+		ob_info("resumed %d partition(s) from the positions stored in postgres", sought);
 	return ok;
 }
 

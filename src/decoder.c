@@ -26,6 +26,16 @@ ob_decoder_reset(ob_decoder *d)
 	ob_pgo_relcache_clear(&d->relcache);
 }
 
+/* A transaction of either decoder begins (its commit record starts at
+ * lsn) or commits (its commit record ends at lsn). */
+static void
+transaction(ob_change *ch, ob_change_kind kind, ob_lsn lsn, int64_t commit_us)
+{
+	ch->kind = kind;
+	ch->lsn = lsn;
+	ch->commit_us = commit_us;
+}
+
 /* A logical message of either decoder. */
 static void
 message(ob_change *ch, ob_lsn lsn, bool transactional, const char *prefix, bool prefix_too_long,
@@ -46,13 +56,7 @@ wal2json(ob_decoder *d, const char *data, size_t len, ob_change *ch, char *err, 
 		return false;
 	switch (r->action) {
 	case OB_W2J_BEGIN:
-		ch->kind = OB_CHANGE_BEGIN;
-		ch->lsn = r->lsn;
-		ch->commit_us = r->has_timestamp ? r->timestamp_us : 0;
-		break;
-	case OB_W2J_COMMIT:
-		ch->kind = OB_CHANGE_COMMIT;
-		ch->lsn = r->nextlsn;
+		transaction(ch, OB_CHANGE_BEGIN, r->lsn, r->has_timestamp ? r->timestamp_us : 0);
 		break;
 	case OB_W2J_INSERT:
 		ch->kind = OB_CHANGE_ROW;
@@ -60,6 +64,9 @@ wal2json(ob_decoder *d, const char *data, size_t len, ob_change *ch, char *err, 
 		ch->schema = r->schema;
 		ch->table = r->table;
 		ch->w2j = r;
+		break;
+	case OB_W2J_COMMIT:
+		transaction(ch, OB_CHANGE_COMMIT, r->nextlsn, 0);
 		break;
 	case OB_W2J_MESSAGE:
 		message(ch, r->lsn, r->transactional, r->prefix, r->prefix_too_long, r->content,
@@ -85,13 +92,10 @@ pgoutput(ob_decoder *d, const char *data, size_t len, ob_lsn data_start, ob_chan
 	case OB_PGO_BEGIN:
 		/* Begin tells where the commit record starts (which places the
 		 * transaction), Commit where it ends (what it confirms). */
-		ch->kind = OB_CHANGE_BEGIN;
-		ch->lsn = m->commit_lsn;
-		ch->commit_us = m->commit_us;
+		transaction(ch, OB_CHANGE_BEGIN, m->commit_lsn, m->commit_us);
 		break;
 	case OB_PGO_COMMIT:
-		ch->kind = OB_CHANGE_COMMIT;
-		ch->lsn = m->end_lsn;
+		transaction(ch, OB_CHANGE_COMMIT, m->end_lsn, 0);
 		break;
 	case OB_PGO_RELATION:
 		ch->kind = OB_CHANGE_RELATION;

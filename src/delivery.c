@@ -37,6 +37,20 @@ set_state(ob_deliveries *d, ob_delivery_state to, const char *why)
 	d->state = to;
 }
 
+/* Halt on the refusal rep of a record that confirms end_lsn: "<what>
+ * <topic>: <error>; <why>stopping without confirming <end_lsn>". */
+static void
+halt_refused(ob_deliveries *d, const ob_delivery *rep, ob_lsn end_lsn, const char *what,
+	     const char *why)
+{
+	const ob_record_view *rec = &rep->record;
+
+	ob_log_lsn(OB_LOG_ERROR, end_lsn, rec->topic, rec->topic_len,
+		   "%s %.*s: %s; %sstopping without confirming " OB_LSN_FMT, what,
+		   (int)rec->topic_len, rec->topic, rep->error, why, OB_LSN_ARGS(end_lsn));
+	set_state(d, OB_DELIVERY_HALTED, what);
+}
+
 /* A suspect record was refused alone: the error is its own. Queue its
  * dead-letter record, or halt when that is not possible or wanted. */
 static void
@@ -48,11 +62,7 @@ refused_alone(ob_deliveries *d, const ob_delivery *rep, ob_record_tag tag, ob_ls
 
 	if (tag.kind == OB_RECORD_DLQ_HEADERS_ONLY ||
 	    (tag.kind == OB_RECORD_DLQ && !rep->value_too_large)) {
-		ob_log_lsn(OB_LOG_ERROR, end_lsn, rec->topic, rec->topic_len,
-			   "could not publish dead-letter record to %.*s: %s; stopping without "
-			   "confirming " OB_LSN_FMT,
-			   (int)rec->topic_len, rec->topic, rep->error, OB_LSN_ARGS(end_lsn));
-		set_state(d, OB_DELIVERY_HALTED, "a dead-letter record was refused");
+		halt_refused(d, rep, end_lsn, "could not publish dead-letter record to", "");
 		return;
 	}
 	if (tag.kind == OB_RECORD_DLQ) {
@@ -62,11 +72,8 @@ refused_alone(ob_deliveries *d, const ob_delivery *rep, ob_record_tag tag, ob_ls
 		return;
 	}
 	if (d->cfg->outbox.on_bad_event == OB_BAD_EVENT_HALT) {
-		ob_log_lsn(OB_LOG_ERROR, end_lsn, rec->topic, rec->topic_len,
-			   "broker refused a record for %.*s: %s; on_bad_event = halt: stopping "
-			   "without confirming " OB_LSN_FMT,
-			   (int)rec->topic_len, rec->topic, rep->error, OB_LSN_ARGS(end_lsn));
-		set_state(d, OB_DELIVERY_HALTED, "a record was refused alone");
+		halt_refused(d, rep, end_lsn, "broker refused a record for",
+			     "on_bad_event = halt: ");
 		return;
 	}
 	snprintf(error, sizeof(error), "broker refused the record for %.*s: %s",

@@ -197,31 +197,47 @@ out:
 	return st;
 }
 
+/* The lag of parts, their stored positions pos: into each .offset, a
+ * count of records; false when the broker did not answer. */
+static bool
+lag_of(ob_consumer *c, ob_kpart *parts, const ob_inbox_position *pos, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int64_t low, high, from;
+
+		if (!ob_consumer_watermarks(c, parts[i].topic, parts[i].partition, &low, &high,
+					    false))
+			return false;
+		from = pos[i].next_offset >= 0 ? pos[i].next_offset : low;
+		parts[i].offset = high > from ? high - from : 0;
+	}
+	return true;
+}
+
+/* Where each of parts resumes, their stored positions pos: the stored
+ * one, else where it resumed already (the first record read from it). */
+static void
+resume_points(ob_kpart *parts, const ob_inbox_position *pos, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (pos[i].next_offset >= 0)
+			parts[i].offset = pos[i].next_offset;
+	}
+}
+
 ob_inboxpos_status
 ob_inboxpos_note_lag(ob_consumer *c, ob_inboxdb *db)
 {
 	size_t n;
 	ob_kpart *parts = ob_consumer_unstarted(c, &n);
 	ob_inbox_position *pos = read_stored(db, parts, n);
+	ob_inboxpos_status st = pos != NULL ? OB_INBOXPOS_OK : OB_INBOXPOS_DB;
 
-	if (pos == NULL) {
-		free(parts);
-		return OB_INBOXPOS_DB;
-	}
-	for (size_t i = 0; i < n; i++) {
-		int64_t low, high, from;
-
-		if (!ob_consumer_watermarks(c, parts[i].topic, parts[i].partition, &low, &high,
-					    false))
-			goto out;
-		from = pos[i].next_offset >= 0 ? pos[i].next_offset : low;
-		parts[i].offset = high > from ? high - from : 0;
-	}
-	ob_consumer_set_unstarted_lag(c, parts, n);
-out:
+	if (pos != NULL && lag_of(c, parts, pos, n))
+		ob_consumer_set_unstarted_lag(c, parts, n);
 	free(pos);
 	free(parts);
-	return OB_INBOXPOS_OK;
+	return st;
 }
 
 ob_inboxpos_status
@@ -233,10 +249,7 @@ ob_inboxpos_resume(ob_consumer *c, ob_inboxdb *db)
 	ob_inboxpos_status st = OB_INBOXPOS_DB;
 
 	if (pos != NULL) {
-		for (size_t i = 0; i < n; i++) {
-			if (pos[i].next_offset >= 0)
-				parts[i].offset = pos[i].next_offset;
-		}
+		resume_points(parts, pos, n);
 		st = ob_consumer_resume_at(c, parts, n) ? OB_INBOXPOS_OK : OB_INBOXPOS_WAIT;
 	}
 	free(pos);

@@ -12,6 +12,18 @@
 #include "outboxd/log.h"
 #include "outboxd/publication.h"
 
+char *
+ob_partitions_table_name(ob_pgconn *p, const ob_config *cfg)
+{
+	char *schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
+	char *table = ob_pgsql_quote_literal(p, cfg->outbox.table_name);
+	char *name = ob_xasprintf("format('%%I.%%I', %s, %s)", schema, table);
+
+	free(table);
+	free(schema);
+	return name;
+}
+
 /* Run sql, which must succeed and return one row of one column; its
  * value, which the caller frees, goes into *value. */
 static bool
@@ -65,8 +77,7 @@ read_position(ob_pgconn *p, ob_lsn *lsn, char *err, size_t errlen)
 static bool
 read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t errlen)
 {
-	char *schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
-	char *table = ob_pgsql_quote_literal(p, cfg->outbox.table_name);
+	char *name = ob_partitions_table_name(p, cfg);
 	char *pub = ob_pgsql_quote_literal(p, cfg->pg.publication);
 	char *locks =
 	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
@@ -77,9 +88,8 @@ read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t 
 		: ob_xasprintf(
 		      "l.locktype = 'relation' AND l.mode NOT IN ('AccessShareLock', "
 		      "'RowShareLock', 'RowExclusiveLock') AND l.relation IN (SELECT relid "
-		      "FROM pg_partition_tree(to_regclass(format('%%I.%%I', %s, %s))) UNION "
-		      "ALL SELECT to_regclass(format('%%I.%%I', %s, %s)))",
-		      schema, table, schema, table);
+		      "FROM pg_partition_tree(to_regclass(%s)) UNION ALL SELECT to_regclass(%s))",
+		      name, name);
 	char *sql = ob_xasprintf(
 	    "SELECT array(SELECT DISTINCT x.transactionid::text FROM pg_locks x JOIN pg_locks l "
 	    "ON l.virtualtransaction = x.virtualtransaction WHERE x.locktype = 'transactionid' "
@@ -96,8 +106,7 @@ read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t 
 	free(sql);
 	free(locks);
 	free(pub);
-	free(table);
-	free(schema);
+	free(name);
 	return ok;
 }
 
@@ -142,14 +151,13 @@ read_unsettled(ob_pgconn *p, const ob_config *cfg, const char *xids, long *unset
 static bool
 read_leaves(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
 {
-	char *schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
-	char *table = ob_pgsql_quote_literal(p, cfg->outbox.table_name);
+	char *name = ob_partitions_table_name(p, cfg);
 	char *sql = ob_xasprintf(
 	    "SELECT n.nspname, c.relname, t.isleaf, t.level = 0 "
-	    "FROM pg_partition_tree(format('%%I.%%I', %s, %s)::regclass) t "
+	    "FROM pg_partition_tree(%s::regclass) t "
 	    "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
 	    "WHERE t.isleaf OR t.level = 0",
-	    schema, table);
+	    name);
 	ob_pgres *res = ob_pgsql_exec(p, sql);
 	bool ok = ob_pgres_tuples(res) && ob_pgres_columns(res) == 4;
 
@@ -166,8 +174,7 @@ read_leaves(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err, size
 	}
 	ob_pgres_free(res);
 	free(sql);
-	free(table);
-	free(schema);
+	free(name);
 	return ok;
 }
 

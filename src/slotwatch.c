@@ -9,6 +9,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/partitions.h"
 
 /* The least time between two readings. */
 #define SLOTWATCH_INTERVAL_MS 1000
@@ -49,7 +50,7 @@ take(ob_slotwatch *w, int64_t inserts, ob_lsn wal_lsn, ob_lsn done_lsn)
 void
 ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn read_lsn)
 {
-	char *table = NULL, *schema = NULL, *slot = NULL, *sql = NULL;
+	char *name = NULL, *slot = NULL, *sql = NULL;
 	ob_pgres *res = NULL;
 	ob_lsn wal_lsn = 0, confirmed = 0;
 	char err[1024];
@@ -58,8 +59,7 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn re
 	if (p == NULL || ob_mono_ms() < w->next_ms)
 		return;
 	w->next_ms = ob_mono_ms() + SLOTWATCH_INTERVAL_MS;
-	schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
-	table = ob_pgsql_quote_literal(p, cfg->outbox.table_name);
+	name = ob_partitions_table_name(p, cfg);
 	slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
 	/* The counter (of the table and, when it is partitioned, of every
 	 * partition: pg_partition_tree() lists nothing for a plain table)
@@ -67,12 +67,12 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn re
 	 * first. */
 	sql = ob_xasprintf(
 	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(tree.r)), 0)::bigint "
-	    "FROM (SELECT to_regclass(format('%%I.%%I', %s, %s)) AS t) AS o, "
+	    "FROM (SELECT to_regclass(%s) AS t) AS o, "
 	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS tree(r)), "
 	    "pg_current_wal_lsn(), s.confirmed_flush_lsn, s.wal_status, "
 	    "coalesce(pg_current_wal_lsn() - s.restart_lsn, 0)::bigint "
 	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
-	    schema, table, slot);
+	    name, slot);
 	res = ob_pgsql_exec(p, sql);
 	ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) == 5 &&
 	     ob_lsn_parse(ob_pgres_value(res, 0, 1), &wal_lsn) &&
@@ -99,6 +99,5 @@ done:
 	ob_pgres_free(res);
 	free(sql);
 	free(slot);
-	free(table);
-	free(schema);
+	free(name);
 }

@@ -52,6 +52,11 @@
 bool ob_partitions_read(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err,
 			size_t errlen) OB_MUST_CHECK;
 
+/* The outbox table's qualified name as an SQL expression of type text,
+ * "format('%I.%I', '<schema>', '<table>')" with both names quoted as
+ * literals on p, for to_regclass() or ::regclass; the caller frees. */
+char *ob_partitions_table_name(ob_pgconn *p, const ob_config *cfg);
+
 /* The reads while a stream runs, on a plain connection of their own
  * (a replication connection that streams takes no SQL), opened on first
  * use and closed with the stream. */
