@@ -81,6 +81,9 @@ static const config_key config_keys[] = {
 const ob_kafka_setting ob_kafka_pinned[] = {
     {"enable.idempotence", "true"},
     {"acks", "all"},
+    /* Per-key order after a failed batch (producer.h, OB_PRODUCER_PIPELINED);
+     * the producer turns it off itself where it awaits every record. */
+    {"enable.gapless.guarantee", "true"},
 };
 const size_t ob_kafka_pinned_len = OB_ARRAY_LEN(ob_kafka_pinned);
 

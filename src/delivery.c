@@ -263,8 +263,11 @@ publish(ob_deliveries *d, const ob_event *ev, uint64_t seq, uint64_t index, ob_r
 			    d->state == OB_DELIVERY_HALTED ? OB_OUTCOME_HALT : OB_OUTCOME_REPRODUCE;
 			return false;
 		}
-		switch (ob_producer_send(d->producer, ev, ob_tag_encode(seq, index, kind), &why,
-					 &too_large)) {
+		/* A suspect produced alone goes through the producer's client
+		 * without the gapless guarantee, so its refusal is its own. */
+		switch (
+		    (d->state == OB_DELIVERY_ISOLATING ? ob_producer_send_alone : ob_producer_send)(
+			d->producer, ev, ob_tag_encode(seq, index, kind), &why, &too_large)) {
 		case OB_SEND_OK:
 			ob_acktrack_add(&d->ack, seq);
 			if (kind != OB_RECORD_EVENT)
@@ -484,7 +487,7 @@ ob_delivery_init(ob_deliveries *d, const ob_config *cfg, ob_delivery_hooks hooks
 	ob_backoff_init(&d->recreate_backoff, RECREATE_BACKOFF_FIRST_MS,
 			cfg->pg.reconnect_max_backoff_ms);
 	d->last_recreated = (ob_lsn)-1;
-	return ob_producer_new(cfg, on_delivery, d, &d->producer);
+	return ob_producer_new(cfg, OB_PRODUCER_PIPELINED, on_delivery, d, &d->producer);
 }
 
 void
@@ -539,7 +542,7 @@ ob_delivery_recreate(ob_deliveries *d, ob_lsn from, ob_outcome *out)
 	d->broken_why[0] = '\0';
 	set_state(d, OB_DELIVERY_FLOWING, "the producer was recreated");
 	ob_metrics_reconnect(OB_TARGET_KAFKA);
-	if (!ob_producer_new(d->cfg, on_delivery, d, &d->producer)) {
+	if (!ob_producer_new(d->cfg, OB_PRODUCER_PIPELINED, on_delivery, d, &d->producer)) {
 		*out = OB_OUTCOME_HALT;
 		return false;
 	}

@@ -599,7 +599,7 @@ ob_inbox_run(const ob_config *cfg)
 	ob_event_init(&ib.dlq_small);
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
 	set_ready(&ib);
-	if (!ob_producer_new(cfg, on_dlq_delivery, &ib, &ib.dlq) ||
+	if (!ob_producer_new(cfg, OB_PRODUCER_AWAITED, on_dlq_delivery, &ib, &ib.dlq) ||
 	    (ib.consumer = ob_consumer_new(cfg, hooks)) == NULL) {
 		ib.exit_code = OB_EXIT_CONFIG;
 		goto out;

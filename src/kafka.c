@@ -88,6 +88,10 @@ ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *
 				      : OB_LOG_DEBUG;
 	ob_log_field fields[] = {{"component", "librdkafka"}, {"facility", facility}, {NULL, NULL}};
 
+	/* librdkafka warns at every start that enable.gapless.guarantee is
+	 * experimental; outboxd sets it on purpose (producer.h). */
+	if (strcmp(facility, "CONFWARN") == 0 && strstr(buf, "enable.gapless.guarantee") != NULL)
+		l = OB_LOG_DEBUG;
 	if (ob_log_enabled(l))
 		ob_log_kv(l, fields, "%s", buf);
 }

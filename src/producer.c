@@ -20,9 +20,25 @@
 #include "outboxd/kafka.h"
 #include "outboxd/log.h"
 
-struct ob_producer {
+/* One librdkafka client and the queue its reports arrive on. */
+typedef struct handle {
 	rd_kafka_t *rk;
 	rd_kafka_queue_t *main_queue;
+} handle;
+
+struct ob_producer {
+	const ob_config *cfg;
+	ob_producer_order order;
+	/* Every record but those produced alone. With OB_PRODUCER_PIPELINED it
+	 * keeps librdkafka's enable.gapless.guarantee: a batch the broker
+	 * fails fails the producer, and nothing queued behind that batch is
+	 * written (its requests carry later sequence numbers, which the broker
+	 * refuses; librdkafka purges the rest). */
+	handle main;
+	/* Records produced alone (ob_producer_send_alone), created on first
+	 * use; NULL until then. Without the gapless guarantee: its refusal of
+	 * a record is the record's own and leaves the producer working. */
+	handle alone;
 	int wake_pipe[2];
 	ob_delivery_fn on_delivery;
 	void *ctx;
@@ -58,7 +74,8 @@ test_hook_sent(ob_producer *p)
 {
 	if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
 		fatal_hook_fired = true;
-		rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+		rd_kafka_test_fatal_error(p->main.rk,
+					  RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
 					  "OUTBOXD_TEST_FATAL_AFTER");
 	}
 }
@@ -111,14 +128,18 @@ fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 	return ob_kafka_conf_set(conf, "queue.buffering.max.kbytes", value);
 }
 
-/* Build the full librdkafka configuration; NULL (logged) on a bad key. */
+/* Build the full librdkafka configuration; NULL (logged) on a bad key.
+ * gapless sets enable.gapless.guarantee, after the user's properties: a
+ * pipelined producer's order does not depend on them. */
 static rd_kafka_conf_t *
-build_conf(const ob_config *cfg)
+build_conf(const ob_config *cfg, bool gapless)
 {
 	rd_kafka_conf_t *conf = ob_kafka_conf_build(cfg, default_props, OB_ARRAY_LEN(default_props),
 						    NULL, 0, ob_kafka_pinned, ob_kafka_pinned_len);
 
-	if (conf != NULL && !fit_queue_to_records(cfg, conf)) {
+	if (conf != NULL &&
+	    (!ob_kafka_conf_set(conf, "enable.gapless.guarantee", gapless ? "true" : "false") ||
+	     !fit_queue_to_records(cfg, conf))) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
@@ -128,7 +149,7 @@ build_conf(const ob_config *cfg)
 bool
 ob_producer_check_config(const ob_config *cfg)
 {
-	rd_kafka_conf_t *conf = build_conf(cfg);
+	rd_kafka_conf_t *conf = build_conf(cfg, true);
 
 	if (conf == NULL)
 		return false;
@@ -146,12 +167,18 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		rd_kafka_resp_err_t cause = rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
 
 		p->failed = true;
-		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "%s: %s",
-			 rd_kafka_err2name(cause), fatal);
+		/* The gapless guarantee's error is a batch's delivery failure
+		 * (its text names the batch and the broker's error). */
+		if (cause == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE)
+			snprintf(p->fatal_reason, sizeof(p->fatal_reason), "delivery failed: %s",
+				 fatal);
+		else
+			snprintf(p->fatal_reason, sizeof(p->fatal_reason), "%s: %s",
+				 rd_kafka_err2name(cause), fatal);
 		ob_error("kafka producer failed: %s", p->fatal_reason);
 		return;
 	}
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && rk == p->main.rk)
 		p->brokers_up = 0;
 	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
@@ -208,10 +235,12 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 		return;
 	memset(&d, 0, sizeof(d));
 	d.tag = (uint64_t)(uintptr_t)m->_private;
+	/* A report carries its own batch's error even when that error then
+	 * failed the producer (the gapless guarantee): the records of the
+	 * refused batch are suspects; those queued behind it are purged. */
 	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 		d.status = OB_DELIVERED;
-	else if (may_be_records_own(m->err) &&
-		 rd_kafka_fatal_error(rk, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR)
+	else if (may_be_records_own(m->err))
 		d.status = OB_DELIVERY_SUSPECT;
 	else
 		d.status = OB_DELIVERY_RETRY;
@@ -237,48 +266,74 @@ ob_producer_library_version(void)
 	return rd_kafka_version_str();
 }
 
-bool
-ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery_fn, void *ctx, ob_producer **out)
+/* Start one librdkafka client of p, its reports announced on p's wake-up
+ * pipe. False (logged) on a configuration error. */
+static bool
+handle_start(ob_producer *p, handle *h, bool gapless)
 {
-	ob_producer *p = ob_xcalloc(1, sizeof(*p));
-	rd_kafka_conf_t *conf;
+	rd_kafka_conf_t *conf = build_conf(p->cfg, gapless);
 	char err[512];
 
-	*out = NULL;
-	p->on_delivery = on_delivery_fn;
-	p->ctx = ctx;
-	p->wake_pipe[0] = p->wake_pipe[1] = -1;
-	conf = build_conf(cfg);
 	if (conf == NULL)
-		goto fail_free;
+		return false;
 	rd_kafka_conf_set_opaque(conf, p);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_log_cb(conf, ob_kafka_log);
-	rd_kafka_conf_set_stats_cb(conf, on_stats);
-	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-	if (p->rk == NULL) {
+	if (h == &p->main) /* the connection state outboxd reports is the main client's */
+		rd_kafka_conf_set_stats_cb(conf, on_stats);
+	h->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (h->rk == NULL) {
 		ob_error("could not create kafka producer: %s", err);
 		rd_kafka_conf_destroy(conf);
-		goto fail_free;
+		return false;
 	}
+	h->main_queue = rd_kafka_queue_get_main(h->rk);
+	rd_kafka_queue_io_event_enable(h->main_queue, p->wake_pipe[1], "1", 1);
+	return true;
+}
+
+/* Drop what h still holds (purged records report errors, which
+ * on_delivery ignores) and destroy it; a handle never started is left
+ * alone. */
+static void
+handle_stop(handle *h)
+{
+	if (h->rk == NULL)
+		return;
+	rd_kafka_purge(h->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(h->rk, 0);
+	rd_kafka_queue_io_event_enable(h->main_queue, -1, NULL, 0);
+	rd_kafka_queue_destroy(h->main_queue);
+	rd_kafka_destroy(h->rk);
+	h->rk = NULL;
+}
+
+bool
+ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on_delivery_fn,
+		void *ctx, ob_producer **out)
+{
+	ob_producer *p = ob_xcalloc(1, sizeof(*p));
+
+	*out = NULL;
+	p->cfg = cfg;
+	p->order = order;
+	p->on_delivery = on_delivery_fn;
+	p->ctx = ctx;
 	if (pipe2(p->wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
 		ob_error("could not create wake-up pipe: %s", strerror(errno));
-		goto fail_destroy;
+		free(p);
+		return false;
+	}
+	if (!handle_start(p, &p->main, order == OB_PRODUCER_PIPELINED)) {
+		ob_producer_free(p);
+		return false;
 	}
 	p->max_record_bytes =
-	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->rk), "message.max.bytes");
-	p->main_queue = rd_kafka_queue_get_main(p->rk);
+	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
 	test_hook_arm(p);
-	rd_kafka_queue_io_event_enable(p->main_queue, p->wake_pipe[1], "1", 1);
 	*out = p;
 	return true;
-
-fail_destroy:
-	rd_kafka_destroy(p->rk);
-fail_free:
-	free(p);
-	return false;
 }
 
 void
@@ -287,13 +342,9 @@ ob_producer_free(ob_producer *p)
 	if (p == NULL)
 		return;
 	/* Drop what is still queued: its transactions are not confirmed and
-	 * will be read again from the slot. Purged records report errors,
-	 * which the caller ignores once it stopped tracking them. */
-	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	rd_kafka_poll(p->rk, 0);
-	rd_kafka_queue_io_event_enable(p->main_queue, -1, NULL, 0);
-	rd_kafka_queue_destroy(p->main_queue);
-	rd_kafka_destroy(p->rk);
+	 * will be read again from the slot. */
+	handle_stop(&p->alone);
+	handle_stop(&p->main);
 	close(p->wake_pipe[0]);
 	close(p->wake_pipe[1]);
 	free(p);
@@ -317,20 +368,20 @@ event_headers(const ob_event *ev)
 
 /* What a failed produce call means for the caller; takes error. */
 static ob_send_result
-produce_failed(ob_producer *p, rd_kafka_error_t *error, const char *topic, const char **why,
-	       bool *too_large)
+produce_failed(ob_producer *p, rd_kafka_t *rk, rd_kafka_error_t *error, const char *topic,
+	       const char **why, bool *too_large)
 {
 	rd_kafka_resp_err_t err = rd_kafka_error_code(error);
 
 	/* After a fatal error, produce fails with the fatal error's own code
 	 * before the error callback has run: ask librdkafka directly. */
 	if (rd_kafka_error_is_fatal(error) ||
-	    rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	    rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		err = RD_KAFKA_RESP_ERR__FATAL;
 	rd_kafka_error_destroy(error);
 	switch (err) {
 	case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-		if (rd_kafka_outq_len(p->rk) > 0)
+		if (rd_kafka_outq_len(rk) > 0)
 			return OB_SEND_QUEUE_FULL;
 		/* The queue is empty and still has no room: it never will. */
 		*too_large = true;
@@ -354,9 +405,10 @@ produce_failed(ob_producer *p, rd_kafka_error_t *error, const char *topic, const
 	}
 }
 
-ob_send_result
-ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
-		 bool *too_large)
+/* Queue ev on the client rk of p (ob_producer_send's contract). */
+static ob_send_result
+send_on(ob_producer *p, rd_kafka_t *rk, const ob_event *ev, uint64_t tag, const char **why,
+	bool *too_large)
 {
 	rd_kafka_headers_t *hdrs;
 	rd_kafka_vu_t vu[7];
@@ -383,7 +435,7 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	 * partition for librdkafka's 1 s topic scan instead (librdkafka before
 	 * 2.10.1, its issue #5032): up to a second for the first record to
 	 * each topic after every start. Later calls only find the handle. */
-	rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+	rkt = rd_kafka_topic_new(rk, topic, NULL);
 	if (rkt != NULL) {
 		vu[n].vtype = RD_KAFKA_VTYPE_RKT;
 		vu[n++].u.rkt = rkt;
@@ -412,7 +464,7 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 	vu[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
 	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
 
-	error = rd_kafka_produceva(p->rk, vu, n);
+	error = rd_kafka_produceva(rk, vu, n);
 	if (rkt != NULL)
 		rd_kafka_topic_destroy(rkt); /* a queued record holds its own reference */
 	if (error == NULL) {
@@ -421,7 +473,33 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 		return OB_SEND_OK;
 	}
 	rd_kafka_headers_destroy(hdrs);
-	return produce_failed(p, error, topic, why, too_large);
+	return produce_failed(p, rk, error, topic, why, too_large);
+}
+
+ob_send_result
+ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
+		 bool *too_large)
+{
+	return send_on(p, p->main.rk, ev, tag, why, too_large);
+}
+
+ob_send_result
+ob_producer_send_alone(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
+		       bool *too_large)
+{
+	*why = NULL;
+	*too_large = false;
+	if (p->order == OB_PRODUCER_AWAITED)
+		return send_on(p, p->main.rk, ev, tag, why, too_large);
+	if (p->alone.rk == NULL && !handle_start(p, &p->alone, false)) {
+		if (!p->failed) {
+			p->failed = true;
+			snprintf(p->fatal_reason, sizeof(p->fatal_reason),
+				 "could not create the producer for records produced alone");
+		}
+		return OB_SEND_FATAL;
+	}
+	return send_on(p, p->alone.rk, ev, tag, why, too_large);
 }
 
 /* Empty the wake-up pipe: the reports it announced are about to be served. */
@@ -434,20 +512,44 @@ drain_wake_pipe(ob_producer *p)
 		;
 }
 
+/* The client whose reports are awaited: the one for records produced
+ * alone while it holds any, else the main one. */
+static rd_kafka_t *
+awaited(const ob_producer *p)
+{
+	if (p->alone.rk != NULL && rd_kafka_outq_len(p->alone.rk) > 0)
+		return p->alone.rk;
+	return p->main.rk;
+}
+
+/* Serve the reports of the client that is not awaited, without waiting. */
+static void
+poll_other(const ob_producer *p, rd_kafka_t *busy)
+{
+	if (p->alone.rk != NULL)
+		rd_kafka_poll(busy == p->main.rk ? p->alone.rk : p->main.rk, 0);
+}
+
 void
 ob_producer_poll(ob_producer *p, int timeout_ms)
 {
+	rd_kafka_t *busy = awaited(p);
+
 	drain_wake_pipe(p);
-	rd_kafka_poll(p->rk, timeout_ms);
+	rd_kafka_poll(busy, timeout_ms);
+	poll_other(p, busy);
 }
 
 void
 ob_producer_flush(ob_producer *p, int timeout_ms)
 {
+	rd_kafka_t *busy = awaited(p);
+
 	drain_wake_pipe(p);
 	/* rd_kafka_flush() serves reports like rd_kafka_poll() and, for its
 	 * duration, takes linger.ms as elapsed (librdkafka 1.8 and later). */
-	(void)rd_kafka_flush(p->rk, timeout_ms);
+	(void)rd_kafka_flush(busy, timeout_ms);
+	poll_other(p, busy);
 }
 
 int
@@ -487,7 +589,7 @@ bool
 ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
 		  char *detail, size_t detail_len)
 {
-	rd_kafka_conf_t *conf = build_conf(cfg);
+	rd_kafka_conf_t *conf = build_conf(cfg, false);
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t err;
 	rd_kafka_t *rk;

@@ -2,15 +2,16 @@
  * producer.h: the idempotent Kafka producer (librdkafka).
  *
  * outboxd's defaults (README, "Configuration reference") are applied first, then the user's [kafka]
- * properties, then the pinned ones (enable.idempotence=true, acks=all).
+ * properties, then the pinned ones (enable.idempotence=true, acks=all,
+ * and enable.gapless.guarantee as the producer's order asks).
  * Delivery reports are served on the caller's thread by ob_producer_poll();
  * each calls the delivery callback with the tag given to ob_producer_send().
  * A report that is not OK is final: librdkafka retries everything
  * retriable itself (message.timeout.ms=0 never expires). A failed report
  * is either a suspect (an error that may be the record's own, but the
  * broker answers a whole batch with one code) or a fault of the producer
- * or the cluster, after which the producer is failed and must be
- * recreated.
+ * or the cluster. After a fault, and with OB_PRODUCER_PIPELINED after any
+ * failed batch, the producer is failed and must be recreated.
  *
  * No libpq type appears here; the producer knows nothing of Postgres.
  */
@@ -51,12 +52,29 @@ typedef enum ob_send_result {
 			     * unauthorized topic): recreate it */
 } ob_send_result;
 
-/* Create a producer. False (logged, naming the property) if a [kafka]
- * property is unknown or invalid: a configuration error. */
+/* How a producer keeps per-partition order when the broker fails a whole
+ * batch. */
+typedef enum ob_producer_order {
+	/* The caller waits for each record's report before producing the
+	 * next (the inbox's dead letters): nothing is ever queued behind a
+	 * failed batch. */
+	OB_PRODUCER_AWAITED,
+	/* Many records are in flight (the relay). A failed batch fails the
+	 * producer before any record queued behind it is written
+	 * (librdkafka's enable.gapless.guarantee: the broker refuses the
+	 * later sequence numbers, librdkafka purges the rest), so records
+	 * produced again after it come before everything that followed it.
+	 * Records produced alone go through a second client without that
+	 * guarantee, so that their refusal leaves the producer working. */
+	OB_PRODUCER_PIPELINED,
+} ob_producer_order;
+
 /* The librdkafka version the binary runs with ("2.0.2"); static. */
 const char *ob_producer_library_version(void);
-bool ob_producer_new(const ob_config *cfg, ob_delivery_fn on_delivery, void *ctx,
-		     ob_producer **out) OB_MUST_CHECK;
+/* Create a producer. False (logged, naming the property) if a [kafka]
+ * property is unknown or invalid: a configuration error. */
+bool ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on_delivery,
+		     void *ctx, ob_producer **out) OB_MUST_CHECK;
 /* Destroy without waiting for outstanding records (they are dropped). */
 void ob_producer_free(ob_producer *p);
 
@@ -64,6 +82,12 @@ void ob_producer_free(ob_producer *p);
  * *why describes the refusal (static text or librdkafka's). */
 ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
 				bool *too_large);
+/* As ob_producer_send(), for a record produced alone: the caller has
+ * nothing else in flight and waits for its report (and for the
+ * dead-letter record that replaces it) before producing anything else.
+ * Its refusal is the record's own and does not fail the producer. */
+ob_send_result ob_producer_send_alone(ob_producer *p, const ob_event *ev, uint64_t tag,
+				      const char **why, bool *too_large);
 
 /* Serve delivery reports and errors, waiting up to timeout_ms for the
  * first. */

@@ -13,10 +13,8 @@ The rules:
   write, is published; a bad event (non-transactional outbox message) is
   never published to the event topic; every record has its event's key
   and the key's murmur2 partition;
-- order: per key, first deliveries follow commit order (seq order). The
-  README's one exception, a whole batch failed by the broker, is
-  tolerated (counted, not a finding) when the run injected a produce error
-  and the daemon logged that it recreated its producer;
+- order: per key, first deliveries follow commit order (seq order), with
+  no exception (a whole batch failed by the broker included);
 - dead letters: a non-transactional outbox message must be dead-lettered
   (unless a Postgres crash may have taken it before it reached disk); a
   good event may be dead-lettered only as refused alone by the broker, and
@@ -81,7 +79,7 @@ class Finding:
 
 class Report:
     """findings, stats (name -> number) and notes (lines that are not
-    findings: tolerated reorders, duplicates and why they were allowed)."""
+    findings: duplicates and why they were allowed)."""
 
     def __init__(self):
         self.findings = []
@@ -157,8 +155,6 @@ class _Context:
         self.record_errors = faults.produce_errors(RECORD_CODES)
         self.too_large_errors = faults.produce_errors(("MSG_SIZE_TOO_LARGE",))
         kinds = set(faults.kinds())
-        self.batch_failed = bool(kinds & {"batch_error", "record_error"}) \
-            and RECREATED in daemon_log
         self.pg_crashed = "pg_immediate" in kinds
 
     def txn_excerpt(self, name, around=1):
@@ -313,11 +309,6 @@ def _check_order(rep, ctx, delivered, refused):
         if i is None:
             continue
         bad_keys += 1
-        if ctx.batch_failed:
-            rep.notes.append("key %s: first deliveries out of commit order "
-                             "at offset %d (tolerated: a batch failed)"
-                             % (key, got[i].offset))
-            continue
         if bad_keys <= 3:
             rep.add("order", "key %s: seq %d first delivered at %d/%d after "
                     "seq %d" % (key, got[i].seq, got[i].partition,

@@ -12,7 +12,7 @@ from harness import header, wait_until
 from test_backlog import config, ids_where, insert_range, make_table
 from test_broker_errors import burst, dlq_topic, with_http  # noqa: F401
 from test_faults import (RECREATED, Feed, Writer, check_delivery,
-                         collect_all,
+                         check_first_deliveries_in_commit_order, collect_all,
                          make_topic, wait_confirmed,  # noqa: F401
                          wait_streaming)
 
@@ -53,11 +53,10 @@ def test_batch_errors_under_steady_load_lose_nothing(
     an UNKNOWN may still fail a suspect produced alone (the next producer
     produces it alone again).
 
-    First deliveries per key are not checked here: librdkafka's idempotent
-    producer may write records queued behind a failed batch before outboxd
-    publishes the failed batch's records again (README, "Delivery
-    guarantees", the known exception); under AddressSanitizer this test saw
-    it happen."""
+    Per key, first deliveries follow commit order: nothing queued behind a
+    failed batch is written before the failed batch's records are
+    published again (this once failed under AddressSanitizer, before the
+    producer kept librdkafka's gapless guarantee)."""
     feed = Feed(pg, "steady_%s" % test_id, keys=3)
     topic = make_topic(broker, feed.agg)
     d = outboxd_factory()
@@ -78,6 +77,7 @@ def test_batch_errors_under_steady_load_lose_nothing(
     end = pg.wal_lsn()
     records = collect_all(consumer, topic, feed.ids, timeout=60)
     check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
     assert RECREATED in d.log_text(), d.log_tail()
     assert "dead-lettering record" not in d.log_text(), d.log_tail()
     wait_confirmed(pg, slot_name, end, timeout=30)

@@ -17,7 +17,7 @@ import pytest
 
 import harness
 from harness import header, int_to_lsn, lsn_to_int, wait_until
-from test_faults import (PARTITIONS, RECREATED, Feed, check_delivery,
+from test_faults import (PARTITIONS, RECREATED, Feed, Writer, check_delivery,
                          check_first_deliveries_in_commit_order, collect_all,
                          confirmed, emit, http_get, make_topic,
                          nullable_outbox, probe, scrape,  # noqa: F401
@@ -154,10 +154,10 @@ def test_unknown_server_error_on_a_batch_is_transient(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """UNKNOWN_SERVER_ERROR on one ProduceRequest of a burst is the
     cluster's fault, not a record's: the producer is recreated and the slot
-    read again; every event arrives and nothing is dead-lettered. (Per-key
-    first-delivery order is not asserted: a whole batch failed is the known
-    exception of README "Delivery guarantees", where records queued behind
-    it may be written before it is published again; seen in a CI run.)"""
+    read again; every event arrives, per key first deliveries follow commit
+    order (nothing queued behind the failed request was written before it
+    was published again; this once failed in a CI run) and nothing is
+    dead-lettered."""
     feed = Feed(pg, "unkerr_%s" % test_id, keys=5)
     topic = make_topic(broker, feed.agg)
     overrides, port = with_http()
@@ -173,10 +173,45 @@ def test_unknown_server_error_on_a_batch_is_transient(
     end = pg.wal_lsn()
     records = collect_all(consumer, topic, feed.ids)
     check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
     wait_confirmed(pg, slot_name, end, timeout=30)
     assert "delivery failed" in d.log_text(), d.log_tail()
     assert RECREATED in d.log_text(), d.log_tail()
     assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
+
+
+def test_failed_request_with_requests_in_flight_keeps_key_order(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker answers slowly (300 ms) while a writer commits small
+    transactions every 10 ms, so several ProduceRequests are in flight when
+    one of them fails (UNKNOWN, three times): nothing queued behind the failed request
+    is written before its records are published again, so per key first
+    deliveries follow commit order. Without librdkafka's gapless guarantee
+    the requests behind it are written first (README "Delivery
+    guarantees" once had this as its one exception)."""
+    feed = Feed(pg, "inflight_%s" % test_id, keys=3)
+    topic = make_topic(broker, feed.agg)
+    d = outboxd_factory()
+    wait_streaming(pg, slot_name)
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+
+    assert broker.cmd("rtt all 300") == "ok"
+    try:
+        with Writer(feed, rows=3, pause=0.01) as w:
+            for failed in (1, 2, 3):
+                w.wait_txns(30)
+                assert broker.cmd("error 0 UNKNOWN 1") == "ok"
+                wait_until(lambda: d.log_text().count(RECREATED) >= failed, 60,
+                           0.05, "the producer was recreated %d times" % failed)
+            w.wait_txns(30)
+    finally:
+        broker.cmd("rtt all 0")
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    assert RECREATED in d.log_text(), d.log_tail()
     assert d.running(), d.log_tail()
 
 

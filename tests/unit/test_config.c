@@ -253,6 +253,7 @@ static const bad_file_case bad_file_cases[] = {
     {"empty topic", "[outbox]\ntopic =\n", "outbox.topic"},
     {"idempotence off", "[kafka]\nenable.idempotence = false\n", "enable.idempotence"},
     {"acks 1", "[kafka]\nacks = 1\n", "acks"},
+    {"gapless off", "[kafka]\nenable.gapless.guarantee = false\n", "enable.gapless.guarantee"},
     {"syntax error", "[postgres\nslot = x\n", "line 1"},
     {"line without =", "[postgres]\nslot orders\n", "line 2"},
     {"unset variable", "[postgres]\nconninfo = password=${OUTBOXD_TEST_UNSET_VAR}\n",
