@@ -215,6 +215,30 @@ def test_failed_request_with_requests_in_flight_keeps_key_order(
     assert d.running(), d.log_tail()
 
 
+def test_refused_batch_with_batches_of_its_key_behind_keeps_key_order(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker refuses a batch (INVALID_RECORD) while more batches of
+    the same key are queued behind it (batch.num.messages = 5, one
+    transaction of 40 rows of one key): nothing behind the refused batch
+    is written before its records are published again, so first
+    deliveries follow commit order, and nothing is dead-lettered (the
+    suspects delivered alone are good). Without librdkafka's gapless
+    guarantee the batches behind it were written first: [6..10, 1..5, ...]."""
+    feed = Feed(pg, "fresh_%s" % test_id, keys=1)
+    topic = make_topic(broker, feed.agg)
+    overrides, port = with_http({"kafka": {"batch.num.messages": "5"}})
+    d = outboxd_factory(overrides)
+    dlq = dlq_topic(broker, d)
+    wait_streaming(pg, slot_name)
+    assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+    feed.commit(40)
+    records = collect_all(consumer, topic, feed.ids)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
+
+
 # ---------------------------------------------------------------------------
 # 2. records larger than message.max.bytes
 
