@@ -33,6 +33,8 @@ PACKAGES=(
     libcmocka-dev clang-format postgresql-15 postgresql-15-wal2json
     python3 python3-confluent-kafka python3-kafka python3-lz4 python3-psycopg2 python3-pytest python3-yaml kcat
     locales openssl
+    # the failover test with a real failover manager (test_patroni.py)
+    patroni etcd-server
     # fuzzing: clang-14 recommends, but does not pull in, libFuzzer
     clang-14 libclang-rt-14-dev
 )

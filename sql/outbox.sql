@@ -108,3 +108,17 @@ COMMENT ON COLUMN public.outbox.created_at IS
     'Kafka record timestamp.';
 COMMENT ON COLUMN public.outbox.seq IS
     'Insert order; outboxd orders a backlog by it (not published).';
+
+-- outboxd's own marker table: a row per replication slot outboxd created
+-- (deploy/README.md, "Failover"). A slot lives beside the database, not in it: a
+-- failover to a standby without a copy of the slot, or a restore, leaves
+-- the database without it, and a new slot would start at the current WAL
+-- position, skipping every event in between. This row travels with the
+-- database (physical replication, backups), so a missing slot whose row is
+-- here is known as lost: outboxd exits 1 naming the recovery instead of
+-- creating a new one. outboxd creates the table itself when its role may;
+-- sql/role.sql grants what it needs on it.
+CREATE TABLE IF NOT EXISTS public.outboxd_slots (
+    slot_name  text        PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT now()
+);

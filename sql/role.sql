@@ -27,6 +27,11 @@
 --                table (the columns the preflight check verifies come from
 --                the catalog). outboxd needs no INSERT, UPDATE or DELETE:
 --                the application writes the table, not outboxd.
+--   SELECT, INSERT, DELETE on public.outboxd_slots
+--                the marker row of the slot outboxd creates (written when
+--                it creates the slot, read when the slot is missing,
+--                deleted by outboxd slot drop), which tells a first start
+--                from a slot lost in a failover (deploy/README.md, "Failover").
 --   CONNECT on the database
 --                granted to PUBLIC by default; granted explicitly below in
 --                case it was revoked.
@@ -75,6 +80,7 @@ $$;
 
 GRANT USAGE ON SCHEMA public TO outboxd;
 GRANT SELECT ON TABLE public.outbox TO outboxd;
+GRANT SELECT, INSERT, DELETE ON TABLE public.outboxd_slots TO outboxd;
 
 COMMENT ON ROLE outboxd IS
-    'outboxd: streams public.outbox inserts to Kafka (REPLICATION, SELECT on the outbox only)';
+    'outboxd: streams public.outbox inserts to Kafka (REPLICATION, SELECT on the outbox, its slot marker rows)';

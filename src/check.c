@@ -14,11 +14,13 @@
 
 #include "outboxd/backlog.h"
 #include "outboxd/backlogsql.h"
+#include "outboxd/failover.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
 #include "outboxd/producer.h"
 #include "outboxd/publication.h"
+#include "outboxd/slotmark.h"
 #include "outboxd/sqlstate.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
@@ -362,11 +364,37 @@ check_select(checker *c)
 	free(schema);
 }
 
+/* A hot standby decodes from PostgreSQL 16 on; reported only when the
+ * server is one. */
+static void
+check_standby(checker *c)
+{
+	int v = ob_pgsql_server_version(c->pg);
+	bool standby;
+
+	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
+		c->query_failed = true;
+		report(c, "hot standby", false, "query failed (see the log)");
+	} else if (standby && v >= OB_STANDBY_DECODING_MIN_SERVER) {
+		report(c, "hot standby", true,
+		       "the server is a hot standby: outboxd decodes there (the publication must "
+		       "be made on the primary)");
+	} else if (standby) {
+		report(
+		    c, "hot standby", false,
+		    "the server is a hot standby, and PostgreSQL %d cannot decode there (that came "
+		    "with 16): point postgres.conninfo at the primary (naming several hosts, add "
+		    "target_session_attrs=read-write)",
+		    v / 10000);
+	}
+}
+
 ob_pg_status
 ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 {
 	checker c = {.pg = pg, .cfg = cfg, .out = out, .all_ok = true};
 
+	check_standby(&c);
 	check_wal_level(&c);
 	check_table(&c);
 	check_columns(&c);
@@ -419,6 +447,24 @@ slot_failure_fix(const checker *c, const char *state)
 	return "see the log";
 }
 
+/* Whether the row that marks the slot as made can be written (slotmark.h),
+ * before outboxd creates the slot; not on a hot standby, where it is
+ * neither read nor written. */
+static void
+check_marker(checker *c)
+{
+	char detail[1024];
+	bool standby;
+	ob_pg_status st;
+
+	if (!ob_pgrepl_in_recovery(c->pg, &standby) || standby)
+		return;
+	st = ob_slotmark_check(c->pg, c->cfg, detail, sizeof(detail));
+	if (st == OB_PG_RETRY)
+		c->query_failed = true;
+	report(c, "slot marker", st == OB_PG_OK, "%s", detail);
+}
+
 /* The slot, or whether one could be created: a temporary slot proves
  * that the output plugin loads and that a slot is free. */
 static void
@@ -448,6 +494,7 @@ check_slot(checker *c)
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "
 					     "run \"outboxd slot create\"");
+		check_marker(c);
 		free(ignored);
 		free(sql);
 		return;
@@ -468,6 +515,40 @@ check_slot(checker *c)
 		       (long long)info.retained_bytes,
 		       info.active_pid ? " (active in another process: this one would be a standby)"
 				       : "");
+}
+
+/* Whether the slot survives a promotion (failover.h): each missing
+ * setting is a warning naming its fix (a primary without a standby is no
+ * error), and so is a standby's copy in sight that is not ready. */
+static void
+check_failover(checker *c)
+{
+	ob_failover_state st;
+	char detail[768];
+	bool seen, ready;
+
+	if (!ob_failover_read(c->pg, c->cfg, &st)) {
+		c->query_failed = true;
+		report(c, "failover", false, "query failed (see the log)");
+		return;
+	}
+	if (st.verdict == OB_FAILOVER_NA && !c->cfg->pg.slot_failover) {
+		report(c, "failover", true, "not checked: %s", st.why);
+		return;
+	}
+	if (st.verdict != OB_FAILOVER_READY) {
+		warn(c, "failover", "%s", st.why);
+		return;
+	}
+	report(c, "failover", true, "%s", st.why);
+	if (!read_slot(c))
+		return;
+	ob_failover_standby_copy(c->cfg, c->slot.confirmed_flush, &seen, &ready, detail,
+				 sizeof(detail));
+	if (seen && ready)
+		report(c, "standby copy", true, "%s", detail);
+	else
+		warn(c, "standby copy", "%s", detail);
 }
 
 /* What the slot's WAL may cost: without a bound (max_slot_wal_keep_size =
@@ -616,6 +697,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 			c.all_ok = false;
 		check_replication(&c);
 		check_slot(&c);
+		check_failover(&c);
 		check_wal_retention(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);

@@ -45,6 +45,7 @@ static const config_key config_keys[] = {
     {"postgres", "conninfo", KEY_STRING, OFF(pg.conninfo), ""},
     {"postgres", "slot", KEY_NONEMPTY, OFF(pg.slot), "outboxd"},
     {"postgres", "create_slot", KEY_BOOL, OFF(pg.create_slot), "true"},
+    {"postgres", "slot_failover", KEY_BOOL, OFF(pg.slot_failover), "true"},
     {"postgres", "plugin", KEY_PLUGIN, OFF(pg.plugin), "wal2json"},
     {"postgres", "publication", KEY_NONEMPTY, OFF(pg.publication), "outboxd"},
     {"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},

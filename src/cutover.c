@@ -12,6 +12,7 @@
 #include "outboxd/notify.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/runtime.h"
+#include "outboxd/slotmark.h"
 
 /* First wait before the copy is tried again; doubles up to
  * reconnect_max_backoff_ms. */
@@ -151,6 +152,9 @@ copy_once(ob_cutover *c, const char *tmp_slot)
 		return st;
 	ob_pgsql_set_tick(p, on_query_tick, c);
 	st = ob_pgrepl_copy_slot(p, tmp_slot, c->cfg->pg.slot);
+	/* A row not written now is written when the stream takes the slot. */
+	if (st == OB_PG_OK && !ob_slotmark_write(p, c->cfg))
+		ob_info("the slot's marker row is written on the next connection");
 	ob_pgsql_close(p);
 	return st;
 }
@@ -201,6 +205,32 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
 	return true;
 }
 
+/* The slot is missing and the backlog is about to be published: when its
+ * marker says it was lost (slotmark.h), the backlog is the operator's
+ * recovery, said in the log; the marker's table must be writable before
+ * any slot is made. Nothing of this on a hot standby. */
+static ob_pg_status
+lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
+{
+	char since[64];
+	bool marked, standby;
+	ob_pg_status st;
+
+	if (!ob_pgrepl_in_recovery(p, &standby))
+		return OB_PG_RETRY;
+	if (standby)
+		return OB_PG_OK;
+	if ((st = ob_slotmark_ready(p, c->cfg)) != OB_PG_OK ||
+	    (st = ob_slotmark_read(p, c->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
+		return st;
+	if (marked)
+		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
+			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
+			"made; rows outside it committed since the loss are not published",
+			c->cfg->pg.slot, since, c->cfg->outbox.backlog_where);
+	return OB_PG_OK;
+}
+
 bool
 ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 {
@@ -234,6 +264,10 @@ ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 		goto close;
 	if ((st = ob_backlog_verify(b)) != OB_PG_OK) {
 		ok = backlog_failed(b, st, out);
+		goto close;
+	}
+	if ((st = lost_slot_recovery(c, tmp)) != OB_PG_OK) {
+		*out = st == OB_PG_FATAL ? OB_OUTCOME_HALT : OB_OUTCOME_RETRY;
 		goto close;
 	}
 	snprintf(tmp_slot, sizeof(tmp_slot), "%.40s_backlog_%d", cfg->pg.slot, (int)getpid());

@@ -182,7 +182,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	}
 	if (strcmp(url, "/readyz") == 0) {
 		ob_ready_state st = ob_metrics_ready();
-		char *body = ob_xasprintf("%s\n", ob_metrics_ready_word(st));
+		const char *failover = st == OB_READY_STREAMING ? ob_metrics_failover_word() : NULL;
+		char *body = ob_xasprintf("%s\n%s%s", ob_metrics_ready_word(st),
+					  failover ? failover : "", failover ? "\n" : "");
 
 		return respond(
 		    conn, st == OB_READY_STREAMING ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,

@@ -12,6 +12,7 @@
 #include "ob_build.h"
 #include "outboxd/check.h"
 #include "outboxd/config.h"
+#include "outboxd/failover.h"
 #include "outboxd/http.h"
 #include "outboxd/inbox.h"
 #include "outboxd/log.h"
@@ -21,6 +22,7 @@
 #include "outboxd/producer.h"
 #include "outboxd/relay.h"
 #include "outboxd/runtime.h"
+#include "outboxd/slotmark.h"
 
 static const char usage_text[] =
     "outboxd publishes transactional-outbox events from PostgreSQL to Kafka.\n"
@@ -188,6 +190,30 @@ run(const ob_config *cfg, bool inbox)
 	return rc;
 }
 
+/* `slot status`'s failover lines (failover.h); false when a query failed. */
+static bool
+print_failover(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
+{
+	static const char *const words[] = {"n/a", "yes", "no"};
+	ob_failover_state st;
+	char detail[768];
+	bool seen, ready;
+
+	if (!ob_failover_read(pg, cfg, &st))
+		return false;
+	printf("failover_ready       %s (%s)\n", words[st.verdict], st.why);
+	if (st.verdict != OB_FAILOVER_NA) {
+		ob_failover_standby_copy(cfg, info->confirmed_flush, &seen, &ready, detail,
+					 sizeof(detail));
+		printf("standby_copy         %s (%s)\n",
+		       !seen   ? "unseen"
+		       : ready ? "ready"
+			       : "not-ready",
+		       detail);
+	}
+	return true;
+}
+
 static int
 slot_command(const ob_config *cfg, const char *sub)
 {
@@ -204,10 +230,11 @@ slot_command(const ob_config *cfg, const char *sub)
 		/* The table, and pgoutput's publication, which must exist
 		 * before the slot: pgoutput reads it as of each change. */
 		if (ob_check_database(pg, cfg, NULL) == OB_PG_OK &&
-		    ob_pgrepl_create_slot(pg, cfg->pg.slot, cfg->pg.plugin) == OB_PG_OK)
+		    ob_pgrepl_create_marked(pg, cfg, true) == OB_PG_OK)
 			rc = 0;
 	} else if (strcmp(sub, "drop") == 0) {
-		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot)) {
+		/* The slot goes by the operator's hand: its marker with it. */
+		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot) && ob_slotmark_clear(pg, cfg)) {
 			ob_info("dropped replication slot %s", cfg->pg.slot);
 			rc = 0;
 		}
@@ -228,7 +255,9 @@ slot_command(const ob_config *cfg, const char *sub)
 			       OB_LSN_ARGS(info.restart_lsn));
 			printf("wal_status           %s\n", info.wal_status);
 			printf("retained_wal_bytes   %lld\n", (long long)info.retained_bytes);
-			rc = 0;
+			printf("failover             %s\n", info.failover ? "true" : "false");
+			printf("synced               %s\n", info.synced ? "true" : "false");
+			rc = print_failover(pg, cfg, &info) ? OB_EXIT_OK : OB_EXIT_OPERATOR;
 		}
 	}
 	ob_pgrepl_close(pg, false);

@@ -70,6 +70,7 @@ static struct {
 	atomic_bool waiting;
 	atomic_int_fast64_t oldest_unconfirmed_us;
 	atomic_int_fast64_t slot_unread_us;
+	atomic_int failover; /* 0: not measured or not applicable; 1: not ready; 2: ready */
 	atomic_int_fast64_t slot_retained;
 	atomic_int slot_wal_status;
 } m = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -216,6 +217,25 @@ ob_metrics_set_slot(int64_t retained_bytes, ob_wal_status status, int64_t unread
 	atomic_store(&m.slot_wal_status, (int)status);
 	atomic_store(&m.slot_unread_us, unread_since_us);
 	note_waiting();
+}
+
+void
+ob_metrics_set_failover_ready(bool applies, bool ready)
+{
+	atomic_store(&m.failover, !applies ? 0 : ready ? 2 : 1);
+}
+
+const char *
+ob_metrics_failover_word(void)
+{
+	switch (atomic_load(&m.failover)) {
+	case 2:
+		return "failover-ready";
+	case 1:
+		return "failover-not-ready";
+	default:
+		return NULL;
+	}
 }
 
 void
@@ -511,6 +531,14 @@ ob_metrics_render(void)
 	put_header(&t, "outboxd_slot_retained_wal_bytes", "gauge",
 		   "WAL the replication slot keeps on the server (bytes; 0 until read).");
 	put(&t, "outboxd_slot_retained_wal_bytes %lld\n", (long long)atomic_load(&m.slot_retained));
+	if (atomic_load(&m.failover) != 0) {
+		put_header(
+		    &t, "outboxd_slot_failover_ready", "gauge",
+		    "1 when the slot survives a promotion (PostgreSQL 17+: FAILOVER, and a "
+		    "standby named in synchronized_standby_slots streams); absent where that "
+		    "does not apply.");
+		put(&t, "outboxd_slot_failover_ready %d\n", atomic_load(&m.failover) == 2);
+	}
 	put_header(&t, "outboxd_slot_wal_status", "gauge",
 		   "1 for the replication slot's wal_status in pg_replication_slots.");
 	for (int s = OB_WAL_STATUS_UNKNOWN + 1; s < OB_WAL_STATUS_COUNT; s++)

@@ -54,12 +54,13 @@ command(ob_pgconn *p, const char *sql, char *err, size_t errlen)
 	return ok;
 }
 
-/* The position read first: the current WAL flush position. */
+/* The position read first: the current WAL flush position (on a hot
+ * standby the replayed one: every commit before it is visible there). */
 static bool
 read_position(ob_pgconn *p, ob_lsn *lsn, char *err, size_t errlen)
 {
 	char *value = NULL;
-	bool ok = query_value(p, "SELECT pg_current_wal_flush_lsn()", &value, err, errlen);
+	bool ok = query_value(p, "SELECT " OB_SQL_WAL_FLUSH_LSN, &value, err, errlen);
 
 	if (ok && !(ok = ob_lsn_parse(value, lsn)))
 		snprintf(err, errlen, "unexpected WAL flush position \"%s\"", value);

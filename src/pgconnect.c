@@ -182,6 +182,30 @@ ob_pgconnect_one_shot(void)
 	one_shot = true;
 }
 
+char *
+ob_pgconnect_standby_conninfo(const char *conninfo)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	bool several = false;
+	bool uri = strncmp(conninfo, "postgres://", 11) == 0 ||
+		   strncmp(conninfo, "postgresql://", 13) == 0;
+	char *out = NULL;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+		if ((strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0) &&
+		    o->val != NULL && strchr(o->val, ',') != NULL)
+			several = true;
+	}
+	PQconninfoFree(opts);
+	/* A later setting wins over an earlier one of the same name. */
+	if (several)
+		out = ob_xasprintf("%s%starget_session_attrs=standby", conninfo,
+				   !uri                    ? " "
+				   : strchr(conninfo, '?') ? "&"
+							   : "?");
+	return out;
+}
+
 PGconn *
 ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name)
 {

@@ -11,6 +11,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/pglayer.h"
+#include "outboxd/slotmark.h"
 #include "outboxd/sqlstate.h"
 
 /* Microseconds between the Unix epoch and Postgres' epoch (2000-01-01). */
@@ -117,15 +118,28 @@ copy_field(char *dst, size_t dstlen, const PGresult *res, int col)
 }
 
 bool
+ob_pgrepl_in_recovery(ob_pgconn *p, bool *standby)
+{
+	char *value = NULL;
+	bool ok = ob_pgsql_query_value(p, "SELECT pg_is_in_recovery()", &value);
+
+	*standby = ok && value != NULL && strcmp(value, "t") == 0;
+	free(value);
+	return ok;
+}
+
+bool
 ob_pgrepl_slot_info(ob_pgconn *p, const char *slot, ob_slot_info *info)
 {
 	char *lit = ob_pgsql_quote_literal(p, slot);
-	char *sql =
-	    ob_xasprintf("SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
-			 "restart_lsn, wal_status, "
-			 "coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint "
-			 "FROM pg_replication_slots WHERE slot_name = %s",
-			 lit);
+	char *sql = ob_xasprintf(
+	    "SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
+	    "restart_lsn, wal_status, coalesce(" OB_SQL_WAL_LSN " - restart_lsn, 0)::bigint, "
+	    "temporary, %s "
+	    "FROM pg_replication_slots WHERE slot_name = %s",
+	    ob_pgsql_server_version(p) >= OB_FAILOVER_MIN_SERVER ? "failover, synced"
+								 : "false, false",
+	    lit);
 	PGresult *res = ob_pgsql_exec(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	char buf[1024];
@@ -145,6 +159,9 @@ ob_pgrepl_slot_info(ob_pgconn *p, const char *slot, ob_slot_info *info)
 			ok = ob_lsn_parse(PQgetvalue(res, 0, 4), &info->restart_lsn);
 		copy_field(info->wal_status, sizeof(info->wal_status), res, 5);
 		info->retained_bytes = atoll(PQgetvalue(res, 0, 6));
+		info->temporary = ob_pgres_true(res, 0, 7);
+		info->failover = ob_pgres_true(res, 0, 8);
+		info->synced = ob_pgres_true(res, 0, 9);
 		if (!ok)
 			ob_error("could not parse the LSNs of replication slot %s", slot);
 	}
@@ -175,25 +192,40 @@ fatal_hint(const PGresult *res)
 	return NULL;
 }
 
-/* CREATE_REPLICATION_SLOT, permanent with no snapshot, or temporary
- * exporting its snapshot (then *consistent and snapshot receive the
- * slot's consistent point and the snapshot's name). */
+/* CREATE_REPLICATION_SLOT, permanent with no snapshot (with FAILOVER
+ * when failover is set), or temporary exporting its snapshot (then
+ * *consistent and snapshot receive the slot's consistent point and the
+ * snapshot's name). */
 static ob_pg_status
-create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool exported, ob_lsn *consistent,
-	    char *snapshot, size_t snapshot_len)
+create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool failover, bool exported,
+	    ob_lsn *consistent, char *snapshot, size_t snapshot_len)
 {
 	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
 	char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"%s\" %sLOGICAL %s %s", slot,
 				 exported ? "TEMPORARY " : "", ob_plugin_name(plugin),
-				 exported ? "EXPORT_SNAPSHOT" : "(SNAPSHOT 'nothing')");
-	PGresult *res = ob_pgsql_exec(p, sql);
+				 exported   ? "EXPORT_SNAPSHOT"
+				 : failover ? "(SNAPSHOT 'nothing', FAILOVER true)"
+					    : "(SNAPSHOT 'nothing')");
+	PGresult *res;
 	ob_pg_status st = OB_PG_OK;
+	bool standby = false;
 
+	if (ob_pgrepl_in_recovery(p, &standby) && standby)
+		ob_info("creating replication slot %s on a hot standby: this waits for the "
+			"primary's next running-transactions record (up to about 15 s; SELECT "
+			"pg_log_standby_snapshot() on the primary writes one at once)",
+			slot);
+	res = ob_pgsql_exec(p, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		const char *msg = ob_pgsql_keep_error(p, res);
 		const char *hint = fatal_hint(res);
 
-		if (hint != NULL) {
+		if (state_is(res, OB_SQLSTATE_DUPLICATE_OBJECT)) {
+			ob_info("could not create replication slot %s: %s (another process "
+				"created it meanwhile)",
+				slot, msg);
+			st = OB_PG_STANDBY;
+		} else if (hint != NULL) {
 			ob_error("could not create replication slot %s: %s; %s", slot, msg, hint);
 			st = OB_PG_FATAL;
 		} else {
@@ -210,7 +242,8 @@ create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool exported, ob_
 			snprintf(snapshot, snapshot_len, "%s", PQgetvalue(res, 0, 2));
 		}
 	} else {
-		ob_info("created replication slot %s with plugin %s", slot, ob_plugin_name(plugin));
+		ob_info("created replication slot %s with plugin %s%s", slot,
+			ob_plugin_name(plugin), failover ? " and FAILOVER" : "");
 	}
 	PQclear(res);
 	free(sql);
@@ -218,16 +251,43 @@ create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool exported, ob_
 }
 
 ob_pg_status
-ob_pgrepl_create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin)
+ob_pgrepl_create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool failover)
 {
-	return create_slot(p, slot, plugin, false, NULL, NULL, 0);
+	return create_slot(p, slot, plugin, failover, false, NULL, NULL, 0);
 }
 
 ob_pg_status
 ob_pgrepl_create_exported_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, ob_lsn *consistent,
 			       char *snapshot, size_t snapshot_len)
 {
-	return create_slot(p, slot, plugin, true, consistent, snapshot, snapshot_len);
+	return create_slot(p, slot, plugin, false, true, consistent, snapshot, snapshot_len);
+}
+
+ob_pg_status
+ob_pgrepl_set_failover(ob_pgconn *p, const char *slot)
+{
+	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
+	char *sql = ob_xasprintf("ALTER_REPLICATION_SLOT \"%s\" (FAILOVER true)", slot);
+	PGresult *res = ob_pgsql_exec(p, sql);
+	ob_pg_status st = OB_PG_OK;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		const char *msg = ob_pgsql_keep_error(p, res);
+
+		if (state_is(res, OB_SQLSTATE_OBJECT_IN_USE)) { /* another process took it */
+			st = OB_PG_STANDBY;
+			ob_debug("slot busy: %s", msg);
+		} else {
+			ob_error("could not turn on FAILOVER for replication slot %s: %s", slot,
+				 msg);
+			st = OB_PG_RETRY;
+		}
+	} else {
+		ob_info("replication slot %s has FAILOVER now (postgres.slot_failover)", slot);
+	}
+	PQclear(res);
+	free(sql);
+	return st;
 }
 
 ob_pg_status
@@ -275,35 +335,98 @@ ob_pgrepl_drop_slot(ob_pgconn *p, const char *slot)
 	return ok;
 }
 
+bool
+ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby)
+{
+	static bool said;
+	int v = ob_pgsql_server_version(p);
+
+	if (!cfg->pg.slot_failover || standby)
+		return false;
+	if (v >= OB_FAILOVER_MIN_SERVER)
+		return true;
+	if (!said)
+		ob_info("PostgreSQL %d has no failover slots (they came with 17): "
+			"postgres.slot_failover does nothing here, and a promoted standby has no "
+			"copy of slot %s unless a failover manager keeps one (deploy/README.md, "
+			"\"Failover\")",
+			v / 10000, cfg->pg.slot);
+	said = true;
+	return false;
+}
+
+ob_pg_status
+ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost)
+{
+	char since[64];
+	bool marked = false, standby;
+	ob_pg_status st;
+
+	if (!ob_pgrepl_in_recovery(p, &standby))
+		return OB_PG_RETRY;
+	if (!standby) {
+		if ((st = ob_slotmark_ready(p, cfg)) != OB_PG_OK ||
+		    (st = ob_slotmark_read(p, cfg, &marked, since, sizeof(since))) != OB_PG_OK)
+			return st;
+		/* Another process writes the row after it created the slot:
+		 * with the row there, a slot there now is theirs. */
+		if (marked && !replace_lost) {
+			ob_slot_info info;
+
+			if (!ob_pgrepl_slot_info(p, cfg->pg.slot, &info))
+				return OB_PG_RETRY;
+			if (info.exists) {
+				ob_info(
+				    "replication slot %s was created by another process meanwhile",
+				    cfg->pg.slot);
+				return OB_PG_STANDBY;
+			}
+			ob_slotmark_log_lost(cfg, since);
+			return OB_PG_FATAL;
+		}
+		if (marked)
+			ob_warn("replication slot %s was lost (outboxd created it at %s); the new "
+				"one starts at the current WAL position: events committed in "
+				"between are not published",
+				cfg->pg.slot, since);
+	}
+	st = ob_pgrepl_create_slot(p, cfg->pg.slot, cfg->pg.plugin,
+				   ob_pgrepl_failover_wanted(p, cfg, standby));
+	/* A row not written now is written on the next connection. */
+	if (st == OB_PG_OK && !standby && !ob_slotmark_write(p, cfg))
+		st = OB_PG_RETRY;
+	return st;
+}
+
 ob_pg_status
 ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn confirmed)
 {
 	const char *slot = cfg->pg.slot;
 	const char *db = PQdb(p->conn);
 	ob_slot_info info;
+	bool standby;
 
-	if (!ob_pgrepl_slot_info(p, slot, &info))
+	if (!ob_pgrepl_slot_info(p, slot, &info) || !ob_pgrepl_in_recovery(p, &standby))
 		return OB_PG_RETRY;
 	if (!info.exists && streamed) {
 		/* Recreating it would start at the current WAL position and skip
 		 * every event since the confirmed one without a word. */
 		ob_error("replication slot %s no longer exists (dropped, or a failover to a "
 			 "server without it): events committed after " OB_LSN_FMT
-			 " may not have been published; stopping. To recover, create the slot "
-			 "again (\"outboxd slot create\") and republish the outbox rows written "
-			 "since then",
+			 " may not have been published; stopping. To recover, start outboxd with "
+			 "outbox.backlog_where set to select the outbox rows written since then "
+			 "(deploy/README.md, \"Failover\")",
 			 slot, OB_LSN_ARGS(confirmed));
 		return OB_PG_FATAL;
 	}
-	if (!info.exists) {
-		if (!cfg->pg.create_slot) {
-			ob_error("replication slot %s does not exist; create it with "
-				 "\"outboxd slot create\" or set postgres.create_slot = true",
-				 slot);
-			return OB_PG_FATAL;
-		}
-		return ob_pgrepl_create_slot(p, slot, cfg->pg.plugin);
+	if (!info.exists && !cfg->pg.create_slot) {
+		ob_error("replication slot %s does not exist; create it with "
+			 "\"outboxd slot create\" or set postgres.create_slot = true",
+			 slot);
+		return OB_PG_FATAL;
 	}
+	if (!info.exists)
+		return ob_pgrepl_create_marked(p, cfg, false);
 	if (strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
 		ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s; set "
 			 "postgres.plugin = %s, or drop the slot, or set postgres.slot to another "
@@ -328,6 +451,21 @@ ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn
 	}
 	if (info.active_pid != 0)
 		return OB_PG_STANDBY;
+	/* A promoted standby's copy trails the old primary's slot. */
+	if (streamed && info.confirmed_flush < confirmed)
+		ob_info("replication slot %s is confirmed up to " OB_LSN_FMT " here, %llu bytes "
+			"before this process's position " OB_LSN_FMT
+			" (a promoted standby's copy trails): what lies between was published "
+			"already and is read again, not published again",
+			slot, OB_LSN_ARGS(info.confirmed_flush),
+			(unsigned long long)(confirmed - info.confirmed_flush),
+			OB_LSN_ARGS(confirmed));
+	/* A slot made before the marker was: mark it now (a role that may
+	 * not write the table is told by `outboxd check`). */
+	if (!standby)
+		ob_slotmark_keep(p, cfg);
+	if (!info.failover && !info.synced && ob_pgrepl_failover_wanted(p, cfg, standby))
+		return ob_pgrepl_set_failover(p, slot);
 	return OB_PG_OK;
 }
 

@@ -275,6 +275,12 @@ ob_pgres_null(const ob_pgres *r, int row, int column)
 	return PQgetisnull(r, row, column);
 }
 
+bool
+ob_pgres_true(const ob_pgres *r, int row, int column)
+{
+	return !PQgetisnull(r, row, column) && strcmp(PQgetvalue(r, row, column), "t") == 0;
+}
+
 const char *
 ob_pgres_name(const ob_pgres *r, int column)
 {

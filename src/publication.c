@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "outboxd/log.h"
+#include "outboxd/sqlstate.h"
 
 /* Append name to buf as an SQL identifier, quoted unless it is plain. */
 static void
@@ -66,13 +67,8 @@ typedef struct pub_state {
 	bool whole;       /* with every column and no row filter */
 	bool may_create;  /* the role owns the table and may create in the database */
 	bool partitioned; /* the outbox table is partitioned */
+	bool standby;     /* the server is a hot standby: nothing can be created there */
 } pub_state;
-
-static bool
-field_true(const ob_pgres *res, int col)
-{
-	return !ob_pgres_null(res, 0, col) && strcmp(ob_pgres_value(res, 0, col), "t") == 0;
-}
 
 /* The condition that the publication sends every column of the outbox
  * table (a column list, if any, names them all: without one the published
@@ -127,7 +123,8 @@ read_state(ob_pgconn *pg, const ob_config *cfg, pub_state *st)
 	    pg, cfg,
 	    ob_xasprintf("p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, "
 			 "%s, pg_has_role(c.relowner, 'USAGE') AND "
-			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p'",
+			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p', "
+			 "pg_is_in_recovery()",
 			 whole_table(pg)));
 	bool ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1;
 	char err[1024];
@@ -138,13 +135,14 @@ read_state(ob_pgconn *pg, const ob_config *cfg, pub_state *st)
 			 ob_pgres_tuples(res) ? "the outbox table is gone"
 					      : ob_pgres_error(res, err, sizeof(err)));
 	} else {
-		st->exists = field_true(res, 0);
-		st->inserts = field_true(res, 1);
-		st->via_root = field_true(res, 2);
-		st->has_table = field_true(res, 3);
-		st->whole = field_true(res, 4);
-		st->may_create = field_true(res, 5);
-		st->partitioned = field_true(res, 6);
+		st->exists = ob_pgres_true(res, 0, 0);
+		st->inserts = ob_pgres_true(res, 0, 1);
+		st->via_root = ob_pgres_true(res, 0, 2);
+		st->has_table = ob_pgres_true(res, 0, 3);
+		st->whole = ob_pgres_true(res, 0, 4);
+		st->may_create = ob_pgres_true(res, 0, 5);
+		st->partitioned = ob_pgres_true(res, 0, 6);
+		st->standby = ob_pgres_true(res, 0, 7);
 	}
 	ob_pgres_free(res);
 	return ok;
@@ -172,21 +170,37 @@ ob_publication_stamp(ob_pgconn *pg, const ob_config *cfg, char *stamp, size_t st
 	return ok;
 }
 
-/* CREATE PUBLICATION; false (logged) on failure. */
-static bool
+typedef enum create_result {
+	CREATED,
+	RACED, /* another process created it meanwhile */
+	FAILED,
+} create_result;
+
+/* CREATE PUBLICATION; FAILED is logged. Several outboxd started at once
+ * race to create it: the losers get duplicate_object, or unique_violation
+ * on the catalog's index. */
+static create_result
 create(ob_pgconn *pg, const ob_config *cfg, const char *sql)
 {
 	ob_pgres *res = ob_pgsql_exec(pg, sql);
-	bool ok = ob_pgres_command(res);
+	const char *state = ob_pgres_field_of(res, OB_PGRES_SQLSTATE);
+	create_result out = FAILED;
 	char err[1024];
 
-	if (ok)
+	if (ob_pgres_command(res)) {
 		ob_info("created publication %s: %s", cfg->pg.publication, sql);
-	else
+		out = CREATED;
+	} else if (ob_sqlstate_is(state, OB_SQLSTATE_DUPLICATE_OBJECT) ||
+		   ob_sqlstate_is(state, OB_SQLSTATE_UNIQUE_VIOLATION)) {
+		ob_info("publication %s was created by another process meanwhile",
+			cfg->pg.publication);
+		out = RACED;
+	} else {
 		ob_error("could not create publication %s: %s", cfg->pg.publication,
 			 ob_pgres_error(res, err, sizeof(err)));
+	}
 	ob_pgres_free(res);
-	return ok;
+	return out;
 }
 
 ob_pg_status
@@ -198,9 +212,28 @@ ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bo
 	char table[300];
 	pub_state st;
 	ob_pg_status result = OB_PG_FATAL;
+	bool ok;
 
 	table_sql(cfg, table, sizeof(table));
-	if (!read_state(pg, cfg, &st)) {
+	ok = read_state(pg, cfg, &st);
+	if (ok && !st.exists && !slot_exists && create_missing && st.may_create && !st.standby) {
+		switch (create(pg, cfg, create_sql)) {
+		case CREATED:
+			snprintf(detail, detail_len, "%s created", name);
+			result = OB_PG_OK;
+			goto done;
+		case RACED: /* theirs is checked like any other */
+			ok = read_state(pg, cfg, &st);
+			break;
+		case FAILED:
+			snprintf(detail, detail_len,
+				 "could not create publication %s (see the log); "
+				 "have the table's owner run: %s",
+				 name, create_sql);
+			goto done;
+		}
+	}
+	if (!ok) {
 		snprintf(detail, detail_len, "could not read publication %s (see the log)", name);
 		result = OB_PG_RETRY;
 	} else if (!st.exists && slot_exists) {
@@ -213,16 +246,11 @@ ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bo
 			 "slot (\"outboxd slot drop\") and start outboxd with outbox.backlog_where "
 			 "to publish the rows written since the slot was made",
 			 name, cfg->pg.slot, create_sql);
-	} else if (!st.exists && create_missing && st.may_create) {
-		if (create(pg, cfg, create_sql)) {
-			snprintf(detail, detail_len, "%s created", name);
-			result = OB_PG_OK;
-		} else {
-			snprintf(detail, detail_len,
-				 "could not create publication %s (see the log); "
-				 "have the table's owner run: %s",
-				 name, create_sql);
-		}
+	} else if (!st.exists && st.standby) {
+		snprintf(detail, detail_len,
+			 "%s does not exist, and the server is a hot standby, where it cannot be "
+			 "created: run on the primary: %s",
+			 name, create_sql);
 	} else if (!st.exists) {
 		snprintf(detail, detail_len,
 			 st.may_create
@@ -251,6 +279,7 @@ ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bo
 		snprintf(detail, detail_len, "%s publishes the inserts of %s", name, table);
 		result = OB_PG_OK;
 	}
+done:
 	free(create_sql);
 	return result;
 }

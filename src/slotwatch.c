@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/failover.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/partitions.h"
 
 /* The least time between two readings. */
 #define SLOTWATCH_INTERVAL_MS 1000
+/* The least time between two readings of the failover readiness. */
+#define FAILOVER_INTERVAL_MS  10000
 
 void
 ob_slotwatch_init(ob_slotwatch *w)
@@ -47,6 +50,29 @@ take(ob_slotwatch *w, int64_t inserts, ob_lsn wal_lsn, ob_lsn done_lsn)
 	w->n_marks -= kept;
 }
 
+/* Read whether the slot survives a promotion, when due; say when that
+ * changes. */
+static void
+poll_failover(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg)
+{
+	ob_failover_state st;
+
+	if (ob_mono_ms() < w->next_failover_ms || !ob_failover_read(p, cfg, &st))
+		return;
+	w->next_failover_ms = ob_mono_ms() + FAILOVER_INTERVAL_MS;
+	if (!w->failover_read || st.verdict != w->failover) {
+		if (st.verdict == OB_FAILOVER_NOT_READY)
+			ob_warn("replication slot %s is not failover-ready: %s", cfg->pg.slot,
+				st.why);
+		else if (st.verdict == OB_FAILOVER_READY)
+			ob_info("replication slot %s is failover-ready: %s", cfg->pg.slot, st.why);
+	}
+	w->failover_read = true;
+	w->failover = st.verdict;
+	ob_metrics_set_failover_ready(st.verdict != OB_FAILOVER_NA,
+				      st.verdict == OB_FAILOVER_READY);
+}
+
 void
 ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn read_lsn)
 {
@@ -68,9 +94,9 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn re
 	sql = ob_xasprintf(
 	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(tree.r)), 0)::bigint "
 	    "FROM (SELECT to_regclass(%s) AS t) AS o, "
-	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS tree(r)), "
-	    "pg_current_wal_lsn(), s.confirmed_flush_lsn, s.wal_status, "
-	    "coalesce(pg_current_wal_lsn() - s.restart_lsn, 0)::bigint "
+	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS "
+	    "tree(r)), " OB_SQL_WAL_LSN ", s.confirmed_flush_lsn, s.wal_status, "
+	    "coalesce(" OB_SQL_WAL_LSN " - s.restart_lsn, 0)::bigint "
 	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
 	    name, slot);
 	res = ob_pgsql_exec(p, sql);
@@ -95,6 +121,7 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn re
 	ob_metrics_set_slot(atoll(ob_pgres_value(res, 0, 4)),
 			    ob_wal_status_parse(ob_pgres_value(res, 0, 3)),
 			    w->n_marks > 0 ? w->marks[0].seen_us : 0);
+	poll_failover(w, p, cfg);
 done:
 	ob_pgres_free(res);
 	free(sql);

@@ -17,8 +17,10 @@
 # streaming suite (exactly once, order, kill -9 and SIGTERM restarts,
 # Kafka down), pgoutput's own suite, the position model, the faults that
 # restart Postgres (fast and immediate), kill the walsender or outboxd, or
-# take the brokers away, and the backlog (rows written while outboxd is
-# down, then drained).
+# take the brokers away, the backlog (rows written while outboxd is
+# down, then drained), and failover (crash and promote under writes: on 17
+# and 18 nothing may be lost; a lost slot's marker; decoding on a standby;
+# two instances started at once).
 #
 # Binaries from $OUTBOXD_BUILD (default build/), built already. PYTEST_ARGS
 # adds pytest arguments. Prints "pg<N>: ..." per version and last
@@ -46,6 +48,7 @@ TESTS=(
     "$IT/test_positions.py"
     "$IT/test_backlog.py"
     "$IT/test_faults.py"
+    "$IT/test_failover.py"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,

@@ -82,6 +82,7 @@ typedef struct ob_config {
 		char *conninfo;
 		char *slot;
 		bool create_slot;
+		bool slot_failover; /* PostgreSQL 17+: the slot has FAILOVER (synced to standbys) */
 		ob_plugin plugin;
 		char *publication; /* pgoutput only: the publication the slot streams */
 		int status_interval_ms;

@@ -71,6 +71,13 @@ void ob_metrics_set_oldest_unconfirmed(int64_t commit_us);
  * wal_status, and since when (µs since the epoch; 0: not) outbox rows have
  * been committed in WAL the stream has not read yet. */
 void ob_metrics_set_slot(int64_t retained_bytes, ob_wal_status status, int64_t unread_since_us);
+/* Whether the slot survives a promotion (failover.h), read by the slot
+ * watch; where the question does not apply (!applies),
+ * outboxd_slot_failover_ready is left out. */
+void ob_metrics_set_failover_ready(bool applies, bool ready);
+/* /readyz's second line while streaming: "failover-ready" or
+ * "failover-not-ready"; NULL when not measured or not applicable. */
+const char *ob_metrics_failover_word(void);
 /* The wal_status word of pg_replication_slots as an ob_wal_status. */
 ob_wal_status ob_wal_status_parse(const char *word);
 void ob_metrics_set_connected(bool postgres, bool kafka);

@@ -27,4 +27,10 @@ void ob_pgconnect_one_shot(void);
  * it ("" when none). */
 ob_pg_refusal ob_pgconnect_refusal(const char **fix);
 
+/* conninfo (a connection string or URI) when it names several hosts,
+ * asking for a standby among them (target_session_attrs=standby, which
+ * wins over an earlier setting); NULL when it names one host (or cannot be
+ * parsed). The caller frees. */
+char *ob_pgconnect_standby_conninfo(const char *conninfo);
+
 #endif

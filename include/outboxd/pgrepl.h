@@ -18,6 +18,23 @@
 #include "outboxd/lsn.h"
 #include "outboxd/pgsql.h"
 
+/* The server's WAL position as SQL, on a primary and on a hot standby
+ * alike (where pg_current_wal_*() fail with "recovery is in progress"):
+ * the standby's is the position replayed, up to which every commit is
+ * visible to its snapshots. OB_SQL_WAL_LSN is written WAL,
+ * OB_SQL_WAL_FLUSH_LSN flushed WAL (on a standby both are the replayed
+ * position). */
+#define OB_SQL_WAL_LSN                                                                             \
+	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() "  \
+	"END)"
+#define OB_SQL_WAL_FLUSH_LSN                                                                       \
+	"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE "                       \
+	"pg_current_wal_flush_lsn() END)"
+/* The first PostgreSQL that decodes on a hot standby. */
+#define OB_STANDBY_DECODING_MIN_SERVER 160000
+/* The first PostgreSQL with failover slots (FAILOVER, synced to standbys). */
+#define OB_FAILOVER_MIN_SERVER         170000
+
 /* Where the wal2json plugin comes from, for hints. */
 #define OB_WAL2JSON_PACKAGE_HINT "Debian and Ubuntu: postgresql-15-wal2json"
 
@@ -37,6 +54,9 @@ typedef struct ob_slot_info {
 	ob_lsn restart_lsn;
 	char wal_status[16];
 	int64_t retained_bytes; /* current WAL LSN minus restart_lsn */
+	bool failover;          /* PostgreSQL 17+: synced to standbys (false before 17) */
+	bool synced;            /* PostgreSQL 17+: a standby's copy synced from the primary */
+	bool temporary;         /* dropped at the session's end (a synced copy: at promotion) */
 } ob_slot_info;
 
 /* One message of the replication stream. data borrows libpq's buffer and
@@ -65,10 +85,21 @@ ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgconn **out);
 /* Close the connection. With graceful, end the stream first (CopyDone) and
  * wait briefly for the server, so the last status update is processed. */
 void ob_pgrepl_close(ob_pgconn *p, bool graceful);
+/* Whether the server is a hot standby (pg_is_in_recovery()) into
+ * *standby; false (logged) when the query failed. */
+bool ob_pgrepl_in_recovery(ob_pgconn *p, bool *standby) OB_MUST_CHECK;
 
 bool ob_pgrepl_slot_info(ob_pgconn *p, const char *slot, ob_slot_info *info) OB_MUST_CHECK;
-/* CREATE_REPLICATION_SLOT for plugin; OB_PG_FATAL names the fix. */
-ob_pg_status ob_pgrepl_create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin);
+/* CREATE_REPLICATION_SLOT for plugin, with FAILOVER when failover is set
+ * (PostgreSQL 17+ only; the caller decides). On a hot standby it says in
+ * the log that creation waits for the primary's next running-transactions
+ * record. OB_PG_FATAL names the fix; OB_PG_STANDBY (logged) when another
+ * process created the slot meanwhile. */
+ob_pg_status ob_pgrepl_create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool failover);
+/* ALTER_REPLICATION_SLOT slot (FAILOVER true) (PostgreSQL 17+, the slot
+ * inactive). OB_PG_STANDBY when another process took the slot meanwhile;
+ * OB_PG_RETRY (logged) on any other failure. */
+ob_pg_status ob_pgrepl_set_failover(ob_pgconn *p, const char *slot);
 /* CREATE_REPLICATION_SLOT ... TEMPORARY ... EXPORT_SNAPSHOT: a temporary
  * slot that lives as long as this connection, its consistent point in
  * *consistent and the exported snapshot's name in snapshot. The snapshot
@@ -85,12 +116,29 @@ ob_pg_status ob_pgrepl_create_exported_slot(ob_pgconn *p, const char *slot, ob_p
 ob_pg_status ob_pgrepl_copy_slot(ob_pgconn *p, const char *from, const char *to);
 bool ob_pgrepl_drop_slot(ob_pgconn *p, const char *slot) OB_MUST_CHECK;
 
+/* Whether the slot should have FAILOVER on this server: postgres.
+ * slot_failover is set, the server is PostgreSQL 17+ and not a hot
+ * standby (whose own slots cannot be failover slots). Below 17 the
+ * setting is said, once, to do nothing. */
+bool ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby);
+
+/* Create the missing slot (with FAILOVER when ob_pgrepl_failover_wanted()
+ * says so) and, on a primary, its marker (slotmark.h). A marker already
+ * there says the slot was lost: OB_PG_FATAL naming the recovery, unless
+ * replace_lost (`outboxd slot create`, the operator's explicit step),
+ * which warns what the new slot skips. Otherwise as
+ * ob_pgrepl_create_slot(). */
+ob_pg_status ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost);
+
 /* Check the slot and create it if missing and create_slot is set: STANDBY
- * if another process holds it, FATAL if it is unusable (another plugin,
- * another database, invalidated, missing without create_slot). A slot is
- * created only before anything was streamed from it: once streamed, a
- * missing slot is FATAL, naming confirmed, the position reached (creating
- * it again would skip every event since). */
+ * if another process holds it (or created it meanwhile), FATAL if it is
+ * unusable (another plugin, another database, invalidated, missing without
+ * create_slot). A slot is created only before anything was streamed from
+ * it, and only when its marker (slotmark.h) does not say it was lost:
+ * either way a missing slot is FATAL, naming the recovery (creating it
+ * again would skip every event since); once streamed, naming confirmed,
+ * the position reached. An existing slot gets FAILOVER when
+ * ob_pgrepl_failover_wanted() says so, and its marker row. */
 ob_pg_status ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed,
 				    ob_lsn confirmed);
 

@@ -96,6 +96,8 @@ int ob_pgres_columns(const ob_pgres *r);
 const char *ob_pgres_value(const ob_pgres *r, int row, int column);
 size_t ob_pgres_length(const ob_pgres *r, int row, int column);
 bool ob_pgres_null(const ob_pgres *r, int row, int column);
+/* Whether a value is boolean true ("t"; not SQL NULL). */
+bool ob_pgres_true(const ob_pgres *r, int row, int column);
 /* A column's name and type OID. */
 const char *ob_pgres_name(const ob_pgres *r, int column);
 unsigned int ob_pgres_type(const ob_pgres *r, int column);

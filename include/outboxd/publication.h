@@ -31,7 +31,9 @@
  * create, say whether outboxd could. A missing publication is never
  * created for a slot that exists already (slot_exists): pgoutput reads the
  * publications of each change's time, so the slot's earlier changes would
- * be skipped. detail gets one line for the operator: what was found and,
+ * be skipped, nor on a hot standby (OB_PG_FATAL naming the statement to
+ * run on the primary). Several processes may create it at once: a loser
+ * of that race checks the winner's. detail gets one line for the operator: what was found and,
  * on OB_PG_FATAL, the statements that fix it. OB_PG_RETRY when a query
  * failed (nothing is known). */
 ob_pg_status ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists,

@@ -2,8 +2,9 @@
  * slotwatch.h: the stream's slot as the server sees it (README, "Metrics
  * and health"), read about every second on the stream's plain connection
  * (partitions.h), right after the partitions: the WAL the slot retains,
- * its wal_status, and whether outbox rows were committed in WAL the stream
- * has not read yet.
+ * its wal_status, whether outbox rows were committed in WAL the stream
+ * has not read yet, and (about every 10 s) whether the slot is
+ * failover-ready (failover.h).
  *
  * That last one is what tells a quiet outbox from a stalled stream (a
  * walsender that sends nothing): the outbox table's insert counter (the
@@ -23,6 +24,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
+#include "outboxd/failover.h"
 #include "outboxd/lsn.h"
 #include "outboxd/pgrepl.h"
 
@@ -43,6 +45,11 @@ typedef struct ob_slotwatch {
 	size_t n_marks;
 	bool failing;    /* the latest reading failed (logged once) */
 	int64_t next_ms; /* when the next reading is due (at most one a second) */
+	/* Whether the slot survives a promotion (failover.h), read about
+	 * every 10 s: the latest verdict, and when the next reading is due. */
+	bool failover_read;
+	ob_failover_verdict failover;
+	int64_t next_failover_ms;
 } ob_slotwatch;
 
 void ob_slotwatch_init(ob_slotwatch *w);

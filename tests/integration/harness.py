@@ -286,6 +286,13 @@ class PgCluster:
         check_postgres_and_wal2json()
         self.port = port or free_port()
         self.wal_level = wal_level
+        self._make_dirs(tmpdir)
+        self._initdb(extra_conf or {})
+        self.running = False
+
+    def _make_dirs(self, tmpdir):
+        """The cluster's directories under tmpdir (its data directory not
+        yet made), reachable by the server's user."""
         os.makedirs(tmpdir, exist_ok=True)
         # The postgres user must reach the data dir through every parent;
         # pytest's temp dirs (mode 700, root's) do not allow that.
@@ -306,8 +313,6 @@ class PgCluster:
             pw = pwd.getpwnam("postgres")
             for p in (self.base, self.sockdir):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
-        self._initdb(extra_conf or {})
-        self.running = False
 
     @staticmethod
     def _postgres_can_enter(path):
@@ -356,6 +361,69 @@ class PgCluster:
                     "local replication all trust\n"
                     "host replication all 127.0.0.1/32 trust\n"
                     "host all all 127.0.0.1/32 trust\n")
+
+    @classmethod
+    def standby_of(cls, primary, tmpdir, slot="standby1", extra_conf=None):
+        """A hot standby of primary, made as the version matrix's servers
+        allow (they have no pg_basebackup): primary gets a physical slot,
+        is stopped cleanly, and its data directory is copied; the copy
+        gets standby.signal, primary_conninfo (with dbname, which slot
+        sync needs), primary_slot_name and hot_standby_feedback = on, and
+        extra_conf. The primary is started again; the standby is returned
+        stopped (start() it)."""
+        primary.sql("SELECT pg_create_physical_replication_slot(%s, true)",
+                    (slot,))
+        primary.stop("fast")
+        self = cls.__new__(cls)
+        self.port = free_port()
+        self.wal_level = primary.wal_level
+        self._make_dirs(tmpdir)
+        self._run_server_cmd(["cp", "-a", primary.datadir, self.datadir])
+        for f in ("postmaster.pid", "postmaster.opts"):
+            try:
+                os.unlink(os.path.join(self.datadir, f))
+            except FileNotFoundError:
+                pass
+        conf = {
+            "port": str(self.port),
+            "unix_socket_directories": "'%s'" % self.sockdir,
+            "primary_conninfo": "'host=127.0.0.1 port=%d user=postgres "
+                                "dbname=postgres application_name=standby'"
+                                % primary.port,
+            "primary_slot_name": "'%s'" % slot,
+            "hot_standby_feedback": "on",
+        }
+        conf.update({k: str(v) for k, v in (extra_conf or {}).items()})
+        with open(os.path.join(self.datadir, "postgresql.conf"), "a") as f:
+            f.write("\n# hot standby of port %d\n" % primary.port)
+            for k, v in conf.items():
+                f.write("%s = %s\n" % (k, v))
+        self._run_server_cmd(["touch", os.path.join(self.datadir,
+                                                    "standby.signal")])
+        self.running = False
+        primary.start()
+        return self
+
+    def kill9(self):
+        """SIGKILL to the postmaster (a crash: its children exit when they
+        notice), then waits until the port is free."""
+        with open(os.path.join(self.datadir, "postmaster.pid")) as f:
+            pid = int(f.readline())
+        os.kill(pid, signal.SIGKILL)
+        self.running = False
+
+        def down():
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) != 0
+        wait_until(down, 30, 0.1, "postgres on port %d gone" % self.port)
+        time.sleep(0.5)  # the backends notice the postmaster's death
+
+    def promote(self):
+        """pg_ctl promote, waiting until the server accepts writes."""
+        self._run_server_cmd([_pg_bin("pg_ctl"), "-D", self.datadir, "-w",
+                              "-t", "60", "promote"])
+        wait_until(lambda: not self.sql("SELECT pg_is_in_recovery()")[0][0],
+                   30, 0.1, "promoted")
 
     # -- server control -----------------------------------------------------
 

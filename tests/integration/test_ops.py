@@ -529,7 +529,10 @@ def test_sql_files_and_least_privilege_role_stream(pg, broker, consumer,
     grants = pg.sql("SELECT table_schema, table_name, privilege_type FROM "
                     "information_schema.role_table_grants WHERE grantee = "
                     "'outboxd'", dbname=db)
-    assert grants == [("public", "outbox", "SELECT")], grants
+    assert sorted(grants) == [("public", "outbox", "SELECT"),
+                              ("public", "outboxd_slots", "DELETE"),
+                              ("public", "outboxd_slots", "INSERT"),
+                              ("public", "outboxd_slots", "SELECT")], grants
     prefix = "sqlfiles_%s" % test_id
     d = outboxd_factory({
         "postgres": {"conninfo": pg.conninfo(db, user="outboxd")},
