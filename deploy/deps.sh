@@ -21,16 +21,21 @@
 # what is missing. Needs root (or sudo) only in that case.
 #
 #   bash deploy/deps.sh            # install what is missing
+#   bash deploy/deps.sh --build    # only what building outboxd needs (a host that runs it)
 #   bash deploy/deps.sh --list     # print the package names and exit
 set -euo pipefail
 
-PACKAGES=(
-    # build
+BUILD_PACKAGES=(
     build-essential pkg-config meson ninja-build
     libpq-dev librdkafka-dev libjansson-dev libinih-dev libmicrohttpd-dev
     libsystemd-dev
+    # tests/meson.build, part of the meson project, needs cmocka to configure
+    libcmocka-dev
+)
+PACKAGES=(
+    "${BUILD_PACKAGES[@]}"
     # tests
-    libcmocka-dev clang-format postgresql-15 postgresql-15-wal2json
+    clang-format postgresql-15 postgresql-15-wal2json
     python3 python3-confluent-kafka python3-kafka python3-lz4 python3-psycopg2 python3-pytest python3-yaml kcat
     locales openssl
     # the failover test with a real failover manager (test_patroni.py)
@@ -41,6 +46,11 @@ PACKAGES=(
 # The locale the tests' German-speaking Postgres cluster uses.
 TEST_LOCALE="de_DE.UTF-8"
 
+BUILD_ONLY=false
+if [[ "${1:-}" == "--build" ]]; then
+    BUILD_ONLY=true
+    PACKAGES=("${BUILD_PACKAGES[@]}")
+fi
 if [[ "${1:-}" == "--list" ]]; then
     printf '%s\n' "${PACKAGES[@]}"
     exit 0
@@ -54,17 +64,21 @@ for p in "${PACKAGES[@]}"; do
 done
 # npm and node fetch the matrix's servers; any install of them will do
 # (a nodejs from elsewhere may carry npm itself).
-if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+if ! $BUILD_ONLY && { ! command -v npm >/dev/null || ! command -v node >/dev/null; }; then
     missing+=(nodejs npm)
 fi
 
-# locale -a spells it de_DE.utf8.
+# locale -a spells it de_DE.utf8; a build needs none.
 have_locale() {
-    locale -a 2>/dev/null | grep -qix "${TEST_LOCALE/UTF-8/utf8}"
+    $BUILD_ONLY || locale -a 2>/dev/null | grep -qix "${TEST_LOCALE/UTF-8/utf8}"
 }
 
 HERE=$(dirname "${BASH_SOURCE[0]}")
 
+if ((${#missing[@]} == 0)) && $BUILD_ONLY; then
+    echo "deps: all ${#PACKAGES[@]} build packages present"
+    exit 0
+fi
 if ((${#missing[@]} == 0)) && have_locale; then
     echo "deps: all ${#PACKAGES[@]} packages present, locale $TEST_LOCALE generated"
     bash "$HERE/pgversions.sh"
@@ -99,5 +113,5 @@ if ! have_locale; then
     "${SUDO[@]}" locale-gen >/dev/null
     have_locale || { echo "deps: could not generate locale $TEST_LOCALE" >&2; exit 1; }
 fi
-bash "$HERE/pgversions.sh"
+$BUILD_ONLY || bash "$HERE/pgversions.sh"
 echo "deps: done"

@@ -1,4 +1,4 @@
--- inbox.sql — the tables of `outboxd inbox` (README, "Inbox").
+-- inbox.sql — the tables of `outboxd inbox` (sql/README.md, "The inbox tables").
 --
 --     psql -v ON_ERROR_STOP=1 -d app -f sql/inbox.sql
 --
@@ -47,5 +47,8 @@ CREATE TABLE IF NOT EXISTS public.outboxd_inbox_offsets (
 );
 -- A table created before cluster_id existed gets it here (outboxd inbox
 -- also adds it at start when its role owns the table; otherwise it exits
--- 1 printing this statement).
+-- 1 printing this statement). On a table that has it, the statement does
+-- nothing; the notice saying so is not shown.
+SET client_min_messages = warning;
 ALTER TABLE public.outboxd_inbox_offsets ADD COLUMN IF NOT EXISTS cluster_id text;
+RESET client_min_messages;

@@ -1,5 +1,5 @@
 -- inbox_role.sql — the least-privilege login role `outboxd inbox` connects
--- as, in the receiving service's database (README, "Inbox").
+-- as, in the receiving service's database (sql/README.md, "The inbox tables").
 --
 -- Run as the owner of the inbox tables (or a superuser), in that database,
 -- after sql/inbox.sql:

@@ -1,6 +1,6 @@
 -- outbox.sql — the transactional-outbox table outboxd publishes from.
 --
--- The column names below are outboxd's defaults (README "Configuration reference", [outbox]); with
+-- The column names below are outboxd's defaults (deploy/README.md "Configuration reference", [outbox]); with
 -- this table no [outbox] setting needs changing. Run it as the owner of the
 -- application's schema, in the application's database:
 --
@@ -26,7 +26,7 @@
 -- sql/examples.sql. The table must exist all the same: outboxd's preflight
 -- check reads its columns.
 --
--- Column -> Kafka record mapping (README, "The Kafka record"):
+-- Column -> Kafka record mapping (sql/README.md, "The Kafka record"):
 --
 --   id              header "id" on every record (outbox.id_column). Consumers
 --                   deduplicate on it: delivery is at-least-once across
@@ -56,7 +56,7 @@
 --                   milliseconds since the epoch. now() is the transaction's
 --                   start time; set outbox.timestamp_column empty to use the
 --                   commit time instead.
---   seq             not published. The order of a backlog (README,
+--   seq             not published. The order of a backlog (sql/README.md,
 --                   "Migrating from a polling outbox processor"): with
 --                   outbox.backlog_order_by empty, outboxd orders the rows it
 --                   publishes from the table by its identity column, so the

@@ -1,5 +1,5 @@
 -- publication.sql — the publication outboxd streams with postgres.plugin =
--- pgoutput (README, "Choosing a decoder").
+-- pgoutput (deploy/README.md, "Choosing a decoder").
 --
 -- Run as the owner of the outbox table (or a superuser), in the
 -- application's database, after sql/outbox.sql and BEFORE the slot is

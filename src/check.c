@@ -106,7 +106,7 @@ check_wal_level(checker *c)
 }
 
 /* A partitioned outbox table, with the number of its leaf partitions
- * (README, "Partitioned outbox tables"). */
+ * (sql/README.md, "Partitioned outbox tables"). */
 static void
 report_partitions(checker *c)
 {
@@ -502,8 +502,7 @@ check_slot(checker *c)
 	report(c, plugin, strcmp(info.plugin, plugin) == 0, "slot plugin is %s%s", info.plugin,
 	       strcmp(info.plugin, plugin) == 0
 		   ? ""
-		   : "; postgres.plugin says otherwise: drop the slot, use another name, or set "
-		     "postgres.plugin to the slot's plugin");
+		   : "; postgres.plugin says otherwise: " OB_PLUGIN_SWITCH_HINT);
 	if (strcmp(info.wal_status, "lost") == 0)
 		report(c, "slot", false,
 		       "%s has been invalidated (wal_status lost); drop and recreate it and raise "
@@ -591,7 +590,46 @@ done:
 	free(keep);
 }
 
-/* The backlog's predicate and order, as the server reads them (README,
+/* Every slot of a database decodes every logical message, and outboxd
+ * publishes those of outbox.message_prefix: another outboxd streaming a
+ * slot of the same database publishes them too unless its prefix differs.
+ * Its configuration cannot be seen from here, so the warning names the
+ * slots (found by their walsender's application_name) for the operator to
+ * compare (deploy/README.md, "Several deployments on one database"). */
+static void
+check_message_prefix(checker *c)
+{
+	const ob_config *cfg = c->cfg;
+	char *sql, *others = NULL;
+
+	if (cfg->outbox.message_prefix[0] == '\0')
+		return;
+	/* The slot name is a plain name (config.c), safe to quote as is. */
+	sql = ob_xasprintf(
+	    "SELECT string_agg(DISTINCT s.slot_name, ', ') FROM pg_replication_slots s "
+	    "JOIN pg_stat_replication r ON r.pid = s.active_pid "
+	    "WHERE s.database = current_database() AND s.slot_type = 'logical' AND NOT s.temporary "
+	    "AND s.slot_name <> '%s' AND r.application_name = 'outboxd'",
+	    cfg->pg.slot);
+	if (!query(c, "message prefix", sql, &others))
+		goto done;
+	if (others != NULL && others[0] != '\0')
+		warn(c, "message prefix",
+		     "another outboxd streams slot %s of this database: unless its "
+		     "outbox.message_prefix differs from \"%s\", both publish every logical "
+		     "message with that prefix; give each deployment its own (deploy/README.md, "
+		     "\"Several deployments on one database\")",
+		     others, cfg->outbox.message_prefix);
+	else
+		report(c, "message prefix", true,
+		       "%s: no other outboxd streams a slot of this database",
+		       cfg->outbox.message_prefix);
+done:
+	free(others);
+	free(sql);
+}
+
+/* The backlog's predicate and order, as the server reads them (sql/README.md,
  * "Migrating from a polling outbox processor"), with the planner's
  * estimate of the rows they match and the order settled. */
 static void
@@ -643,7 +681,7 @@ check_broker(checker *c)
 }
 
 /* The inbox's database and tables, when inbox.topics says the inbox is
- * used (README, "Inbox"). */
+ * used (sql/README.md, "The inbox tables"). */
 static void
 check_inbox(checker *c)
 {
@@ -699,6 +737,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		check_slot(&c);
 		check_failover(&c);
 		check_wal_retention(&c);
+		check_message_prefix(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);
 	}

@@ -410,17 +410,43 @@ typedef struct ini_state {
 	bool ok;
 } ini_state;
 
+/* value without an inline '#' comment: libinih ends a value at a ';'
+ * after whitespace, and outboxd does the same at a '#' (inih's rule for
+ * both, when built to allow '#'), so "topic = t # note" is "t". A '#' at
+ * the start of the value, or inside a word, is part of it. Returns a copy
+ * to free. */
+static char *
+strip_hash_comment(const char *value)
+{
+	char *copy = ob_xstrdup(value);
+	size_t n;
+
+	for (size_t i = 1; copy[0] != '\0' && copy[i] != '\0'; i++) {
+		if (copy[i] == '#' && (copy[i - 1] == ' ' || copy[i - 1] == '\t')) {
+			copy[i] = '\0';
+			break;
+		}
+	}
+	n = strlen(copy);
+	while (n > 0 && (copy[n - 1] == ' ' || copy[n - 1] == '\t'))
+		copy[--n] = '\0';
+	return copy;
+}
+
 static int
 on_ini_entry(void *user, const char *section, const char *name, const char *value)
 {
 	ini_state *st = user;
 	char origin[512];
+	char *stripped;
 
 	snprintf(origin, sizeof(origin), "in %s", st->path);
 	if (name == NULL) /* a section header alone */
 		return 1;
-	if (!ob_config_set(st->cfg, section, name, value, origin))
+	stripped = strip_hash_comment(value);
+	if (!ob_config_set(st->cfg, section, name, stripped, origin))
 		st->ok = false;
+	free(stripped);
 	/* Keep going so one run reports every bad key of the file. */
 	return 1;
 }
@@ -511,17 +537,46 @@ ob_topic_template_next(const char **cursor, ob_topic_piece *piece)
 	return OB_TOPIC_PIECE;
 }
 
+bool
+ob_topic_name_valid(const char *name, size_t len, bool partial)
+{
+	static const char legal[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				    "0123456789._-";
+
+	if (len > OB_TOPIC_NAME_MAX || (!partial && len == 0))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (name[i] == '\0' || strchr(legal, name[i]) == NULL)
+			return false;
+	}
+	return partial ||
+	       !((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'));
+}
+
 /* Check that every {column} of the template of key (outbox.topic,
- * outbox.cloudevents_source) is closed and non-empty. */
+ * outbox.cloudevents_source) is closed and non-empty; with topic, also
+ * that its literal text could be part of a Kafka topic name (the columns'
+ * text is judged per event: an invalid topic is a bad event). */
 static bool
-check_template(const char *key, const char *tpl)
+check_template(const char *key, const char *tpl, bool topic)
 {
 	const char *cursor = tpl;
 	ob_topic_piece piece;
 	ob_topic_scan scan;
+	size_t literal = 0;
 
-	while ((scan = ob_topic_template_next(&cursor, &piece)) == OB_TOPIC_PIECE)
-		;
+	while ((scan = ob_topic_template_next(&cursor, &piece)) == OB_TOPIC_PIECE) {
+		if (!topic || piece.is_column)
+			continue;
+		literal += piece.len;
+		if (!ob_topic_name_valid(piece.text, piece.len, true) ||
+		    literal > OB_TOPIC_NAME_MAX) {
+			ob_error("invalid value \"%s\" for %s: a Kafka topic name has at most %d "
+				 "of the characters a-z, A-Z, 0-9, '.', '_' and '-'",
+				 tpl, key, OB_TOPIC_NAME_MAX);
+			return false;
+		}
+	}
 	if (scan == OB_TOPIC_BAD_BRACE) {
 		ob_error("invalid value \"%s\" for %s: expected literal text and "
 			 "{column} placeholders, found a stray brace at offset %zu",
@@ -548,7 +603,7 @@ check_cloudevents(const ob_config *cfg)
 		ob_error("outbox.cloudevents needs outbox.type_column: a CloudEvent has a type");
 		return false;
 	}
-	return check_template("outbox.cloudevents_source", cfg->outbox.cloudevents_source);
+	return check_template("outbox.cloudevents_source", cfg->outbox.cloudevents_source, false);
 }
 
 /* A name of at most 63 lower-case letters, digits and underscores. */
@@ -650,8 +705,14 @@ ob_config_finish(ob_config *cfg)
 			 &cfg->inbox.table_name))
 		ok = false;
 
-	if (!check_template("outbox.topic", cfg->outbox.topic) || !check_inbox(cfg))
+	if (!check_template("outbox.topic", cfg->outbox.topic, true) || !check_inbox(cfg))
 		ok = false;
+	if (!ob_topic_name_valid(cfg->outbox.dlq_topic, strlen(cfg->outbox.dlq_topic), false)) {
+		ob_error("invalid value \"%s\" for outbox.dlq_topic: a Kafka topic name has at "
+			 "most %d of the characters a-z, A-Z, 0-9, '.', '_' and '-'",
+			 cfg->outbox.dlq_topic, OB_TOPIC_NAME_MAX);
+		ok = false;
+	}
 	if (!check_cloudevents(cfg))
 		ok = false;
 	/* Postgres itself allows only these in slot names; a publication

@@ -37,6 +37,7 @@ struct ob_consumer {
 	rd_kafka_topic_partition_list_t *unstarted_lag;
 	char cluster_id[128]; /* "" unknown */
 	int brokers_up;
+	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
 };
 
 static bool
@@ -222,7 +223,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		c->brokers_up = 0;
 		c->hooks.brokers(c->hooks.ctx);
 	}
-	ob_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+	ob_kafka_note_error(err, reason, &c->brokers_down);
 }
 
 static int
@@ -231,6 +232,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 	ob_consumer *c = opaque;
 
 	c->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
+	ob_kafka_note_brokers_up(c->brokers_up, &c->brokers_down);
 	c->hooks.brokers(c->hooks.ctx);
 	return 0; /* librdkafka frees json */
 }

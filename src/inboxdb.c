@@ -192,38 +192,64 @@ exec(ob_inboxdb *db, const char *what, const char *sql, params *p, int *affected
 	return st;
 }
 
-/* Check that both tables exist; FATAL with detail naming the SQL file. */
+/* Check that both tables exist (FATAL with detail naming the SQL file)
+ * and that this connection's role holds what the inbox's statements need:
+ * SELECT and INSERT on the inbox table (INSERT ... ON CONFLICT DO
+ * NOTHING), SELECT, INSERT and UPDATE on outboxd_inbox_offsets (the
+ * positions' upsert); FATAL with detail naming the GRANT to run for the
+ * first table that lacks one: without it every batch would fail with
+ * "permission denied" while the inbox looked connected. */
 static ob_inboxdb_status
 check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_len)
 {
-	char *table = ob_xasprintf("%s.%s", cfg->inbox.schema, cfg->inbox.table_name);
-	char *offsets = ob_xasprintf("%s.outboxd_inbox_offsets", cfg->inbox.schema);
 	params p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
 	/* to_regclass() of a quoted name: the configured names are taken as
-	 * they are, like the statements that use them. */
+	 * they are, like the statements that use them. The names shown are
+	 * those a GRANT would be written with by hand: quoted only where they
+	 * must be. */
 	param_text(&p, db->table);
 	param_text(&p, db->offsets);
-	res = run(db, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", &p);
+	param_text(&p, cfg->inbox.schema);
+	param_text(&p, cfg->inbox.table_name);
+	res = run(db,
+		  "SELECT t IS NOT NULL, o IS NOT NULL, quote_ident(current_user), "
+		  "t IS NULL OR (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, "
+		  "'INSERT')), "
+		  "o IS NULL OR (has_table_privilege(o, 'SELECT') AND has_table_privilege(o, "
+		  "'INSERT') AND has_table_privilege(o, 'UPDATE')), "
+		  "quote_ident($3) || '.' || quote_ident($4), quote_ident($3) || "
+		  "'.outboxd_inbox_offsets' "
+		  "FROM (SELECT to_regclass($1) AS t, to_regclass($2) AS o) AS r",
+		  &p);
 	if (!ob_pgres_tuples(res)) {
-		ob_pgres_error(res, buf, sizeof(buf));
-		snprintf(detail, detail_len, "could not look up the inbox tables: %s", buf);
+		snprintf(detail, detail_len, "could not look up the inbox tables: %s",
+			 ob_pgres_error(res, buf, sizeof(buf)));
 		st = OB_INBOXDB_RETRY;
-	} else if (strcmp(ob_pgres_value(res, 0, 0), "t") != 0 ||
-		   strcmp(ob_pgres_value(res, 0, 1), "t") != 0) {
+	} else if (!ob_pgres_true(res, 0, 0) || !ob_pgres_true(res, 0, 1)) {
 		snprintf(detail, detail_len,
 			 "table %s does not exist; create the inbox tables with %s (or set "
 			 "inbox.table)",
-			 strcmp(ob_pgres_value(res, 0, 0), "t") != 0 ? table : offsets, INBOX_SQL);
+			 ob_pgres_value(res, 0, !ob_pgres_true(res, 0, 0) ? 5 : 6), INBOX_SQL);
+		st = OB_INBOXDB_FATAL;
+	} else if (!ob_pgres_true(res, 0, 3) || !ob_pgres_true(res, 0, 4)) {
+		bool rows = !ob_pgres_true(res, 0, 3);
+		const char *name = ob_pgres_value(res, 0, rows ? 5 : 6);
+
+		snprintf(detail, detail_len,
+			 "role %s may not write %s (it needs %s on it); run: GRANT %s ON TABLE "
+			 "%s TO %s; (sql/inbox_role.sql grants all the inbox needs)",
+			 ob_pgres_value(res, 0, 2), name,
+			 rows ? "SELECT and INSERT" : "SELECT, INSERT and UPDATE",
+			 rows ? "SELECT, INSERT" : "SELECT, INSERT, UPDATE", name,
+			 ob_pgres_value(res, 0, 2));
 		st = OB_INBOXDB_FATAL;
 	}
 	ob_pgres_free(res);
 	params_free(&p);
-	free(table);
-	free(offsets);
 	return st;
 }
 

@@ -67,7 +67,7 @@ ob_inbox_text_ok(const char *s, size_t len)
  * a number is -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? within what
  * numeric holds (see number_ok()). Nesting deeper than JSON_MAX_DEPTH is
  * taken for not JSON, well within what the server's stack allows. */
-#define JSON_MAX_DEPTH       10000 /* README, "JSON is what jsonb takes" */
+#define JSON_MAX_DEPTH       10000 /* sql/README.md, "JSON is what jsonb takes" */
 /* numeric's limits (PostgreSQL's numeric.c): 131072 digits before the
  * decimal point, 16383 after it; an exponent of more than nine digits is
  * taken for not JSON (the server refuses all but a few such numbers). */
@@ -510,7 +510,7 @@ set_owned_payload(ob_inbox_row *row, unsigned char *bytes, size_t len)
 	row->payload_raw_len = len;
 }
 
-/* Read a structured-mode CloudEvent's envelope (README, "Inbox") into row:
+/* Read a structured-mode CloudEvent's envelope (sql/README.md, "The inbox tables") into row:
  * id and type from its string members, the payload from "data" (its JSON
  * text) or "data_base64" (the bytes it encodes, payload_json when they are
  * JSON). False with *bad filled (reason "bad-cloudevent") when the value

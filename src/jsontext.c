@@ -6,6 +6,10 @@
 
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* Nesting deeper than this is refused rather than scanned. */
 
 static void
@@ -16,42 +20,203 @@ skip_ws(const char *s, size_t len, size_t *pos)
 		(*pos)++;
 }
 
-/* True if s[0..len) holds a control character (not allowed raw in a JSON
- * string). Written as a reduction so the compiler can vectorise it. */
-static bool
-has_control(const char *s, size_t len)
-{
-	unsigned char bad = 0;
+/*
+ * Word-at-a-time search (8 bytes per step, portable C): a word "has" a
+ * byte when the classic zero-byte test of the word XORed with that byte
+ * fires. Each test is exact about whether such a byte is in the word, and
+ * its lowest flag is exact about where the first one is: on little-endian
+ * machines the search jumps there, elsewhere it steps byte by byte.
+ */
+#define WORD_ONES  UINT64_C(0x0101010101010101)
+#define WORD_HIGHS UINT64_C(0x8080808080808080)
 
-	for (size_t i = 0; i < len; i++)
-		bad |= (unsigned char)s[i] < 0x20;
-	return bad != 0;
+static inline uint64_t
+word_at(const char *p)
+{
+	uint64_t w;
+
+	memcpy(&w, p, sizeof(w));
+	return w;
+}
+
+/* The high bit of each byte of w below n (n <= 128), exact up to the
+ * first such byte. */
+static inline uint64_t
+word_below(uint64_t w, unsigned n)
+{
+	return (w - WORD_ONES * n) & ~w & WORD_HIGHS;
+}
+
+/* The same for the bytes of w equal to c. */
+static inline uint64_t
+word_equal(uint64_t w, unsigned char c)
+{
+	return word_below(w ^ (WORD_ONES * c), 1);
+}
+
+/* How many bytes of the word with flags f precede its first flagged byte
+ * (f != 0); 0 where byte order does not allow telling. */
+static inline size_t
+word_skip(uint64_t f)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (size_t)__builtin_ctzll(f) / 8;
+#else
+	(void)f;
+	return 0;
+#endif
+}
+
+/*
+ * Strings are scanned 64 bytes at a time: one bit per byte says where the
+ * quotes, backslashes and control characters (not allowed raw in a JSON
+ * string) are, and the escaped bytes follow from the backslashes with a
+ * few word operations (simdjson's way), so a payload dense with \" costs
+ * no branch per escape. With SSE2 (every x86-64) the bits come from 16-byte
+ * compares; elsewhere from a byte loop.
+ */
+typedef struct block_bits {
+	uint64_t quotes, backslashes, controls;
+} block_bits;
+
+#define BLOCK 64
+
+/* The bits of the n bytes at p (n: 16 or BLOCK). */
+static inline void
+block_bits_of(const char *p, int n, block_bits *b)
+{
+#if defined(__SSE2__)
+	const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+	const __m128i below_space = _mm_set1_epi8(0x1f);
+
+	b->quotes = b->backslashes = b->controls = 0;
+	for (int k = 0; k < n / 16; k++) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
+
+		b->quotes |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote))
+			     << (16 * k);
+		b->backslashes |=
+		    (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, backslash)) << (16 * k);
+		/* v <= 0x1f, unsigned: min(v, 0x1f) == v. */
+		b->controls |= (uint64_t)(uint16_t)_mm_movemask_epi8(
+				   _mm_cmpeq_epi8(_mm_min_epu8(v, below_space), v))
+			       << (16 * k);
+	}
+#else
+	b->quotes = b->backslashes = b->controls = 0;
+	for (int i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		b->quotes |= (uint64_t)(c == '"') << i;
+		b->backslashes |= (uint64_t)(c == '\\') << i;
+		b->controls |= (uint64_t)(c < 0x20) << i;
+	}
+#endif
+}
+
+/* The bytes of a block that a backslash escapes, given its backslashes;
+ * *carry (0 or 1) says on entry whether the block's first byte is escaped
+ * and on return whether the next block's is. A run of backslashes escapes
+ * every other byte after its start, so the byte after it exactly when the
+ * run is odd. */
+static inline uint64_t
+escaped_bits(uint64_t backslashes, uint64_t *carry)
+{
+	const uint64_t even = UINT64_C(0x5555555555555555);
+	uint64_t bs = backslashes & ~*carry; /* an escaped backslash escapes nothing */
+	uint64_t follows = bs << 1 | *carry;
+	uint64_t odd_starts = bs & ~even & ~follows;
+	uint64_t even_runs;
+
+	/* Adding a run's start to the run carries out past its end. */
+	*carry = __builtin_add_overflow(odd_starts, bs, &even_runs);
+	return (even ^ (even_runs << 1)) & follows;
 }
 
 /* Scan the string starting at s[*pos] == '"'; *pos ends after the closing
- * quote. memchr finds each candidate quote; an odd run of backslashes
- * before it escapes it. */
+ * quote, the first one no backslash escapes. The text before it must hold
+ * no control character, escaped or not. The last bytes, fewer than a
+ * block, are looked at one by one. */
 static bool
 scan_string(const char *s, size_t len, size_t *pos, bool *escaped)
 {
-	const char *start = s + *pos + 1, *end = s + len, *p = start;
+	size_t i = *pos + 1;
+	uint64_t carry = 0;
+	bool esc = false;
 
-	for (;;) {
-		const char *q = memchr(p, '"', (size_t)(end - p));
-		const char *b;
+	/* Most strings are short and plain: their end in the first 16
+	 * bytes, with neither a backslash nor a control character before. */
+	if (i + 16 <= len) {
+		block_bits b;
+		uint64_t before;
 
-		if (q == NULL)
-			return false;
-		for (b = q; b > start && b[-1] == '\\'; b--)
-			;
-		if (((q - b) & 1) == 0) {
-			if (has_control(start, (size_t)(q - start)))
-				return false;
-			*escaped = memchr(start, '\\', (size_t)(q - start)) != NULL;
-			*pos = (size_t)(q + 1 - s);
+		block_bits_of(s + i, 16, &b);
+		before = (b.quotes & -b.quotes) - 1;
+		if (b.quotes != 0 && ((b.backslashes | b.controls) & before) == 0) {
+			*escaped = false;
+			*pos = i + (size_t)__builtin_ctzll(b.quotes) + 1;
 			return true;
 		}
-		p = q + 1;
+	}
+	for (; i + BLOCK <= len; i += BLOCK) {
+		block_bits b;
+		uint64_t ends, before;
+
+		block_bits_of(s + i, BLOCK, &b);
+		ends = b.quotes & ~escaped_bits(b.backslashes, &carry);
+		before = ends != 0 ? (ends & -ends) - 1 : ~UINT64_C(0);
+		if ((b.controls & before) != 0)
+			return false;
+		esc |= (b.backslashes & before) != 0;
+		if (ends != 0) {
+			*escaped = esc;
+			*pos = i + (size_t)__builtin_ctzll(ends) + 1;
+			return true;
+		}
+	}
+	for (; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20)
+			return false;
+		if (carry != 0) {
+			carry = 0;
+			continue;
+		}
+		if (c == '"') {
+			*escaped = esc;
+			*pos = i + 1;
+			return true;
+		}
+		if (c == '\\') {
+			esc = true;
+			carry = 1;
+		}
+	}
+	return false;
+}
+
+/* True for the bytes that end a bare literal or number (a NUL among them,
+ * which then fails the member). */
+static inline bool
+ends_literal(char c)
+{
+	switch (c) {
+	case '\0':
+	case ',':
+	case ':':
+	case ']':
+	case '}':
+	case ' ':
+	case '\t':
+	case '\r':
+	case '\n':
+	case '{':
+	case '[':
+	case '"':
+		return true;
+	default:
+		return false;
 	}
 }
 
@@ -92,7 +257,7 @@ scan_value(const char *s, size_t len, size_t *pos, bool *escaped, int max_depth)
 		} else {
 			size_t start = *pos;
 
-			while (*pos < len && strchr(",:]} \t\r\n{[\"", s[*pos]) == NULL)
+			while (*pos < len && !ends_literal(s[*pos]))
 				(*pos)++;
 			if (*pos == start)
 				return false;
@@ -262,13 +427,11 @@ ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child)
 }
 
 bool
-ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len)
+ob_json_escaped_name_is(const ob_json_member *m, const char *name, size_t name_len)
 {
 	char buf[256];
 	long n;
 
-	if (!m->name_escaped)
-		return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
 	if (m->name_len > sizeof(buf))
 		return false;
 	n = ob_json_unescape(m->name, m->name_len, buf);
@@ -330,16 +493,23 @@ ob_json_unescape(const char *s, size_t len, char *out)
 
 	for (size_t i = 0; i < len; i++) {
 		unsigned cp, lo;
-		const char *bs;
 
 		if (s[i] != '\\') {
-			/* Copy the run up to the next backslash at once. */
-			bs = memchr(s + i, '\\', len - i);
-			size_t run = bs ? (size_t)(bs - (s + i)) : len - i;
+			/* Copy the run up to the next backslash a word at a
+			 * time (out has room: o <= i). */
+			while (i + sizeof(uint64_t) <= len) {
+				uint64_t f = word_equal(word_at(s + i), '\\');
+				size_t run = f == 0 ? sizeof(uint64_t) : word_skip(f);
 
-			memcpy(out + o, s + i, run);
-			o += run;
-			i += run - 1;
+				memcpy(out + o, s + i, sizeof(uint64_t));
+				o += run;
+				i += run;
+				if (f != 0)
+					break;
+			}
+			while (i < len && s[i] != '\\')
+				out[o++] = s[i++];
+			i--;
 			continue;
 		}
 		if (++i >= len)

@@ -81,11 +81,12 @@ ob_kafka_conf_build(const ob_config *cfg, const ob_kafka_setting *defaults, size
 void
 ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
 {
-	/* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
-	ob_log_level l = level <= 3   ? OB_LOG_ERROR
-			 : level == 4 ? OB_LOG_WARNING
-			 : level <= 6 ? OB_LOG_INFO
-				      : OB_LOG_DEBUG;
+	/* syslog levels: 0-4 warning, 5-6 info, 7 debug. librdkafka's
+	 * errors are mostly a broker it cannot reach, which it retries by
+	 * itself (a broker restart); what an error costs, outboxd says in
+	 * lines of its own (a fatal error, a failed delivery, /readyz), so
+	 * librdkafka's lines are never more than warnings. */
+	ob_log_level l = level <= 4 ? OB_LOG_WARNING : level <= 6 ? OB_LOG_INFO : OB_LOG_DEBUG;
 	ob_log_field fields[] = {{"component", "librdkafka"}, {"facility", facility}, {NULL, NULL}};
 
 	/* librdkafka warns at every start that enable.gapless.guarantee is
@@ -94,6 +95,32 @@ ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *
 		l = OB_LOG_DEBUG;
 	if (ob_log_enabled(l))
 		ob_log_kv(l, fields, "%s", buf);
+}
+
+void
+ob_kafka_note_error(int err, const char *reason, bool *down)
+{
+	const char *name = rd_kafka_err2name((rd_kafka_resp_err_t)err);
+
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+		if (!*down)
+			ob_warn("kafka: all brokers are down (%s); librdkafka reconnects by itself",
+				reason);
+		*down = true;
+	} else if (err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__RESOLVE) {
+		ob_debug("kafka: %s: %s", name, reason);
+	} else {
+		ob_warn("kafka: %s: %s", name, reason);
+	}
+}
+
+void
+ob_kafka_note_brokers_up(int up, bool *down)
+{
+	if (*down && up > 0) {
+		ob_info("kafka: %d broker(s) up again", up);
+		*down = false;
+	}
 }
 
 int

@@ -1,5 +1,5 @@
 /*
- * main.c: the command line (README, "Command line"). Parses arguments, builds the
+ * main.c: the command line (deploy/README.md, "Command line"). Parses arguments, builds the
  * configuration and hands over to the relay, the checks or the slot
  * commands. Exit codes: 0 clean stop, 1 needs an operator, 2 usage or
  * configuration error (or `check` found problems).
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ob_build.h"
 #include "outboxd/check.h"
@@ -24,6 +25,11 @@
 #include "outboxd/runtime.h"
 #include "outboxd/slotmark.h"
 
+/* Where the configuration is read from when neither -c nor OUTBOXD_CONFIG
+ * names a file (used only when it exists), as pgbouncer reads
+ * /etc/pgbouncer/pgbouncer.ini. */
+#define DEFAULT_CONFIG "/etc/outboxd/outboxd.ini"
+
 static const char usage_text[] =
     "outboxd publishes transactional-outbox events from PostgreSQL to Kafka.\n"
     "\n"
@@ -35,12 +41,117 @@ static const char usage_text[] =
     "  outboxd --version | --help\n"
     "\n"
     "Options:\n"
-    "  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG)\n"
+    "  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG; default\n"
+    "                           " DEFAULT_CONFIG " when it exists)\n"
     "  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"
-    "  -h, --help               show this help\n"
+    "  -h, --help               show this help (outboxd COMMAND --help: that command's)\n"
     "  -V, --version            show the version\n"
     "\n"
     "Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
+
+#define COMMON_OPTIONS                                                                             \
+	"Options:\n"                                                                               \
+	"  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG; default\n"       \
+	"                           " DEFAULT_CONFIG " when it exists)\n"                          \
+	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"          \
+	"  -h, --help               show this help\n"
+
+/* The help of each command: `outboxd COMMAND --help`. */
+static const struct command_help {
+	const char *command;
+	const char *subcommand; /* NULL: the command's own */
+	const char *text;
+} command_help[] = {
+    {"run", NULL,
+     "Usage: outboxd [run] [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Stream the outbox's inserts and logical messages from the replication slot\n"
+     "(postgres.slot) to Kafka until SIGTERM or SIGINT, creating the slot first when\n"
+     "it is missing (postgres.create_slot). Serves /metrics, /healthz and /readyz on\n"
+     "http.listen. Reconnects to Postgres and Kafka by itself.\n"
+     "\n" COMMON_OPTIONS "\n"
+     "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
+     "why), 2 usage or configuration error.\n"},
+    {"check", NULL,
+     "Usage: outboxd check [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Check everything outboxd needs, without streaming or changing anything, and\n"
+     "print one line per check: its name, then ok, FAIL or warn, then what was found\n"
+     "(for a FAIL, the fix). A warn line passes but names a cost to choose.\n"
+     "\n"
+     "  postgres, server version, wal_level   the server and its settings\n"
+     "  outbox table, outbox columns          the table and every mapped column\n"
+     "  table privilege, backlog              SELECT, the backlog_where predicate\n"
+     "                                        (only before the slot exists)\n"
+     "  replication role, slot, pgoutput/wal2json, publication\n"
+     "                                        the role, the slot's state, the decoder\n"
+     "  slot marker, failover, standby copy   whether a lost slot is caught, and\n"
+     "                                        whether the slot survives a promotion\n"
+     "  wal retention                         warn: max_slot_wal_keep_size = -1\n"
+     "  message prefix                        warn: another slot publishes the same\n"
+     "                                        logical messages\n"
+     "  kafka, dead-letter topic              the brokers and outbox.dlq_topic\n"
+     "  inbox tables                          with inbox.topics set: the inbox's tables\n"
+     "                                        and the grants its role needs\n"
+     "\n" COMMON_OPTIONS "\n"
+     "Exit codes: 0 every check passed, 2 a check failed or the configuration is\n"
+     "invalid.\n"},
+    {"slot", NULL,
+     "Usage: outboxd slot create [--if-not-exists] | drop | status [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Manage the replication slot postgres.slot; `outboxd slot COMMAND --help` says\n"
+     "more of each.\n"
+     "\n" COMMON_OPTIONS},
+    {"slot", "create",
+     "Usage: outboxd slot create [--if-not-exists] [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Create the replication slot postgres.slot (with postgres.plugin), after the\n"
+     "same table checks as run. Create it before the application writes events: a\n"
+     "slot sees only WAL written after it exists. With outbox.backlog_where set, the\n"
+     "matching rows are published first and the command exits 0 only once the broker\n"
+     "acknowledged them.\n"
+     "\n"
+     "      --if-not-exists      exit 0 when the slot exists already (with the\n"
+     "                           configured plugin), as pg_recvlogical does\n" COMMON_OPTIONS "\n"
+     "Exit codes: 0 created (or there), 1 refused (the log says why), 2 usage or\n"
+     "configuration error.\n"},
+    {"slot", "drop",
+     "Usage: outboxd slot drop [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Drop the replication slot postgres.slot. Events committed after its confirmed\n"
+     "position and not yet published are published only if a new slot is created\n"
+     "with outbox.backlog_where naming them.\n"
+     "\n" COMMON_OPTIONS "\n"
+     "Exit codes: 0 dropped, 1 refused (missing, or active), 2 usage or configuration\n"
+     "error.\n"},
+    {"slot", "status",
+     "Usage: outboxd slot status [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Print the replication slot postgres.slot as the server sees it, one line each:\n"
+     "\n"
+     "  slot, plugin, database\n"
+     "  active_pid            the walsender serving it, - when none\n"
+     "  confirmed_flush_lsn   what outboxd confirmed: published up to here\n"
+     "  restart_lsn           the oldest WAL the slot keeps\n"
+     "  wal_status            reserved, extended, unreserved (invalidation near) or lost\n"
+     "  retained_wal_bytes    WAL kept for the slot\n"
+     "  failover, synced      the slot's flags (PostgreSQL 17 and later)\n"
+     "  failover_ready        whether a promoted standby would have the slot, and why\n"
+     "  standby_copy          what a standby's copy of the slot holds\n"
+     "\n" COMMON_OPTIONS "\n"
+     "Exit codes: 0 printed, 1 the slot does not exist, 2 usage or configuration\n"
+     "error.\n"},
+    {"inbox", NULL,
+     "Usage: outboxd inbox [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "Consume inbox.topics (consumer group inbox.group) and store every record as a\n"
+     "row of inbox.table in inbox.conninfo's database, one row per event id, until\n"
+     "SIGTERM or SIGINT (sql/inbox.sql makes the tables, sql/inbox_role.sql the\n"
+     "role). Serves /metrics, /healthz and /readyz on http.listen.\n"
+     "\n" COMMON_OPTIONS "\n"
+     "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
+     "why), 2 usage or configuration error.\n"},
+};
 
 typedef struct cli {
 	const char *config_path;
@@ -48,6 +159,8 @@ typedef struct cli {
 	size_t overrides_len;
 	const char *command;
 	const char *subcommand;
+	bool help;
+	bool if_not_exists; /* slot create --if-not-exists */
 } cli;
 
 static int
@@ -69,18 +182,39 @@ print_version(void)
 	printf("libpq %d.%d\n", pq / 10000, pq % 10000);
 }
 
+/* The help of c's command, or the general usage when none was named. */
+static void
+print_help(const cli *c)
+{
+	for (size_t i = 0; i < OB_ARRAY_LEN(command_help); i++) {
+		const struct command_help *h = &command_help[i];
+
+		if (c->command != NULL && strcmp(h->command, c->command) == 0 &&
+		    (h->subcommand == NULL
+			 ? c->subcommand == NULL
+			 : c->subcommand != NULL && strcmp(h->subcommand, c->subcommand) == 0)) {
+			fputs(h->text, stdout);
+			return;
+		}
+	}
+	fputs(usage_text, stdout);
+}
+
 /* Parse argv into c. Returns -1 to go on, or an exit code. */
 static int
 parse_args(int argc, char **argv, cli *c)
 {
+	enum { OPT_IF_NOT_EXISTS = 256 };
 	static const struct option longopts[] = {
 	    {"config", required_argument, NULL, 'c'},
 	    {"set", required_argument, NULL, 's'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
+	    {"if-not-exists", no_argument, NULL, OPT_IF_NOT_EXISTS},
 	    {NULL, 0, NULL, 0},
 	};
 	int opt;
+	bool named = false;
 
 	c->overrides = ob_xcalloc((size_t)argc, sizeof(*c->overrides));
 	while ((opt = getopt_long(argc, argv, "c:s:hV", longopts, NULL)) != -1) {
@@ -92,22 +226,27 @@ parse_args(int argc, char **argv, cli *c)
 			c->overrides[c->overrides_len++] = optarg;
 			break;
 		case 'h':
-			fputs(usage_text, stdout);
-			return 0;
+			c->help = true;
+			break;
 		case 'V':
 			print_version();
 			return 0;
+		case OPT_IF_NOT_EXISTS:
+			c->if_not_exists = true;
+			break;
 		default:
 			return usage_error("invalid option", NULL);
 		}
 	}
-	c->command = optind < argc ? argv[optind++] : "run";
+	named = optind < argc;
+	c->command = named ? argv[optind++] : "run";
 	if (strcmp(c->command, "slot") == 0) {
-		if (optind >= argc)
+		if (optind < argc)
+			c->subcommand = argv[optind++];
+		else if (!c->help)
 			return usage_error("slot needs create, drop or status", NULL);
-		c->subcommand = argv[optind++];
-		if (strcmp(c->subcommand, "create") != 0 && strcmp(c->subcommand, "drop") != 0 &&
-		    strcmp(c->subcommand, "status") != 0)
+		if (c->subcommand != NULL && strcmp(c->subcommand, "create") != 0 &&
+		    strcmp(c->subcommand, "drop") != 0 && strcmp(c->subcommand, "status") != 0)
 			return usage_error("unknown slot command", c->subcommand);
 	} else if (strcmp(c->command, "run") != 0 && strcmp(c->command, "check") != 0 &&
 		   strcmp(c->command, "inbox") != 0) {
@@ -115,7 +254,27 @@ parse_args(int argc, char **argv, cli *c)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument", argv[optind]);
+	if (c->help) {
+		if (!named)
+			c->command = NULL;
+		print_help(c);
+		return 0;
+	}
+	if (c->if_not_exists && (c->subcommand == NULL || strcmp(c->subcommand, "create") != 0))
+		return usage_error("--if-not-exists belongs to \"slot create\"", NULL);
 	return -1;
+}
+
+/* DEFAULT_CONFIG; a test build reads OUTBOXD_TEST_DEFAULT_CONFIG instead
+ * when it is set, so tests need not write to /etc. */
+static const char *
+default_config(void)
+{
+#if OB_TEST_HOOKS
+	if (getenv("OUTBOXD_TEST_DEFAULT_CONFIG") != NULL)
+		return getenv("OUTBOXD_TEST_DEFAULT_CONFIG");
+#endif
+	return DEFAULT_CONFIG;
 }
 
 static bool
@@ -123,6 +282,9 @@ load_config(const cli *c, ob_config *cfg)
 {
 	const char *path = c->config_path ? c->config_path : getenv("OUTBOXD_CONFIG");
 	bool ok = true;
+
+	if (path == NULL && access(default_config(), F_OK) == 0)
+		path = default_config();
 
 	ob_config_init(cfg);
 	if (path != NULL && path[0] != '\0')
@@ -173,6 +335,14 @@ settings_fit(const ob_config *cfg, const char *command)
 	return true;
 }
 
+/* outbox.topic when it has no {column}: every event goes there, so its
+ * published counter can be shown from the start; else NULL. */
+static const char *
+fixed_topic(const ob_config *cfg)
+{
+	return strchr(cfg->outbox.topic, '{') == NULL ? cfg->outbox.topic : NULL;
+}
+
 /* Serve HTTP around the relay (run) or the inbox consumer (inbox). */
 static int
 run(const ob_config *cfg, bool inbox)
@@ -182,7 +352,8 @@ run(const ob_config *cfg, bool inbox)
 
 	if (!inbox)
 		log_startup(cfg);
-	ob_metrics_init(cfg->http.stall_after_ms);
+	ob_metrics_init(cfg->http.stall_after_ms, inbox ? OB_METRICS_INBOX : OB_METRICS_PUBLISHER,
+			fixed_topic(cfg));
 	if (!ob_http_start(cfg->http.listen, &http))
 		return OB_EXIT_OPERATOR; /* the address is taken or not ours */
 	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
@@ -214,8 +385,10 @@ print_failover(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
 	return true;
 }
 
+/* slot create|drop|status; with if_not_exists, create finds a slot of
+ * the configured plugin there and leaves it (as pg_recvlogical does). */
 static int
-slot_command(const ob_config *cfg, const char *sub)
+slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 {
 	ob_pgconn *pg = NULL;
 	ob_slot_info info;
@@ -223,8 +396,23 @@ slot_command(const ob_config *cfg, const char *sub)
 
 	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
 		return OB_EXIT_OPERATOR;
+	if (strcmp(sub, "create") == 0 && if_not_exists) {
+		if (!ob_pgrepl_slot_info(pg, cfg->pg.slot, &info))
+			goto out;
+		if (info.exists && strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
+			ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
+				 "%s: " OB_PLUGIN_SWITCH_HINT,
+				 cfg->pg.slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
+			goto out;
+		}
+		if (info.exists) {
+			ob_info("replication slot %s exists already; nothing to do", cfg->pg.slot);
+			rc = 0;
+			goto out;
+		}
+	}
 	if (strcmp(sub, "create") == 0 && cfg->outbox.backlog_where[0] != '\0') {
-		ob_metrics_init(cfg->http.stall_after_ms);
+		ob_metrics_init(cfg->http.stall_after_ms, OB_METRICS_PUBLISHER, fixed_topic(cfg));
 		rc = ob_relay_create_slot(cfg);
 	} else if (strcmp(sub, "create") == 0) {
 		/* The table, and pgoutput's publication, which must exist
@@ -260,6 +448,7 @@ slot_command(const ob_config *cfg, const char *sub)
 			rc = print_failover(pg, cfg, &info) ? OB_EXIT_OK : OB_EXIT_OPERATOR;
 		}
 	}
+out:
 	ob_pgrepl_close(pg, false);
 	return rc;
 }
@@ -284,7 +473,10 @@ main(int argc, char **argv)
 		rc = OB_EXIT_CONFIG;
 		goto out;
 	}
-	if (strcmp(c.command, "inbox") == 0)
+	/* The inbox's lines carry its group; so do check's when it checks
+	 * only an inbox. */
+	if (strcmp(c.command, "inbox") == 0 ||
+	    (strcmp(c.command, "check") == 0 && cfg.inbox.topics[0] != '\0' && !cfg.publisher_set))
 		ob_log_set_context("group", cfg.inbox.group);
 	else
 		ob_log_set_context("slot", cfg.pg.slot);
@@ -295,7 +487,7 @@ main(int argc, char **argv)
 		if (strcmp(c.command, "check") == 0)
 			rc = ob_check_run(&cfg, stdout);
 		else
-			rc = slot_command(&cfg, c.subcommand);
+			rc = slot_command(&cfg, c.subcommand, c.if_not_exists);
 	}
 out:
 	ob_config_free(&cfg);

@@ -73,17 +73,58 @@ static struct {
 	atomic_int failover; /* 0: not measured or not applicable; 1: not ready; 2: ready */
 	atomic_int_fast64_t slot_retained;
 	atomic_int slot_wal_status;
+
+	ob_metrics_daemon daemon; /* set once, before the HTTP thread starts */
 } m = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *const wal_status_words[OB_WAL_STATUS_COUNT] = {NULL, "reserved", "extended",
 								  "unreserved", "lost"};
 
+/* Every reason a publisher's dead-letter record can give (outbox.c,
+ * relay.c): each is exported at 0 from the start. A reason not listed is
+ * still counted, from its first dead letter on. */
+static const char *const dead_letter_reasons[] = {
+    "bad-cloudevent",
+    "bad-headers",
+    "bad-message",
+    "bad-payload",
+    "bad-record",
+    "bad-topic",
+    "cloudevents-header-collision",
+    "missing-id",
+    "missing-key",
+    "missing-source-column",
+    "missing-topic-column",
+    "non-transactional-message",
+    "refused",
+    "too-large",
+};
+
+/* Add label to table at 0, unless it is there. */
+static void
+seed(label_counter *table, size_t *len, const char *label)
+{
+	for (size_t i = 0; i < *len; i++) {
+		if (strcmp(table[i].label, label) == 0)
+			return;
+	}
+	if (*len < MAX_LABELS - 1)
+		table[(*len)++] = (label_counter){ob_xstrdup(label), 0};
+}
+
 void
-ob_metrics_init(int stall_after_ms)
+ob_metrics_init(int stall_after_ms, ob_metrics_daemon daemon, const char *fixed_topic)
 {
 	atomic_store(&m.heartbeat_ms, ob_mono_ms());
 	atomic_store(&m.progress_ms, ob_mono_ms());
 	atomic_store(&m.stall_after_ms, stall_after_ms);
+	m.daemon = daemon;
+	pthread_mutex_lock(&m.lock);
+	for (size_t i = 0; i < OB_ARRAY_LEN(dead_letter_reasons); i++)
+		seed(m.dead, &m.dead_len, dead_letter_reasons[i]);
+	if (fixed_topic != NULL)
+		seed(m.published, &m.published_len, fixed_topic);
+	pthread_mutex_unlock(&m.lock);
 }
 
 /* Something was acknowledged, confirmed or stored. */
@@ -433,60 +474,121 @@ put_lag(text *t)
 	put(t, "outboxd_lag_seconds %.3f\n", age > 0 ? (double)age / 1e6 : 0.0);
 }
 
+/* The publisher's families. */
+static void
+put_publisher(text *t)
+{
+	uint64_t cumulative = 0;
+	ob_lsn confirmed = atomic_load(&m.confirmed_lsn);
+	ob_lsn wal_end = atomic_load(&m.server_wal_end);
+
+	pthread_mutex_lock(&m.lock);
+	put_header(t, "outboxd_events_published_total", "counter",
+		   "Events acknowledged by the broker, by topic.");
+	put_labelled(t, "outboxd_events_published_total", "topic", m.published, m.published_len);
+	put_header(t, "outboxd_events_dead_lettered_total", "counter",
+		   "Events written to the dead-letter topic, by reason.");
+	put_labelled(t, "outboxd_events_dead_lettered_total", "reason", m.dead, m.dead_len);
+	put_header(t, "outboxd_publish_latency_seconds", "histogram",
+		   "Time from the transaction's commit to the broker's acknowledgement.");
+	for (size_t b = 0; b < N_BUCKETS; b++) {
+		cumulative += m.latency_buckets[b];
+		put(t, "outboxd_publish_latency_seconds_bucket{le=\"%g\"} %llu\n",
+		    latency_bounds[b], (unsigned long long)cumulative);
+	}
+	put(t, "outboxd_publish_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+	    (unsigned long long)m.latency_count);
+	put(t, "outboxd_publish_latency_seconds_sum %.6f\n", m.latency_sum);
+	put(t, "outboxd_publish_latency_seconds_count %llu\n", (unsigned long long)m.latency_count);
+	pthread_mutex_unlock(&m.lock);
+
+	put_header(t, "outboxd_transactions_total", "counter",
+		   "Transactions received from the slot.");
+	put(t, "outboxd_transactions_total %llu\n",
+	    (unsigned long long)atomic_load(&m.transactions));
+	put_header(t, "outboxd_backlog_events_total", "counter",
+		   "Backlog rows acknowledged by the broker or dead-lettered.");
+	put(t, "outboxd_backlog_events_total %llu\n",
+	    (unsigned long long)atomic_load(&m.backlog_events));
+	put_header(t, "outboxd_traceparent_malformed_total", "counter",
+		   "CloudEvents whose traceparent header is not W3C Trace Context.");
+	put(t, "outboxd_traceparent_malformed_total %llu\n",
+	    (unsigned long long)atomic_load(&m.traceparent_malformed));
+	put_gauge(t, "outboxd_inflight_events",
+		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
+	put_gauge(t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",
+		  confirmed);
+	put_gauge(t, "outboxd_received_lsn", "WAL position of the latest record received (bytes).",
+		  atomic_load(&m.received_lsn));
+	put_gauge(t, "outboxd_server_wal_end_lsn",
+		  "Server WAL end from the latest keepalive (bytes).", wal_end);
+	put_gauge(t, "outboxd_replication_lag_bytes", "Server WAL end minus confirmed position.",
+		  wal_end > confirmed ? wal_end - confirmed : 0);
+	put_lag(t);
+	put_header(t, "outboxd_slot_retained_wal_bytes", "gauge",
+		   "WAL the replication slot keeps on the server (bytes; 0 until read).");
+	put(t, "outboxd_slot_retained_wal_bytes %lld\n", (long long)atomic_load(&m.slot_retained));
+	if (atomic_load(&m.failover) != 0) {
+		put_header(
+		    t, "outboxd_slot_failover_ready", "gauge",
+		    "1 when the slot survives a promotion (PostgreSQL 17+: FAILOVER, and a "
+		    "standby named in synchronized_standby_slots streams); absent where that "
+		    "does not apply.");
+		put(t, "outboxd_slot_failover_ready %d\n", atomic_load(&m.failover) == 2);
+	}
+	put_header(t, "outboxd_slot_wal_status", "gauge",
+		   "1 for the replication slot's wal_status in pg_replication_slots.");
+	for (int s = OB_WAL_STATUS_UNKNOWN + 1; s < OB_WAL_STATUS_COUNT; s++)
+		put(t, "outboxd_slot_wal_status{status=\"%s\"} %d\n", wal_status_words[s],
+		    atomic_load(&m.slot_wal_status) == s);
+}
+
+/* The inbox's families. */
+static void
+put_inbox(text *t)
+{
+	put_header(t, "outboxd_inbox_records_total", "counter",
+		   "Inbox records committed to the inbox table's database, by result.");
+	put(t, "outboxd_inbox_records_total{result=\"inserted\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.inbox_inserted));
+	put(t, "outboxd_inbox_records_total{result=\"duplicate\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.inbox_duplicate));
+	put(t, "outboxd_inbox_records_total{result=\"dead_lettered\"} %llu\n",
+	    (unsigned long long)atomic_load(&m.inbox_dead_lettered));
+	put_header(t, "outboxd_inbox_position_mismatches_total", "counter",
+		   "Partitions assigned whose stored position cannot belong to them, by reason.");
+	for (int r = 0; r < OB_POSITION_MISMATCH_COUNT; r++)
+		put(t, "outboxd_inbox_position_mismatches_total{reason=\"%s\"} %llu\n",
+		    ob_position_mismatch_name((ob_position_mismatch)r),
+		    (unsigned long long)atomic_load(&m.inbox_mismatches[r]));
+	put_gauge(t, "outboxd_inbox_lag_records",
+		  "Records of the assigned partitions past the positions stored in Postgres.",
+		  atomic_load(&m.inbox_lag));
+	put_header(t, "outboxd_inbox_partition_lag_records", "gauge",
+		   "Records of one assigned partition past the position stored in Postgres.");
+	pthread_mutex_lock(&m.lock);
+	for (size_t i = 0; i < m.lags_len; i++) {
+		put(t, "outboxd_inbox_partition_lag_records{topic=\"");
+		put_label_value(t, m.lags[i].topic);
+		put(t, "\",partition=\"%d\"} %llu\n", (int)m.lags[i].partition,
+		    (unsigned long long)m.lags[i].records);
+	}
+	pthread_mutex_unlock(&m.lock);
+}
+
 char *
 ob_metrics_render(void)
 {
 	text t = {ob_xmalloc(4096), 0, 4096};
-	uint64_t cumulative = 0;
-	ob_lsn confirmed = atomic_load(&m.confirmed_lsn);
-	ob_lsn wal_end = atomic_load(&m.server_wal_end);
 	ob_ready_state ready = ob_metrics_ready();
 
 	t.s[0] = '\0';
-	pthread_mutex_lock(&m.lock);
-	put_header(&t, "outboxd_events_published_total", "counter",
-		   "Events acknowledged by the broker, by topic.");
-	put_labelled(&t, "outboxd_events_published_total", "topic", m.published, m.published_len);
-	put_header(&t, "outboxd_events_dead_lettered_total", "counter",
-		   "Events written to the dead-letter topic, by reason.");
-	put_labelled(&t, "outboxd_events_dead_lettered_total", "reason", m.dead, m.dead_len);
-	put_header(&t, "outboxd_publish_latency_seconds", "histogram",
-		   "Time from the transaction's commit to the broker's acknowledgement.");
-	for (size_t b = 0; b < N_BUCKETS; b++) {
-		cumulative += m.latency_buckets[b];
-		put(&t, "outboxd_publish_latency_seconds_bucket{le=\"%g\"} %llu\n",
-		    latency_bounds[b], (unsigned long long)cumulative);
-	}
-	put(&t, "outboxd_publish_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
-	    (unsigned long long)m.latency_count);
-	put(&t, "outboxd_publish_latency_seconds_sum %.6f\n", m.latency_sum);
-	put(&t, "outboxd_publish_latency_seconds_count %llu\n",
-	    (unsigned long long)m.latency_count);
-	pthread_mutex_unlock(&m.lock);
-
-	put_header(&t, "outboxd_transactions_total", "counter",
-		   "Transactions received from the slot.");
-	put(&t, "outboxd_transactions_total %llu\n",
-	    (unsigned long long)atomic_load(&m.transactions));
-	put_header(&t, "outboxd_backlog_events_total", "counter",
-		   "Backlog rows acknowledged by the broker or dead-lettered.");
-	put(&t, "outboxd_backlog_events_total %llu\n",
-	    (unsigned long long)atomic_load(&m.backlog_events));
-	put_header(&t, "outboxd_traceparent_malformed_total", "counter",
-		   "CloudEvents whose traceparent header is not W3C Trace Context.");
-	put(&t, "outboxd_traceparent_malformed_total %llu\n",
-	    (unsigned long long)atomic_load(&m.traceparent_malformed));
-	put_gauge(&t, "outboxd_inflight_events",
-		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
-	put_gauge(&t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",
-		  confirmed);
-	put_gauge(&t, "outboxd_received_lsn", "WAL position of the latest record received (bytes).",
-		  atomic_load(&m.received_lsn));
-	put_gauge(&t, "outboxd_server_wal_end_lsn",
-		  "Server WAL end from the latest keepalive (bytes).", wal_end);
-	put_gauge(&t, "outboxd_replication_lag_bytes", "Server WAL end minus confirmed position.",
-		  wal_end > confirmed ? wal_end - confirmed : 0);
-	put_gauge(&t, "outboxd_postgres_connected", "1 while the replication stream is up.",
+	if (m.daemon == OB_METRICS_INBOX)
+		put_inbox(&t);
+	else
+		put_publisher(&t);
+	put_gauge(&t, "outboxd_postgres_connected",
+		  "1 while connected to Postgres (the publisher: streaming).",
 		  atomic_load(&m.pg_connected));
 	put_gauge(&t, "outboxd_kafka_connected", "1 while a broker connection is up.",
 		  atomic_load(&m.kafka_connected));
@@ -500,50 +602,6 @@ ob_metrics_render(void)
 	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_POSTGRES]));
 	put(&t, "outboxd_reconnects_total{target=\"kafka\"} %llu\n",
 	    (unsigned long long)atomic_load(&m.reconnects[OB_TARGET_KAFKA]));
-	put_header(&t, "outboxd_inbox_records_total", "counter",
-		   "Inbox records committed to the inbox table's database, by result.");
-	put(&t, "outboxd_inbox_records_total{result=\"inserted\"} %llu\n",
-	    (unsigned long long)atomic_load(&m.inbox_inserted));
-	put(&t, "outboxd_inbox_records_total{result=\"duplicate\"} %llu\n",
-	    (unsigned long long)atomic_load(&m.inbox_duplicate));
-	put(&t, "outboxd_inbox_records_total{result=\"dead_lettered\"} %llu\n",
-	    (unsigned long long)atomic_load(&m.inbox_dead_lettered));
-	put_header(&t, "outboxd_inbox_position_mismatches_total", "counter",
-		   "Partitions assigned whose stored position cannot belong to them, by reason.");
-	for (int r = 0; r < OB_POSITION_MISMATCH_COUNT; r++)
-		put(&t, "outboxd_inbox_position_mismatches_total{reason=\"%s\"} %llu\n",
-		    ob_position_mismatch_name((ob_position_mismatch)r),
-		    (unsigned long long)atomic_load(&m.inbox_mismatches[r]));
-	put_gauge(&t, "outboxd_inbox_lag_records",
-		  "Records of the assigned partitions past the positions stored in Postgres.",
-		  atomic_load(&m.inbox_lag));
-	put_header(&t, "outboxd_inbox_partition_lag_records", "gauge",
-		   "Records of one assigned partition past the position stored in Postgres.");
-	pthread_mutex_lock(&m.lock);
-	for (size_t i = 0; i < m.lags_len; i++) {
-		put(&t, "outboxd_inbox_partition_lag_records{topic=\"");
-		put_label_value(&t, m.lags[i].topic);
-		put(&t, "\",partition=\"%d\"} %llu\n", (int)m.lags[i].partition,
-		    (unsigned long long)m.lags[i].records);
-	}
-	pthread_mutex_unlock(&m.lock);
-	put_lag(&t);
-	put_header(&t, "outboxd_slot_retained_wal_bytes", "gauge",
-		   "WAL the replication slot keeps on the server (bytes; 0 until read).");
-	put(&t, "outboxd_slot_retained_wal_bytes %lld\n", (long long)atomic_load(&m.slot_retained));
-	if (atomic_load(&m.failover) != 0) {
-		put_header(
-		    &t, "outboxd_slot_failover_ready", "gauge",
-		    "1 when the slot survives a promotion (PostgreSQL 17+: FAILOVER, and a "
-		    "standby named in synchronized_standby_slots streams); absent where that "
-		    "does not apply.");
-		put(&t, "outboxd_slot_failover_ready %d\n", atomic_load(&m.failover) == 2);
-	}
-	put_header(&t, "outboxd_slot_wal_status", "gauge",
-		   "1 for the replication slot's wal_status in pg_replication_slots.");
-	for (int s = OB_WAL_STATUS_UNKNOWN + 1; s < OB_WAL_STATUS_COUNT; s++)
-		put(&t, "outboxd_slot_wal_status{status=\"%s\"} %d\n", wal_status_words[s],
-		    atomic_load(&m.slot_wal_status) == s);
 	put_header(&t, "outboxd_ready", "gauge", "1 for the state /readyz answers with.");
 	for (int s = 0; s < OB_READY_STATE_COUNT; s++)
 		put(&t, "outboxd_ready{state=\"%s\"} %d\n",

@@ -1,5 +1,5 @@
 /*
- * outbox.c: outbox row or logical message -> Kafka record (README, "The Kafka record").
+ * outbox.c: outbox row or logical message -> Kafka record (sql/README.md, "The Kafka record").
  *
  * The sources are read through one accessor, get_field(): a row's column
  * from the wal2json record (with its Postgres type), a column of a row read
@@ -206,10 +206,9 @@ typedef enum field_status {
 } field_status;
 
 /*
- * Append the bytes a field value stands for (README, "The Kafka record"): json/jsonb values as
- * their JSON text (wal2json sends them as a string holding that text),
- * bytea as its raw bytes, other strings as they are, and numbers, booleans,
- * objects and arrays as their original JSON text.
+ * Append the bytes a field value stands for (sql/README.md, "The Kafka record"): json/jsonb values
+ * as their JSON text (wal2json sends them as a string holding that text), bytea as its raw bytes,
+ * other strings as they are, and numbers, booleans, objects and arrays as their original JSON text.
  */
 static field_status
 put_value(ob_event *ev, const field_value *fv, ob_span *out)
@@ -261,7 +260,7 @@ uri_encode_tail(ob_event *ev, ob_span s)
 }
 
 /* Expand a template (outbox.topic, outbox.cloudevents_source) into *out,
- * the text of each column percent-encoded when uri_encode is set (README,
+ * the text of each column percent-encoded when uri_encode is set (sql/README.md,
  * "CloudEvents"); on failure *missing names the column that is missing or
  * null. */
 static bool
@@ -280,7 +279,10 @@ put_template(ob_event *ev, const field_source *src, const char *tpl, bool uri_en
 			ob_event_put(ev, piece.text, piece.len);
 			continue;
 		}
-		snprintf(name, sizeof(name), "%.*s", (int)piece.len, piece.text);
+		size_t name_len = piece.len < sizeof(name) ? piece.len : sizeof(name) - 1;
+
+		memcpy(name, piece.text, name_len);
+		name[name_len] = '\0';
 		if (put_field(ev, src, name, &value) != FIELD_OK) {
 			snprintf(missing, missing_len, "%s", name);
 			return false;
@@ -321,7 +323,7 @@ headers_text(ob_mapper *m, const field_source *src, const char **text, size_t *l
 	return true;
 }
 
-/* Add the members of a headers object (README, "The Kafka record"): strings as they are,
+/* Add the members of a headers object (sql/README.md, "The Kafka record"): strings as they are,
  * other values as their JSON text. False if text is not a JSON object,
  * has a bad escape, or has too many members. */
 static bool
@@ -513,7 +515,7 @@ check_attribute(const ob_event *ev, const char *what, ob_span s, bool may_be_emp
 
 /*
  * Turn the plain record in ev (headers: id, type, then the headers object's
- * members) into a CloudEvent of the configured mode (README, "CloudEvents").
+ * members) into a CloudEvent of the configured mode (sql/README.md, "CloudEvents").
  * The id and type headers give way to the binding's: in binary mode the
  * ce_ attribute headers and content-type (application/json when the value
  * is JSON) come first and the value stays the payload; in structured mode
@@ -660,6 +662,13 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);
+	else if (bad.reason == NULL &&
+		 !ob_topic_name_valid(ob_event_ptr(ev, ev->topic), ev->topic.len, false))
+		note_bad(&bad, "bad-topic",
+			 "topic template %s gives \"%.*s\", which is not a Kafka topic name (at "
+			 "most %d of a-z, A-Z, 0-9, '.', '_' and '-')",
+			 cfg->outbox.topic, (int)(ev->topic.len > 300 ? 300 : ev->topic.len),
+			 ob_event_ptr(ev, ev->topic), OB_TOPIC_NAME_MAX);
 	if (bad.reason == NULL) {
 		put_id_type(ev, &f);
 		if (!f.headers_ok ||

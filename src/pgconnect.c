@@ -261,7 +261,11 @@ ob_pgconnect_ok(PGconn *conn)
 
 	clean_message(PQerrorMessage(conn), msg, sizeof(msg));
 	refusal = ob_pg_refusal_classify(msg, PQconnectionNeedsPassword(conn));
-	if (refusal == OB_PG_REFUSAL_NONE) {
+	if (refusal == OB_PG_REFUSAL_NONE && !one_shot) {
+		/* A server away (restarting, failing over): the daemon retries,
+		 * and /readyz says connecting meanwhile. */
+		ob_warn("could not connect to postgres: %s", msg);
+	} else if (refusal == OB_PG_REFUSAL_NONE) {
 		ob_error("could not connect to postgres: %s", msg);
 	} else if (refusal != last.logged) {
 		write_fix(conn, refusal);

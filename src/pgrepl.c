@@ -19,6 +19,16 @@
 /* How long a graceful close waits for the server to end the stream. */
 #define CLOSE_WAIT_MS      5000
 
+/* True when the error noted last is one a routine restart or failover of
+ * the server gives (an administrator's shutdown or a lost connection,
+ * SQLSTATE 57P01-57P03 and class 08, or none at all): the daemon
+ * reconnects, and it is no operator's error. */
+static bool
+routine_end(const ob_pgconn *p)
+{
+	return p->err_state[0] == '\0' || ob_sqlstate_server_gone(p->err_state);
+}
+
 static bool
 state_is(const PGresult *res, const char *sqlstate)
 {
@@ -428,10 +438,9 @@ ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn
 	if (!info.exists)
 		return ob_pgrepl_create_marked(p, cfg, false);
 	if (strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
-		ob_error("replication slot %s uses plugin %s, but postgres.plugin is %s; set "
-			 "postgres.plugin = %s, or drop the slot, or set postgres.slot to another "
-			 "name",
-			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin), info.plugin);
+		ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
+			 "%s: " OB_PLUGIN_SWITCH_HINT,
+			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
 		return OB_PG_FATAL;
 	}
 	if (db != NULL && strcmp(info.database, db) != 0) {
@@ -613,7 +622,7 @@ ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 	n = PQgetCopyData(p->conn, &p->copybuf, 1);
 	if (n == 0 && !p->pub_skipped) {
 		if (!PQconsumeInput(p->conn)) {
-			ob_error("could not read from postgres: %s", ob_pgsql_keep_error(p, NULL));
+			ob_warn("could not read from postgres: %s", ob_pgsql_keep_error(p, NULL));
 			return OB_READ_ERROR;
 		}
 		n = PQgetCopyData(p->conn, &p->copybuf, 1);
@@ -645,13 +654,16 @@ ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 			    "and start outboxd again, with outbox.backlog_where to publish the "
 			    "rows written meanwhile",
 			    why);
+		else if (routine_end(p))
+			ob_warn("replication stream ended: %s; reconnecting",
+				why[0] != '\0' ? why : "the server closed it (shutting down?)");
 		else
 			ob_error("replication stream ended: %s", why);
 		PQclear(res);
 		return OB_READ_ERROR;
 	}
 	if (n < 0) {
-		ob_error("could not read from postgres: %s", ob_pgsql_keep_error(p, NULL));
+		ob_warn("could not read from postgres: %s", ob_pgsql_keep_error(p, NULL));
 		return OB_READ_ERROR;
 	}
 	memset(msg, 0, sizeof(*msg));

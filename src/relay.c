@@ -49,6 +49,10 @@
 #define STATUS_MIN_INTERVAL_MS  20
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
+/* A transaction read this long after its commit is part of a backlog. */
+#define BEHIND_MS               100
+/* How long the loop naps, reading a backlog, once it has read what came. */
+#define BACKLOG_NAP_MS          4
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */
 #define BACKOFF_FIRST_MS        100
 /* How often a standby says it is still waiting. */
@@ -75,6 +79,7 @@ typedef struct relay {
 	ob_lsn sent_flush;
 	int64_t last_status_ms;
 	bool reply_due;
+	bool behind; /* the unit read last was read more than BEHIND_MS after its commit */
 	/* stream() runs: a query waiting meanwhile (the stream's tables read
 	 * again) leaves the stream's state on /readyz and the gauges. */
 	bool streaming;
@@ -151,6 +156,14 @@ on_delivery_cover(void *ctx, ob_outcome *out)
 	return ob_tableset_cover(&r->tableset, out);
 }
 
+/* A unit (a transaction or a standalone message) begins. */
+static void
+begin_unit(relay *r, ob_pos unit, int64_t commit_us)
+{
+	r->behind = ob_now_us() - commit_us > BEHIND_MS * 1000;
+	ob_delivery_begin(&r->d, unit, commit_us);
+}
+
 /* Hand the event just mapped into r->ev over. */
 static bool
 hand_over(relay *r, ob_map_result mr, ob_lsn lsn, ob_outcome *out)
@@ -207,7 +220,7 @@ handle_begin(relay *r, ob_lsn commit_start, int64_t commit_us, ob_outcome *out)
 		*out = OB_OUTCOME_LOST;
 		return false;
 	}
-	ob_delivery_begin(&r->d, ob_pos_txn(commit_start), commit_us);
+	begin_unit(r, ob_pos_txn(commit_start), commit_us);
 	return true;
 }
 
@@ -226,7 +239,7 @@ handle_message(relay *r, const ob_logical_message *lm, ob_outcome *out)
 	/* A non-transactional message stands alone, placed and confirmed by
 	 * where its record ends (position.h). */
 	now_us = ob_now_us();
-	ob_delivery_begin(&r->d, ob_pos_message(lm->lsn), now_us);
+	begin_unit(r, ob_pos_message(lm->lsn), now_us);
 	ok = hand_over(r, ob_mapper_map_logical_message(&r->mapper, lm, now_us / 1000, &r->ev),
 		       lm->lsn, out);
 	if (ok)
@@ -326,9 +339,10 @@ stream(relay *r)
 
 		/* Read what is there, up to READ_BATCH records; drained says
 		 * whether libpq's buffer is empty, so poll() may wait. */
-		bool drained = false;
+		bool drained = false, nap;
+		int n;
 
-		for (int n = 0; n < READ_BATCH && !ob_runtime_stop_requested(); n++) {
+		for (n = 0; n < READ_BATCH && !ob_runtime_stop_requested(); n++) {
 			ob_pgrepl_msg msg;
 			ob_read_result rr = ob_pgrepl_read(r->pg, &msg);
 
@@ -364,7 +378,17 @@ stream(relay *r)
 			wait_ms = 1000;
 		if (wait_ms < 0 || !drained)
 			wait_ms = 0; /* records wait in libpq's buffer: no sleeping */
-		if (poll(fds, 2, (int)wait_ms) < 0 && errno != EINTR) {
+		/* Reading a backlog, the walsender sends faster than the
+		 * events can wait for: rather than waking for each packet
+		 * (and for each delivery report), nap and then read all that
+		 * came meanwhile. Each wake-up costs more CPU than the events
+		 * of one packet; the nap adds up to 4 ms to events already late by
+		 * more than BEHIND_MS. A turn that read nothing (idle, or the
+		 * backlog's end) sleeps as usual. */
+		nap = drained && n > 0 && r->behind;
+		if (nap && wait_ms > BACKLOG_NAP_MS)
+			wait_ms = BACKLOG_NAP_MS;
+		if (poll(fds, nap ? 0 : 2, (int)wait_ms) < 0 && errno != EINTR) {
 			ob_error("could not poll: %s", strerror(errno));
 			return OB_OUTCOME_LOST;
 		}
@@ -555,8 +579,13 @@ shut_down(relay *r)
 	bool final_ok;
 
 	ob_runtime_stopping();
-	ob_info("stopping: flushing %llu in-flight events",
-		(unsigned long long)ob_acktrack_inflight(&r->d.ack));
+	/* Nothing to say after a start that never streamed (a refusal at
+	 * start-up, slot create). */
+	if (ob_acktrack_inflight(&r->d.ack) > 0)
+		ob_info("stopping: flushing %llu in-flight events",
+			(unsigned long long)ob_acktrack_inflight(&r->d.ack));
+	else if (r->pg != NULL)
+		ob_info("stopping");
 	while (r->d.producer != NULL && ob_acktrack_inflight(&r->d.ack) > 0 &&
 	       ob_mono_ms() < deadline) {
 		ob_delivery_alive(&r->d, r->pg != NULL);

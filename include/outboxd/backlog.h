@@ -1,6 +1,6 @@
 /*
  * backlog.h: the outbox rows that are already in the table when the slot
- * is created (README, "Migrating from a polling outbox processor").
+ * is created (sql/README.md, "Migrating from a polling outbox processor").
  *
  * A slot sees only WAL written after it exists. When outboxd creates its
  * slot and outbox.backlog_where is set, the relay first creates a

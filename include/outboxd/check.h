@@ -26,7 +26,7 @@
 ob_pg_status ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out) OB_MUST_CHECK;
 
 /* The `check` command: every check, printed to out. Returns the exit code:
- * 0 when all passed, 2 otherwise (README, "Command line"). */
+ * 0 when all passed, 2 otherwise (deploy/README.md, "Command line"). */
 int ob_check_run(const ob_config *cfg, FILE *out);
 
 #endif

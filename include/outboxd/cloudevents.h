@@ -1,6 +1,6 @@
 /*
  * cloudevents.h: the pure parts of publishing outbox events as CloudEvents
- * 1.0 in the Kafka protocol binding (README, "CloudEvents"): the RFC 3339
+ * 1.0 in the Kafka protocol binding (sql/README.md, "CloudEvents"): the RFC 3339
  * time, the W3C traceparent check, the header names the binding reserves
  * and the structured-mode envelope. Whether a payload is JSON and whether
  * an attribute is text are inboxrow.h's tests, so that what the inbox

@@ -4,7 +4,7 @@
  * OB_MUST_CHECK marks fallible functions: they return false (or a non-OK
  * status) after logging the failure once, and the caller must look at the
  * result. ob_xmalloc and friends abort on out-of-memory, which is the one
- * failure outboxd does not try to survive (README, "Code style").
+ * failure outboxd does not try to survive (tests/README.md, "Code style").
  */
 #ifndef OUTBOXD_COMMON_H
 #define OUTBOXD_COMMON_H

@@ -1,5 +1,5 @@
 /*
- * config.h: outboxd's settings (README, "Configuration reference").
+ * config.h: outboxd's settings (deploy/README.md, "Configuration reference").
  *
  * A configuration is built in three steps: ob_config_init() sets the
  * defaults, ob_config_load_file() and ob_config_set() apply the INI file and
@@ -24,7 +24,7 @@ typedef enum ob_bad_event_policy {
 } ob_bad_event_policy;
 
 /* What `outboxd inbox` does with a stored position that cannot belong to
- * the partition the broker serves (README, "Inbox"). */
+ * the partition the broker serves (sql/README.md, "The inbox tables"). */
 typedef enum ob_mismatch_policy {
 	OB_MISMATCH_HALT = 0, /* exit 1 */
 	OB_MISMATCH_EARLIEST, /* start at the partition's low watermark */
@@ -36,7 +36,7 @@ typedef enum ob_mismatch_policy {
  * 65,535 parameters in one statement and a row takes nine. */
 #define OB_INBOX_BATCH_LIMIT (65535 / 9)
 
-/* How outbox events are published (README, "CloudEvents"): plain
+/* How outbox events are published (sql/README.md, "CloudEvents"): plain
  * records, or CloudEvents in the Kafka protocol binding's binary or
  * structured content mode. */
 typedef enum ob_ce_mode {
@@ -45,7 +45,7 @@ typedef enum ob_ce_mode {
 	OB_CE_STRUCTURED,
 } ob_ce_mode;
 
-/* The logical decoding plugin the slot uses (README, "Choosing a decoder"). */
+/* The logical decoding plugin the slot uses (deploy/README.md, "Choosing a decoder"). */
 typedef enum ob_plugin {
 	OB_PLUGIN_WAL2JSON = 0,
 	OB_PLUGIN_PGOUTPUT,
@@ -53,6 +53,15 @@ typedef enum ob_plugin {
 
 /* The plugin's name as Postgres knows it. */
 const char *ob_plugin_name(ob_plugin plugin);
+
+/* What every message about a slot of the other plugin ends with: the two
+ * ways to switch decoders that publish the events in between
+ * (deploy/README.md, "Switching decoders"). */
+#define OB_PLUGIN_SWITCH_HINT                                                                      \
+	"set postgres.plugin to the slot's plugin, or switch decoders without losing "             \
+	"the events in between (deploy/README.md, \"Switching decoders\"): let outboxd "           \
+	"drain with the writers stopped, then drop the slot; or drop it and start with "           \
+	"outbox.backlog_where naming the rows written since its confirmed position"
 
 /* A librdkafka property in a table of outboxd's own (string constants). */
 typedef struct ob_kafka_setting {
@@ -65,7 +74,7 @@ typedef struct ob_kafka_setting {
  * user's properties. */
 extern const ob_kafka_setting ob_kafka_pinned[];
 extern const size_t ob_kafka_pinned_len;
-/* The librdkafka properties the inbox consumer pins (README, "Inbox"):
+/* The librdkafka properties the inbox consumer pins (sql/README.md, "The inbox tables"):
  * offsets are stored in Postgres, so Kafka never commits on its own. */
 extern const ob_kafka_setting ob_kafka_consumer_pinned[];
 extern const size_t ob_kafka_consumer_pinned_len;
@@ -136,7 +145,8 @@ typedef struct ob_config {
 	} log;
 } ob_config;
 
-/* Fill cfg with the defaults of README "Configuration reference". Release with ob_config_free(). */
+/* Fill cfg with the defaults of deploy/README.md "Configuration reference". Release with
+ * ob_config_free(). */
 void ob_config_init(ob_config *cfg);
 void ob_config_free(ob_config *cfg);
 
@@ -174,6 +184,15 @@ typedef enum ob_topic_scan {
  * first character. ob_config_finish() rejects templates that give
  * OB_TOPIC_BAD_BRACE, so the other readers only see pieces and the end. */
 ob_topic_scan ob_topic_template_next(const char **cursor, ob_topic_piece *piece);
+
+/* The longest Kafka topic name. */
+#define OB_TOPIC_NAME_MAX 249
+
+/* True when the len bytes at name are a legal Kafka topic name: 1 to
+ * OB_TOPIC_NAME_MAX of [a-zA-Z0-9._-], and neither "." nor "..". With
+ * partial, name is only a part of one (a template's literal text): any
+ * length up to the limit, and dots alone are fine. */
+bool ob_topic_name_valid(const char *name, size_t len, bool partial);
 
 /* The value of a [kafka] property as set by the user, or NULL. */
 const char *ob_config_kafka_get(const ob_config *cfg, const char *key);

@@ -1,5 +1,5 @@
 /*
- * http.h: the metrics and health endpoints (README, "Metrics and health"), served by
+ * http.h: the metrics and health endpoints (deploy/README.md, "Metrics and health"), served by
  * libmicrohttpd on a thread of its own so scrapes never touch the relay's
  * loop: /metrics renders the atomics of metrics.c, /healthz says whether
  * the main loop still turns, /readyz whether outboxd is streaming with a

@@ -1,5 +1,5 @@
 /*
- * inbox.h: `outboxd inbox` (README, "Inbox"): consume inbox.topics with
+ * inbox.h: `outboxd inbox` (sql/README.md, "The inbox tables"): consume inbox.topics with
  * librdkafka's consumer and write every record into the inbox table,
  * exactly once, through inboxdb.c.
  */

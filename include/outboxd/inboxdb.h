@@ -1,5 +1,5 @@
 /*
- * inboxdb.h: the inbox's database side (README, "Inbox"): rows and the
+ * inboxdb.h: the inbox's database side (sql/README.md, "The inbox tables"): rows and the
  * consumed positions written in one transaction, so a record is in the
  * inbox table exactly when its position is stored.
  *
@@ -41,7 +41,9 @@ typedef struct ob_inbox_position {
 } ob_inbox_position;
 
 /* Connect to inbox.conninfo (ob_pgconnect_open(): the publisher's
- * settings, timeouts pinned) and check that both tables exist; with
+ * settings, timeouts pinned) and check that both tables exist and that
+ * the role may read and write them as the inbox does (FATAL naming the
+ * GRANT otherwise); with
  * migrate, add outboxd_inbox_offsets.cluster_id when missing (FATAL naming
  * the ALTER TABLE when the role may not), without it (outboxd check) a
  * missing column is FATAL naming the statement. On OB_INBOXDB_OK *out is

@@ -1,6 +1,6 @@
 /*
  * inboxrow.h: one Kafka record turned into one row of the inbox table
- * (README, "Inbox").
+ * (sql/README.md, "The inbox tables").
  *
  * Pure code: no sockets, no librdkafka or libpq handles, so the rules of
  * what a row holds and what makes a record bad are unit tested. The inbox
@@ -40,7 +40,7 @@ typedef struct ob_inbox_bad {
 /* Build the row of the record rec, read at (partition, offset), whose id
  * is the first header named id_header. The value becomes payload_json when
  * it is JSON (ob_inbox_value_is_json), else payload_raw; a tombstone (no
- * value) leaves both NULL. A CloudEvent (README, "Inbox") fills the same
+ * value) leaves both NULL. A CloudEvent (sql/README.md, "The inbox tables") fills the same
  * columns: in binary mode the ce_id and ce_type headers stand in for
  * missing id and type headers; in structured mode (content-type
  * application/cloudevents+json) id, type and payload come from the

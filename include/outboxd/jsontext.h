@@ -1,15 +1,16 @@
 /*
  * jsontext.h: walking a JSON object's members as raw text.
  *
- * The mapping publishes JSON values "as their JSON text" (README, "The Kafka record"). Parsing
- * into doubles and printing again would change numbers (99.90 becomes
- * 99.900000000000006), so the members of logical messages and of headers
- * objects are read as spans of the original text instead. The scanner
- * checks structure (strings, brackets, separators) strictly enough to
- * reject text that is not a JSON object; it does not check number syntax.
+ * The mapping publishes JSON values "as their JSON text" (sql/README.md, "The Kafka record").
+ * Parsing into doubles and printing again would change numbers (99.90 becomes 99.900000000000006),
+ * so the members of logical messages and of headers objects are read as spans of the original text
+ * instead. The scanner checks structure (strings, brackets, separators) strictly enough to reject
+ * text that is not a JSON object; it does not check number syntax.
  */
 #ifndef OUTBOXD_JSONTEXT_H
 #define OUTBOXD_JSONTEXT_H
+
+#include <string.h>
 
 #include "outboxd/common.h"
 
@@ -66,8 +67,18 @@ int ob_json_array_more(ob_json_iter *it) OB_MUST_CHECK;
 bool ob_json_iter_enter(const ob_json_iter *parent, ob_json_iter *child) OB_MUST_CHECK;
 int ob_json_iter_leave(ob_json_iter *parent, const ob_json_iter *child) OB_MUST_CHECK;
 
-/* True if the member's name, escapes decoded, is name. */
-bool ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len);
+/* True if the member's name, escapes decoded, is name. Inline: records
+ * are matched against known names many times each, and most names differ
+ * in length. */
+bool ob_json_escaped_name_is(const ob_json_member *m, const char *name, size_t name_len);
+
+static inline bool
+ob_json_member_named(const ob_json_member *m, const char *name, size_t name_len)
+{
+	if (m->name_escaped)
+		return ob_json_escaped_name_is(m, name, name_len);
+	return m->name_len == name_len && memcmp(m->name, name, name_len) == 0;
+}
 
 /* True if the value is the literal null. */
 bool ob_json_member_is_null(const ob_json_member *m);

@@ -46,6 +46,16 @@ void ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const c
  * librdkafka's statistics JSON. */
 int ob_kafka_stats_brokers_up(const char *json, size_t json_len);
 
+/* The lines a client's error and statistics callbacks log about its
+ * brokers (the producer's and the inbox consumer's). librdkafka's own log
+ * already has a line for a failed connection or name lookup, so
+ * ob_kafka_note_error() logs those at debug only, "all brokers are down"
+ * once, and any other error as a warning; it sets *down when all brokers
+ * are down. ob_kafka_note_brokers_up() logs that brokers are back when
+ * *down and up > 0, and clears it. */
+void ob_kafka_note_error(int err, const char *reason, bool *down);
+void ob_kafka_note_brokers_up(int up, bool *down);
+
 /* The record of m as a view borrowing m: topic, key, value, timestamp
  * and, with headers, at most OB_EVENT_MAX_HEADERS of its headers. False
  * when it has more headers than that. */

@@ -6,7 +6,7 @@
  * partitioned outbox table the relay streams with every leaf partition in
  * that filter, maps the rows of those leaves, and compares the set read
  * when the stream started with the sets read while it runs
- * (partitions.h; README, "Partitioned outbox tables").
+ * (partitions.h; sql/README.md, "Partitioned outbox tables").
  *
  * A set read at a point in time carries the WAL position it is verified
  * at: every transaction whose commit record starts before that position

@@ -1,5 +1,5 @@
 /*
- * metrics.h: the counters and gauges of README "Metrics and health".
+ * metrics.h: the counters and gauges of deploy/README.md "Metrics and health".
  *
  * The relay updates them on its thread; the HTTP server's thread renders
  * them. Scalars are C11 atomics; the per-topic and per-reason counters sit
@@ -47,16 +47,27 @@ typedef enum ob_reconnect_target {
 	OB_TARGET_KAFKA,
 } ob_reconnect_target;
 
-/* Reset the heartbeat and set http.stall_after_ms (README, "Metrics and
- * health"): /readyz says stalled when events have been waiting that long
- * with nothing acknowledged, confirmed or stored meanwhile. */
-void ob_metrics_init(int stall_after_ms);
+/* Which daemon the process is: /metrics shows that daemon's families
+ * only (the publisher's, or the inbox's), plus those both have. */
+typedef enum ob_metrics_daemon {
+	OB_METRICS_PUBLISHER = 0,
+	OB_METRICS_INBOX,
+} ob_metrics_daemon;
+
+/* Reset the heartbeat, set http.stall_after_ms (deploy/README.md,
+ * "Metrics and health": /readyz says stalled when events have been waiting
+ * that long with nothing acknowledged, confirmed or stored meanwhile) and
+ * the daemon. Every known label value of a labelled counter is exported
+ * from the start, at 0, so that an increase() alert sees the first one:
+ * every dead-letter reason, and fixed_topic (not NULL: the one topic of a
+ * template without placeholders) for the published events. */
+void ob_metrics_init(int stall_after_ms, ob_metrics_daemon daemon, const char *fixed_topic);
 
 void ob_metrics_published(const char *topic, size_t topic_len, double latency_seconds);
 void ob_metrics_dead_lettered(const char *reason);
 void ob_metrics_transaction(void);
 /* An event mapped as a CloudEvent carried a traceparent header that is
- * not W3C Trace Context (README, "CloudEvents"): it was published as a
+ * not W3C Trace Context (sql/README.md, "CloudEvents"): it was published as a
  * plain header. Counted each time such an event is mapped. */
 void ob_metrics_traceparent_malformed(void);
 /* One backlog row was acknowledged by the broker (or dead-lettered). */
@@ -83,7 +94,7 @@ ob_wal_status ob_wal_status_parse(const char *word);
 void ob_metrics_set_connected(bool postgres, bool kafka);
 void ob_metrics_reconnect(ob_reconnect_target target);
 void ob_metrics_set_ready(ob_ready_state state);
-/* The inbox (README, "Inbox"): records of one committed database
+/* The inbox (sql/README.md, "The inbox tables"): records of one committed database
  * transaction by outcome, and the records of the assigned partitions not
  * yet stored (high watermark minus the stored position, summed). */
 void ob_metrics_inbox_records(uint64_t inserted, uint64_t duplicate, uint64_t dead_lettered);
@@ -92,7 +103,7 @@ void ob_metrics_set_inbox_lag(uint64_t records);
 void ob_metrics_set_inbox_partition_lags(const ob_partition_lag *lags, size_t n);
 
 /* Why a stored inbox position cannot belong to the partition the broker
- * serves (README, "Inbox"). */
+ * serves (sql/README.md, "The inbox tables"). */
 typedef enum ob_position_mismatch {
 	OB_POSITION_PAST_HIGH,  /* past the partition's high watermark */
 	OB_POSITION_BELOW_LOW,  /* below its low watermark: records expired unread */

@@ -1,6 +1,6 @@
 /*
  * outbox.h: mapping an outbox row or logical message to a Kafka record
- * (README, "The Kafka record").
+ * (sql/README.md, "The Kafka record").
  *
  * The mapper reads a row through the column names of [outbox] and fills an
  * ob_event: topic from the template, key, value, headers and timestamp. The

@@ -1,7 +1,7 @@
 /*
  * partitions.h: the leaf partitions of the outbox table, read from the
  * server when a wal2json stream starts and about every second while it
- * runs (README, "Partitioned outbox tables").
+ * runs (sql/README.md, "Partitioned outbox tables").
  *
  * A read takes the WAL flush position first; then the transactions
  * running with a lock on what the set is read from, other than the locks

@@ -6,7 +6,7 @@
  * outboxd needs (slot state, wal_level, the outbox table: pgsql.h) and the
  * replication stream (START_REPLICATION with wal2json or pgoutput). Errors
  * are logged here, once, and classified so the caller knows whether to
- * retry, wait as a standby, or stop (README, "Failure modes"). No libpq or
+ * retry, wait as a standby, or stop (deploy/README.md, "Failure modes"). No libpq or
  * librdkafka type appears here.
  */
 #ifndef OUTBOXD_PGREPL_H
@@ -147,8 +147,8 @@ ob_pg_status ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool str
 bool ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys) OB_MUST_CHECK;
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
- * options outboxd needs from postgres.plugin (README, "Choosing a
- * decoder"). With wal2json, tables are the ones whose inserts it sends
+ * options outboxd needs from postgres.plugin (deploy/README.md,
+ * "Choosing a decoder"). With wal2json, tables are the ones whose inserts it sends
  * (add-tables: the outbox table, or its leaf partitions); pgoutput takes
  * them from its publication and ignores tables. */
 ob_pg_status ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start,

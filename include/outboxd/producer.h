@@ -1,17 +1,15 @@
 /*
  * producer.h: the idempotent Kafka producer (librdkafka).
  *
- * outboxd's defaults (README, "Configuration reference") are applied first, then the user's [kafka]
- * properties, then the pinned ones (enable.idempotence=true, acks=all,
- * and enable.gapless.guarantee as the producer's order asks).
- * Delivery reports are served on the caller's thread by ob_producer_poll();
- * each calls the delivery callback with the tag given to ob_producer_send().
- * A report that is not OK is final: librdkafka retries everything
- * retriable itself (message.timeout.ms=0 never expires). A failed report
- * is either a suspect (an error that may be the record's own, but the
- * broker answers a whole batch with one code) or a fault of the producer
- * or the cluster. After a fault, and with OB_PRODUCER_PIPELINED after any
- * failed batch, the producer is failed and must be recreated.
+ * outboxd's defaults (deploy/README.md, "Configuration reference") are
+ * applied first, then the user's [kafka] properties, then the pinned ones (enable.idempotence=true,
+ * acks=all, and enable.gapless.guarantee as the producer's order asks). Delivery reports are served
+ * on the caller's thread by ob_producer_poll(); each calls the delivery callback with the tag given
+ * to ob_producer_send(). A report that is not OK is final: librdkafka retries everything retriable
+ * itself (message.timeout.ms=0 never expires). A failed report is either a suspect (an error that
+ * may be the record's own, but the broker answers a whole batch with one code) or a fault of the
+ * producer or the cluster. After a fault, and with OB_PRODUCER_PIPELINED after any failed batch,
+ * the producer is failed and must be recreated.
  *
  * No libpq type appears here; the producer knows nothing of Postgres.
  */

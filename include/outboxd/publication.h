@@ -1,5 +1,5 @@
 /*
- * publication.h: the publication pgoutput streams (README, "Choosing a
+ * publication.h: the publication pgoutput streams (deploy/README.md, "Choosing a
  * decoder").
  *
  * pgoutput sends the changes of the tables of the publications named at

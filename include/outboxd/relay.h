@@ -19,7 +19,7 @@
 int ob_relay_run(const ob_config *cfg);
 
 /* `slot create` with outbox.backlog_where set: create the slot after
- * publishing the backlog (README, "Migrating from a polling outbox processor").
+ * publishing the backlog (sql/README.md, "Migrating from a polling outbox processor").
  * Returns the exit code: 0 only once every backlog row is acknowledged
  * and the slot exists. */
 int ob_relay_create_slot(const ob_config *cfg);

@@ -1,5 +1,5 @@
 /*
- * slotwatch.h: the stream's slot as the server sees it (README, "Metrics
+ * slotwatch.h: the stream's slot as the server sees it (deploy/README.md, "Metrics
  * and health"), read about every second on the stream's plain connection
  * (partitions.h), right after the partitions: the WAL the slot retains,
  * its wal_status, whether outbox rows were committed in WAL the stream

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""outboxd benchmark (README, "Benchmark"); run it through tests/bench/run.sh.
+"""outboxd benchmark (tests/README.md, "Benchmark"); run it through tests/bench/run.sh.
 
 Method. One throwaway PostgreSQL 15 cluster and one mock Kafka broker. For
 each mode (table rows, then logical messages) one slot per (tool, round) is
@@ -73,6 +73,7 @@ to look at.
 """
 
 import argparse
+import glob
 import math
 import os
 import platform
@@ -99,7 +100,7 @@ PG_BIN = harness.PG_BIN
 TXN_ROWS = 100
 # Sporadic / first-event targets: p99 <= steady-state commit -> consumed
 # p99 + this, and first-event p99 <= known-topic p99 + this. It covers what
-# a lone event may pay that a steady stream does not (README, "Benchmark"):
+# a lone event may pay that a steady stream does not (tests/README.md, "Benchmark"):
 # a new topic's metadata round trip and maybe a connection to its
 # partition's leader, the record timestamp's truncation to the ms, and one
 # scheduler delay on 2 shared cores in a p99 that, with fewer than 100
@@ -552,9 +553,15 @@ class Rig:
                             os.path.join(self.tmp, "outboxd"))
         self.daemons.append(d)
         if perf_out:
+            # perf follows the threads there are when it attaches: wait
+            # for librdkafka's (the producer exists before the stream).
+            wait_until(lambda: any(
+                open(os.path.join(t, "comm")).read().startswith("rdk:broker")
+                for t in glob.glob("/proc/%d/task/*" % d.pid)), 30, 0.01,
+                "librdkafka's threads started")
             perf = subprocess.Popen(
-                ["perf", "record", "-q", "-F", "499", "--call-graph",
-                 "dwarf,32768",
+                ["perf", "record", "-q", "-F", "1999", "--call-graph",
+                 "dwarf,16384",
                  "-o", perf_out, "-p", str(d.pid)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         cpu = hwm = None
@@ -1472,6 +1479,79 @@ def sporadic_section(spor, lat):
 # profile
 
 
+# The parts of the profile (README, "Where the CPU goes"): a main-thread
+# sample belongs to the first of these, looking from the innermost frame
+# outwards, that one of its frames names; samples of librdkafka's own
+# threads are counted by the library they are in.
+PROFILE_PARTS = [
+    ("decoding (wal2json scan, pgoutput parse)",
+     r"ob_w2j_parse|ob_pgo_parse|ob_pgo_row|ob_pgo_relcache_put"),
+    ("delivery reports: outboxd's callback (ack tracking, tags, metrics)",
+     r"on_delivery|split_tag|ob_acktrack_ack"),
+    ("record: librdkafka's produce call",
+     r"rd_kafka_produceva|rd_kafka_topic_new|rd_kafka_topic_destroy"),
+    ("record: librdkafka headers",
+     r"event_headers|rd_kafka_headers_new|rd_kafka_header_add|"
+     r"rd_kafka_headers_destroy"),
+    ("mapping (row or message -> record)",
+     r"ob_mapper_\w+|map_fields|put_field|get_field|put_template\S*|"
+     r"add_object_headers|headers_text|read_timestamp"),
+    ("delivery reports: librdkafka (rd_kafka_poll, freeing records)",
+     r"rd_kafka_poll|ob_producer_poll|ob_producer_flush"),
+    ("reading the stream (libpq, recv)",
+     r"ob_pgrepl_read|PQgetCopyData|PQconsumeInput"),
+    ("loop: replay, tags, ack tracker (produce side)",
+     r"ob_replay_\w+|make_tag|txn_seq|begin_txn|commit_txn|ob_acktrack_\w+"),
+    ("loop: status updates, watches, metrics, liveness",
+     r"send_status|watch_tables|ob_partwatch_\w+|ob_slotwatch_\w+|"
+     r"report_alive|ob_metrics_\w+|ob_notify_\w+|ob_pgrepl_send_status"),
+    ("loop: poll(2), sleeping and waking", r"__poll|__GI___poll|poll"),
+    ("loop: the rest (relay)",
+     r"ob_producer_send|stream|relay_main|handle_\w+|publish|run_connection"),
+]
+
+
+def profile_parts(perf_data):
+    """Lines "share  part" of the samples in perf_data (PROFILE_PARTS)."""
+    r = subprocess.run(["perf", "script", "-i", perf_data, "-F",
+                        "comm,ip,sym,dso"], capture_output=True, text=True)
+    parts = [(name, re.compile(r"^(%s)$" % rx)) for name, rx in PROFILE_PARTS]
+    counts = {}
+    total = 0
+
+    def take(comm, frames):
+        nonlocal total
+        if comm is None:
+            return
+        total += 1
+        if comm.startswith("rdk:"):
+            dso = frames[0][1] if frames else "?"
+            key = "librdkafka threads: %s" % (
+                "kernel" if "kernel" in dso else
+                os.path.basename(dso).split(".so")[0])
+        else:
+            key = next((name for sym, _ in frames for name, rx in parts
+                        if rx.match(sym)), "main thread: elsewhere")
+        counts[key] = counts.get(key, 0) + 1
+
+    comm, frames = None, []
+    for line in r.stdout.splitlines():
+        if not line.strip():
+            take(comm, frames)
+            comm, frames = None, []
+        elif not line[0].isspace():
+            take(comm, frames)
+            comm, frames = line.split()[0], []
+        else:
+            m = re.match(r"\s+[0-9a-f]+\s+(\S+?)(?:\+0x[0-9a-f]+)?\s+"
+                         r"\((.*)\)$", line)
+            if m:
+                frames.append((m.group(1), m.group(2)))
+    take(comm, frames)
+    return ["%6.1f%%  %s" % (100.0 * c / max(total, 1), k)
+            for k, c in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
 def run_profile(rig, args):
     if shutil.which("perf") is None:
         raise harness.HarnessError("perf is missing: apt-get install "
@@ -1479,11 +1559,12 @@ def run_profile(rig, args):
     mode = "message" if args.profile_messages else "table"
     n = args.rows
     slot = "bench_profile"
-    rig.create_slots([slot])
+    rig.create_slots([slot], args.profile_plugin)
     log("profile: filling %d %s events" % (n, mode))
     _, _, end = rig.fill(mode, n, 0)
     perf_data = os.path.join(rig.tmp, "perf.data")
-    x = rig.drain_outboxd(slot, end, n, perf_out=perf_data)
+    x = rig.drain_outboxd(slot, end, n, perf_out=perf_data,
+                          plugin=args.profile_plugin)
     log("profile: outboxd drained %d events in %.2fs (%.0f ev/s, under "
         "perf), CPU %.2fs, RSS %.1f MB" % (n, x["wall"], x["eps"],
                                            x["cpu"] or 0, x["rss_mb"] or 0))
@@ -1512,8 +1593,11 @@ def run_profile(rig, args):
              if " outboxd " in ln and not ln.startswith("#")]
     out.append("### outboxd's own functions, inclusive (children) vs self\n\n"
                "```\n  children      self\n%s\n```\n" % "\n".join(lines[:40]))
-    text = ("# outboxd profile: %d %s events, %.2fs, %.0f ev/s under perf\n\n"
-            % (n, mode, x["wall"], x["eps"]) + "\n".join(out))
+    out.insert(0, "### outboxd CPU by part (share of all its samples)\n\n"
+               "```\n%s\n```\n" % "\n".join(profile_parts(perf_data)))
+    text = ("# outboxd profile: %d %s events (%s), %.2fs, %.0f ev/s under "
+            "perf\n\n" % (n, mode, args.profile_plugin, x["wall"], x["eps"])
+            + "\n".join(out))
     if args.keep:
         text += "\nperf data: %s\n" % perf_data
     return text
@@ -1542,6 +1626,8 @@ def main():
     ap.add_argument("--latency-only", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-messages", action="store_true")
+    ap.add_argument("--profile-plugin", choices=("wal2json", "pgoutput"),
+                    default="wal2json")
     ap.add_argument("--out", default=None)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of `outboxd inbox` (README, "Inbox"): records per second into
+"""Benchmark of `outboxd inbox` (sql/README.md, "The inbox tables"): records per second into
 the inbox table, and CPU per record, with inbox.batch_max 1, 100 and 500.
 
     python3 tests/bench/inbox_bench.py [--records N] [--build DIR]

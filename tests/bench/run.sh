@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/run.sh — outboxd's benchmark, one command (README, "Benchmark"):
+# tests/bench/run.sh — outboxd's benchmark, one command (tests/README.md, "Benchmark"):
 #
 #   bash tests/bench/run.sh [--rows N] [--rounds R] [options]
 #
@@ -42,8 +42,12 @@
 #                         drains)
 #   --profile             instead of the benchmark: drain --rows (default
 #                         then 100000) table rows with outboxd under
-#                         `perf record` and print where its CPU goes
+#                         `perf record` and print where its CPU goes (by
+#                         part: decoding, mapping, the record, librdkafka,
+#                         the loop; README, "Where the CPU goes")
 #   --profile-messages    with --profile: a message-mode backlog instead
+#   --profile-plugin P    with --profile: decoder wal2json (default) or
+#                         pgoutput
 #   --out FILE            results file (build-release/bench-results.md)
 #   --keep                keep the temporary Postgres cluster and logs
 #

@@ -1,5 +1,5 @@
 """The chaos checker: judges what reached Kafka against the workload's
-history, the fault log and the daemon's log, by README "Delivery
+history, the fault log and the daemon's log, by deploy/README.md "Delivery
 guarantees" and "Failure modes".
 
 check() returns a Report: findings (each a kind, a one-line summary and
@@ -29,7 +29,7 @@ The rules:
   shutdown of Postgres that does not end in 60 s (pg_ctl's wait) is a
   finding (README: a walsender outboxd reads must not hold it up).
 
-With an inbox (README "Inbox": `outboxd inbox` consumed the event topic
+With an inbox (sql/README.md "The inbox tables": `outboxd inbox` consumed the event topic
 into an inbox table), once it caught up:
 
 - inbox-loss: every committed event that is in the event topic has its

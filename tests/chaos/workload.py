@@ -92,7 +92,7 @@ class Txn:
 
 class BadMessage:
     """A non-transactional logical message with the outbox prefix: a bad
-    event on purpose (README "Failure modes": dead-lettered). emitted is
+    event on purpose (deploy/README.md "Failure modes": dead-lettered). emitted is
     True when the server answered the SELECT, None when the answer was
     lost (it may or may not be in the WAL); lsn is what the SELECT
     returned (the end of its WAL record: the decoders' message LSN, so
@@ -747,7 +747,7 @@ class Driver:
     def _detach_old(self):
         """Detaches (and drops) the oldest bucket partition that no open
         transaction can write and whose last commit the slot has confirmed
-        (README "Partitioned outbox tables": detach only published
+        (sql/README.md "Partitioned outbox tables": detach only published
         partitions); a CHECKPOINT first so a Postgres crash cannot move
         the confirmed position back before it."""
         candidates = [b for b in sorted(self.bucket_last_lsn)

@@ -2,7 +2,7 @@
 inject: batch errors under a steady stream of large transactions, and a
 batch error while the replication stream is cut.
 
-Every scenario counts each published `id` header and, where README
+Every scenario counts each published `id` header and, where deploy/README.md
 "Delivery guarantees" promises it, checks that first deliveries per key
 follow commit order."""
 
@@ -46,7 +46,7 @@ def test_batch_errors_under_steady_load_lose_nothing(
 
     An INVALID_RECORD must fail a batch, never a suspect produced alone:
     outboxd rightly takes an error a record gets alone as its own and
-    dead-letters the record (README, "Delivery guarantees": a dead letter
+    dead-letters the record (deploy/README.md, "Delivery guarantees": a dead letter
     is a record's own fault), which is then missing from the topic. So
     each error is injected only once the one before failed a request, and
     an INVALID_RECORD only once no suspect is left to be produced alone;

@@ -1,4 +1,4 @@
-"""Attack probes of `outboxd inbox` and its CloudEvents reading (README,
+"""Attack probes of `outboxd inbox` and its CloudEvents reading (sql/README.md,
 "Inbox", "CloudEvents"): inputs the other suites do not send.
 
 The helpers and the inbox_env fixture are test_inbox.py's."""
@@ -191,7 +191,7 @@ def test_binary_cloudevents_with_id_header_member_reach_the_inbox(
 
 def test_inbox_readyz_without_statistics(inbox_env, broker):
     """[kafka] statistics.interval.ms is one of outboxd's overridable
-    defaults (README, "Configuration reference"); 0 is librdkafka's own
+    defaults (deploy/README.md, "Configuration reference"); 0 is librdkafka's own
     default. With it the inbox stores every record, yet /readyz must not
     claim `kafka-down` (nor outboxd_kafka_connected 0) while it consumes
     from a healthy broker."""

@@ -1,4 +1,4 @@
-"""Integration tests of the backlog (README, "Migrating from a polling
+"""Integration tests of the backlog (sql/README.md, "Migrating from a polling
 outbox processor"): when outboxd creates its slot with outbox.backlog_where set,
 the matching rows of the slot's own snapshot are published first, then the
 stream takes over, with none missed and none twice.

@@ -1,4 +1,4 @@
-"""Integration tests of the backlog under faults and hostile input (README,
+"""Integration tests of the backlog under faults and hostile input (sql/README.md,
 "Migrating from a polling outbox processor"): kill -9 while the backlog is
 published and once it is acknowledged but the permanent slot cannot be
 made yet, a restart with the slot present, a predicate that tries to add a

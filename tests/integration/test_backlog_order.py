@@ -1,4 +1,4 @@
-"""Integration tests of the backlog's default order (README, "Migrating
+"""Integration tests of the backlog's default order (sql/README.md, "Migrating
 from a polling outbox processor"): with outbox.backlog_order_by empty, the
 backlog is ordered by the table's identity column (sql/outbox.sql's seq),
 so the events one transaction wrote for one key come in the order the

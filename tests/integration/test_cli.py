@@ -1,4 +1,4 @@
-"""Integration tests of outboxd's command line (README, "Command line" and "Configuration reference"): --version,
+"""Integration tests of outboxd's command line (deploy/README.md, "Command line" and "Configuration reference"): --version,
 --help, exit codes of usage and configuration errors (each naming the flag,
 key or variable at fault), OUTBOXD_CONFIG, ${NAME} expansion and the
 `slot create|status|drop` commands against the test cluster."""

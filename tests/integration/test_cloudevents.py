@@ -1,4 +1,4 @@
-"""Integration tests of CloudEvents publishing (README, "CloudEvents"):
+"""Integration tests of CloudEvents publishing (sql/README.md, "CloudEvents"):
 outbox.cloudevents = binary or structured, checked against CloudEvents 1.0,
 its JSON event format and its Kafka protocol binding
 (https://github.com/cloudevents/spec, cloudevents/bindings/

@@ -1,4 +1,4 @@
-"""Integration tests of `outboxd inbox` (README, "Inbox") against real
+"""Integration tests of `outboxd inbox` (sql/README.md, "The inbox tables") against real
 parts: a PostgreSQL 15 cluster holding the tables of sql/inbox.sql and
 librdkafka's mock Kafka cluster. Records are produced with confluent_kafka
 the way another service's outbox would publish them.
@@ -297,6 +297,13 @@ def test_inbox_rows_duplicates_and_metrics(inbox_env, broker):
     assert m['outboxd_inbox_records_total{result="dead_lettered"}'] == 0
     wait_until(lambda: metrics(port)["outboxd_inbox_lag_records"] == 0, 10)
     assert http_status(port, "/healthz") == 200
+    # The inbox shows its own families, not the publisher's.
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        text = r.read().decode()
+    for family in ("outboxd_events_published_total", "outboxd_transactions_total",
+                   "outboxd_confirmed_lsn", "outboxd_slot_wal_status"):
+        assert "# TYPE %s " % family not in text, family
+    assert "# TYPE outboxd_ready gauge" in text
     wait_until(lambda: http_status(port, "/readyz") == 200, 10)
     lines = [json.loads(x) for x in d.log_text().splitlines()
              if x.startswith("{")]
@@ -401,6 +408,43 @@ def test_inbox_runs_as_the_shipped_least_privilege_role(pg, broker, inbox_env):
     d = env.start(inbox_conninfo=conninfo)
     assert_exactly_once(env, ids)
     assert d.running(), d.log_tail()
+
+
+def test_inbox_without_grants_fails_check_and_inbox_alike(pg, broker, inbox_env):
+    """A role without the grants the inbox's statements need: `check`
+    fails its `inbox tables` line with the GRANT to run, and `outboxd
+    inbox` exits 1 with the same words before /readyz could say ready (it
+    used to connect, say ready and loop on "permission denied"). One case
+    per table: the rows', then the positions'."""
+    env = inbox_env()
+    env.sql("DROP ROLE IF EXISTS inbox_nogrant")
+    env.sql("CREATE ROLE inbox_nogrant LOGIN")
+    conninfo = pg.conninfo(env.db, user="inbox_nogrant")
+    cases = [
+        ("GRANT SELECT, INSERT ON TABLE public.inbox TO inbox_nogrant",
+         None),
+        ("GRANT SELECT, INSERT, UPDATE ON TABLE public.outboxd_inbox_offsets TO inbox_nogrant",
+         "GRANT SELECT, INSERT ON TABLE public.inbox TO inbox_nogrant"),
+    ]
+    for want, grant_first in cases:
+        if grant_first:
+            env.sql(grant_first)
+        d = harness.Outboxd(OUTBOXD_BIN, env.config(inbox_conninfo=conninfo),
+                            str(env.tmpdir / "inbox-nogrant"), command="inbox",
+                            start=False)
+        rc, out, err = d.run_cmd(["check"])
+        assert rc == 2, (out, err)
+        assert re.search(r"inbox tables\s+FAIL.*" + re.escape(want), out), (out, err)
+        # check of an inbox-only file tags its lines with the group
+        assert "slot=" not in err and "group=" in err, err
+        d = env.start(inbox_conninfo=conninfo)
+        assert d.wait(60) == 1, d.log_tail()
+        assert want in d.log_text(), d.log_tail()
+        assert "connected to the inbox database" not in d.log_text(), d.log_tail()
+    env.sql("GRANT SELECT, INSERT, UPDATE ON TABLE public.outboxd_inbox_offsets "
+            "TO inbox_nogrant")
+    rc, out, err = d.run_cmd(["check"])
+    assert re.search(r"inbox tables\s+ok", out), (out, err)
 
 
 def test_inbox_check_changes_nothing_and_inbox_adds_cluster_id(pg, broker, inbox_env):

@@ -1,4 +1,4 @@
-"""Integration tests of what `outboxd inbox` refuses to get wrong (README,
+"""Integration tests of what `outboxd inbox` refuses to get wrong (sql/README.md,
 "Inbox"; issue 19): stored positions that cannot belong to the partition
 the broker serves, a subscription that takes in the dead-letter topic,
 the database's timeouts, libpq's parameter limit, dead letters of records

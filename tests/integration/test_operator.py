@@ -96,3 +96,99 @@ def test_check_skips_the_backlog_of_an_existing_slot(pg, outboxd_factory, slot_n
                              timeout=30)
     assert rc == 0, (out, err)
     assert re.search(r"^backlog\s+ok\s+not read: slot \S+ exists", out, re.M), out
+
+
+def run_bare(args, env=None):
+    """outboxd ARGS with no configuration file unless env names one."""
+    e = {k: v for k, v in harness.os.environ.items()
+         if k not in ("OUTBOXD_CONFIG", "OUTBOXD_TEST_DEFAULT_CONFIG")}
+    e.update(env or {})
+    return harness.subprocess.run([OUTBOXD_BIN] + args, capture_output=True,
+                                  text=True, timeout=30, env=e)
+
+
+def test_each_command_has_its_own_help():
+    """`outboxd COMMAND --help` prints that command's text (check's lines,
+    what slot status prints), not the general usage; --if-not-exists
+    belongs to slot create only."""
+    texts = {}
+    for args, says in ((["run"], "Stream"), (["check"], "inbox tables"),
+                       (["slot"], "slot COMMAND --help"),
+                       (["slot", "create"], "--if-not-exists"),
+                       (["slot", "drop"], "backlog_where"),
+                       (["slot", "status"], "retained_wal_bytes"),
+                       (["inbox"], "inbox.topics")):
+        r = run_bare(args + ["--help"])
+        assert r.returncode == 0, (args, r.stderr)
+        assert re.match(r"Usage: outboxd \[?%s" % " ".join(args), r.stdout), (args, r.stdout)
+        assert says in r.stdout, (args, r.stdout)
+        texts[" ".join(args)] = r.stdout
+    assert len(set(texts.values())) == len(texts)
+    assert "Exit codes: 0 every check passed" in texts["check"]
+    general = run_bare(["--help"])
+    assert general.returncode == 0 and general.stdout not in texts.values()
+    for args in (["check", "--if-not-exists"], ["slot", "drop", "--if-not-exists"]):
+        r = run_bare(args)
+        assert r.returncode == 2 and "--if-not-exists" in r.stderr, (args, r.stderr)
+
+
+def test_default_config_file(tmp_path):
+    """Without -c and OUTBOXD_CONFIG, outboxd reads /etc/outboxd/outboxd.ini
+    when it exists (a test build reads OUTBOXD_TEST_DEFAULT_CONFIG in its
+    place); -c still wins."""
+    default = tmp_path / "outboxd.ini"
+    default.write_text("[outbox]\ntopik = x\n")
+    r = run_bare(["check"], env={"OUTBOXD_TEST_DEFAULT_CONFIG": str(default)})
+    assert r.returncode == 2, r.stderr
+    assert "outbox.topik" in r.stderr and str(default) in r.stderr, r.stderr
+    other = tmp_path / "other.ini"
+    other.write_text("[outbox]\ntopic_x = x\n")
+    r = run_bare(["check", "-c", str(other)],
+                 env={"OUTBOXD_TEST_DEFAULT_CONFIG": str(default)})
+    assert "outbox.topic_x" in r.stderr and "topik" not in r.stderr, r.stderr
+
+
+def test_slot_create_if_not_exists(pg, outboxd_factory, slot_name):
+    """slot create --if-not-exists: a slot of the configured plugin there
+    is exit 0; without the flag a second create fails; a slot of the other
+    plugin is exit 1 naming how to switch decoders."""
+    d = outboxd_factory(start=False)
+    rc, out, err = d.run_cmd(["slot", "create"], timeout=30)
+    assert rc == 0, err
+    rc, out, err = d.run_cmd(["slot", "create"], timeout=30)
+    assert rc == 1, err
+    rc, out, err = d.run_cmd(["slot", "create", "--if-not-exists"], timeout=30)
+    assert rc == 0, err
+    assert "exists already" in err, err
+    rc, out, err = d.run_cmd(["slot", "create", "--if-not-exists",
+                              "-s", "postgres.plugin=pgoutput"], timeout=30)
+    assert rc == 1, err
+    assert "Switching decoders" in err and "backlog_where" in err, err
+    assert pg.slot(slot_name)["plugin"] == "wal2json"
+
+
+def test_check_warns_of_another_outboxd_on_the_database(pg, outboxd_factory, slot_name):
+    """Every slot of a database decodes every logical message: `check`
+    warns (and passes) when another outboxd streams a slot of the same
+    database, naming it; with no message prefix there is nothing to share."""
+    other = outboxd_factory({"postgres": {"slot": slot_name[:60] + "_b"}}, start=False)
+    rc, out, err = other.run_cmd(["check"], timeout=30)
+    assert re.search(r"^message prefix\s+ok ", out, re.M), out
+    outboxd_factory()
+    wait_streaming(pg, slot_name)
+    rc, out, err = other.run_cmd(["check"], timeout=30)
+    assert rc == 0, (out, err)
+    assert re.search(r"^message prefix\s+warn .*slot %s\b.*message_prefix" % slot_name,
+                     out, re.M), out
+    rc, out, err = other.run_cmd(["check", "-s", "outbox.message_prefix="], timeout=30)
+    assert "message prefix" not in out, out
+
+
+def test_no_flush_line_after_a_start_that_never_streamed(pg, outboxd_factory):
+    """A start refused before streaming (the table missing: exit 1) does
+    not say it flushes 0 in-flight events."""
+    d = outboxd_factory({"outbox": {"table": "public.no_such_outbox"}}, start=False)
+    rc, out, err = d.run_cmd(["run"], timeout=60)
+    assert rc == 1, (out, err)
+    assert "public.no_such_outbox" in err, err
+    assert "flushing" not in err, err

@@ -1,5 +1,5 @@
 """Integration tests of outboxd's operational surface: Prometheus metrics,
-/healthz and /readyz (README, "Metrics and health"), JSON logs without secrets, `outboxd
+/healthz and /readyz (deploy/README.md, "Metrics and health"), JSON logs without secrets, `outboxd
 check`, the shipped SQL files (least-privilege role), the README's
 configuration reference against the code, and the deploy files (§7)."""
 
@@ -25,6 +25,8 @@ SQL_DIR = REPO_ROOT / "sql"
 DEPLOY_DIR = REPO_ROOT / "deploy"
 CONFIG_C = REPO_ROOT / "src" / "config.c"
 README = REPO_ROOT / "README.md"
+# The configuration reference, in one place (the man page is made from it).
+CONFIG_REFERENCE = REPO_ROOT / "deploy" / "README.md"
 
 SECTIONS = ("postgres", "outbox", "inbox", "kafka", "http", "log")
 
@@ -160,14 +162,16 @@ DOCUMENTED_FAMILIES = {
     "outboxd_reconnects_total": "counter",
     "outboxd_build_info": "gauge",
     "outboxd_postgres_refused": "gauge",
-    "outboxd_inbox_records_total": "counter",
-    "outboxd_inbox_lag_records": "gauge",
-    "outboxd_inbox_partition_lag_records": "gauge",
     "outboxd_lag_seconds": "gauge",
     "outboxd_ready": "gauge",
     "outboxd_slot_retained_wal_bytes": "gauge",
     "outboxd_slot_wal_status": "gauge",
 }
+
+# The inbox's families: `outboxd inbox` shows them, the publisher does not.
+INBOX_FAMILIES = ("outboxd_inbox_records_total", "outboxd_inbox_lag_records",
+                  "outboxd_inbox_partition_lag_records",
+                  "outboxd_inbox_position_mismatches_total")
 
 UNLABELLED = ("outboxd_transactions_total", "outboxd_inflight_events",
               "outboxd_confirmed_lsn", "outboxd_received_lsn",
@@ -187,10 +191,12 @@ def check_histogram(m, name):
 
 
 def check_spec_metrics(m):
-    """Every family of README "Metrics and health", with its type and labels."""
+    """Every family of deploy/README.md "Metrics and health", with its type and labels."""
     for family, kind in DOCUMENTED_FAMILIES.items():
         assert m.types.get(family) == kind, (
             "%s: TYPE %s, expected %s" % (family, m.types.get(family), kind))
+    for family in INBOX_FAMILIES:
+        assert family not in m.types, "the publisher shows the inbox's %s" % family
     for name in UNLABELLED:
         m.value(name)
     for target in ("postgres", "kafka"):
@@ -269,7 +275,7 @@ def assert_check_passes(d):
 
 def test_metrics_serve_spec_families_and_move(pg, broker, outboxd_factory,
                                               slot_name, test_id):
-    """/metrics has every metric of README "Metrics and health"; publishing 10 events in 3
+    """/metrics has every metric of deploy/README.md "Metrics and health"; publishing 10 events in 3
     transactions and one bad (non-transactional) message moves them."""
     db = fresh_db(pg, "ops_metrics_%s" % test_id)
     agg = "metrics_%s" % test_id
@@ -621,28 +627,49 @@ def readme_config_keys(text):
     return keys
 
 
+def test_readme_is_a_front_door():
+    """README.md stays short (at most 200 lines) and opens with the two
+    commands; each doc it links to exists, and every man page is in the
+    tree."""
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 200, "README.md has %d lines" % len(lines)
+    assert lines[2:6] == [
+        "```sh",
+        "bash deploy/demo.sh     # the main job: outboxd between a throwaway "
+        "Postgres and a local broker, events shown as they arrive",
+        'bash tests/run.sh       # every test (unit, integration, real parts); '
+        'ends with "N passed, N failed"',
+        "```"], lines[:6]
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not link.startswith("http"):
+            assert (REPO_ROOT / link).exists(), link
+    for page in ("outboxd.1", "outboxd.ini.5"):
+        assert (DEPLOY_DIR / page).exists(), page
+
+
 def test_readme_config_reference_matches_the_code():
     code = code_config_keys()
-    assert README.exists(), (
-        "README.md is missing: it must document the configuration keys "
+    assert CONFIG_REFERENCE.exists(), (
+        "deploy/README.md is missing: it must document the configuration keys "
         "(a table with rows like `| postgres.conninfo | ... |`): %s"
         % sorted(code))
-    documented = readme_config_keys(README.read_text())
-    assert documented, ("README.md has no configuration reference (table "
+    documented = readme_config_keys(CONFIG_REFERENCE.read_text())
+    assert documented, ("deploy/README.md has no configuration reference (table "
                         "rows like `| postgres.conninfo | ... |`)")
     undocumented = sorted(set(code) - set(documented))
     assert not undocumented, (
-        "configuration keys in src/config.c missing from README.md's "
+        "configuration keys in src/config.c missing from deploy/README.md's "
         "reference: %s" % undocumented)
     unknown = sorted(k for k in set(documented) - set(code)
                      if not k.startswith("kafka."))
-    assert not unknown, ("README.md documents keys the code does not know: "
+    assert not unknown, ("deploy/README.md documents keys the code does not know: "
                          "%s" % unknown)
     assert "kafka.bootstrap.servers" in documented, sorted(documented)
     wrong = {k: (documented[k], code[k]) for k in code
              if documented[k] is not None and documented[k] != code[k]}
-    assert not wrong, ("README.md's defaults differ from src/config.c's "
-                       "(README, code): %s" % wrong)
+    assert not wrong, ("deploy/README.md's defaults differ from src/config.c's "
+                       "(deploy/README.md, code): %s" % wrong)
 
 
 # ---------------------------------------------------------------------------
@@ -709,7 +736,7 @@ def unit_settings(text):
 
 
 def test_systemd_unit_verifies():
-    """Type=notify (README, "Operations guide") running `outboxd run`; `systemd-analyze
+    """Type=notify (deploy/README.md, "systemd") running `outboxd run`; `systemd-analyze
     verify` (where installed) complains of nothing but the binary not being
     installed at /usr/bin/outboxd."""
     path = DEPLOY_DIR / "outboxd.service"

@@ -1,4 +1,4 @@
-"""Partitioned outbox tables with wal2json (README, "Partitioned outbox
+"""Partitioned outbox tables with wal2json (sql/README.md, "Partitioned outbox
 tables"): wal2json names the leaf partition a row went to and reads only
 the tables named when its stream started, so outboxd streams every leaf,
 reads the set of leaves again every second, and reads the slot again when a

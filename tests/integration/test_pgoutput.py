@@ -1,4 +1,4 @@
-"""Integration tests of the pgoutput decoder (README, "Choosing a decoder")
+"""Integration tests of the pgoutput decoder (deploy/README.md, "Choosing a decoder")
 against a real PostgreSQL 15 and the mock broker: both decoders give the
 same records byte for byte; the publication is created when missing,
 refused when it would leave events out, and named with its SQL when the
@@ -239,6 +239,8 @@ def test_slot_of_the_other_plugin_names_both(pg, outboxd_factory, slot_name,
     log = d.log_text()
     assert "uses plugin %s, but postgres.plugin is %s" % (made, configured) \
         in log, d.log_tail()
+    # The error names the safe switch, not only "drop the slot".
+    assert "Switching decoders" in log and "backlog_where" in log, d.log_tail()
 
 
 def test_existing_slot_without_publication_exits_1(pg, outboxd_factory,

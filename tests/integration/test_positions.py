@@ -1,4 +1,4 @@
-"""Positions at the seams between units the stream hands over (README,
+"""Positions at the seams between units the stream hands over (deploy/README.md,
 "Delivery guarantees"): a standalone logical message whose record ends
 exactly where the next transaction's commit record starts.
 

@@ -1,4 +1,4 @@
-"""Integration tests of the probes under stalls and floods (README,
+"""Integration tests of the probes under stalls and floods (deploy/README.md,
 "Metrics and health"): /readyz says `stalled` when events wait and nothing
 is acknowledged or confirmed for http.stall_after_ms (the broker holding
 its acknowledgements, a paused walsender, an inbox table locked), and goes
@@ -20,7 +20,7 @@ from harness import free_port, wait_until
 from test_edges import HALF_REQUEST, PER_CLIENT_LIMIT, Flood
 from test_faults import own_cluster  # noqa: F401 (a fixture)
 from test_inbox import Feed, inbox_env  # noqa: F401 (a fixture)
-from test_ops import (check_lines, commit_events, http_get, http_overrides,
+from test_ops import (INBOX_FAMILIES, check_lines, commit_events, http_get, http_overrides,
                       scrape, wait_http)
 
 STALL_MS = 1500
@@ -89,12 +89,14 @@ def test_stalled_while_the_broker_holds_acknowledgements(
     got = consumer.collect("outbox.event.%s" % agg, min_count=6, timeout=30,
                            settle=0.2)
     assert len(got) >= 6
-    # The rules example alerts only on families outboxd exports.
+    # The rules example alerts only on families outboxd exports: the
+    # publisher's (this daemon), or the inbox's (outboxd inbox).
     with open(RULES) as f:
         named = set(re.findall(r"\b(outboxd_[a-z_]+)", f.read()))
     assert {"outboxd_ready", "outboxd_lag_seconds"} <= named
     m = scrape(port)
-    assert named <= set(m.types), named - set(m.types)
+    inbox = named & set(INBOX_FAMILIES)
+    assert named - inbox <= set(m.types), named - inbox - set(m.types)
     assert d.stop() == 0, d.log_tail()
 
 
@@ -167,6 +169,10 @@ def test_inbox_stalled_while_its_table_is_locked(inbox_env, broker):
                   timeout=STALL_MS / 1000.0 + 8, daemon=d)
         lags = scrape(port).series("outboxd_inbox_partition_lag_records")
         assert sum(lags.values()) > 0, lags
+        # The rules example's inbox families are the inbox's.
+        with open(RULES) as f:
+            named = set(re.findall(r"\b(outboxd_inbox_[a-z_]+)", f.read()))
+        assert named and named <= set(scrape(port).types), named
         assert all(dict(lab)["topic"] == env.topic for lab in lags), lags
     finally:
         conn.rollback()

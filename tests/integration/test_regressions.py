@@ -113,7 +113,7 @@ def test_partitioned_outbox_table_is_not_read_as_empty(pg, broker, consumer,
     """wal2json reports rows under the partition's name, so a filter on the
     partitioned table alone would read nothing: check passes it and counts
     its partitions, and rows inserted into its (default) partition are
-    published (README, "Partitioned outbox tables")."""
+    published (sql/README.md, "Partitioned outbox tables")."""
     table = "obp_%s" % test_id
     pg.sql("CREATE TABLE public.%s (id uuid NOT NULL DEFAULT gen_random_uuid(), "
            "aggregate_type text, aggregate_id text, event_type text, payload jsonb, "

@@ -95,6 +95,8 @@ def test_slot_dropped_under_running_daemon_is_not_recreated(
     feed.commit(5)
     expect_exit(d, 1, timeout=30)
     assert slot_name in d.log_text()[mark:], d.log_tail()
+    # The recovery it names publishes the events in between.
+    assert "outbox.backlog_where" in d.log_text()[mark:], d.log_tail()
     assert cluster.slot(slot_name) is None, (
         "slot %s was created again: %s" % (slot_name, cluster.slot(slot_name)))
 

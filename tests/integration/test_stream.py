@@ -1,6 +1,6 @@
 """Integration tests of outboxd's core behaviour against real parts: a
 PostgreSQL 15 cluster with wal2json and librdkafka's mock Kafka cluster in
-a process of its own (README, "The Kafka record" and "Delivery guarantees").
+a process of its own (sql/README.md, "The Kafka record" and "Delivery guarantees").
 Each test runs with both decoders (wal2json and pgoutput), which must give
 the same records.
 
@@ -11,6 +11,7 @@ and broker."""
 import collections
 import json
 import random
+import re
 import time
 import uuid
 
@@ -73,7 +74,7 @@ def stored_rows(pg, ids):
 
 
 def header_text(value):
-    """What README "The Kafka record" says a headers-column member becomes: strings as is,
+    """What sql/README.md "The Kafka record" says a headers-column member becomes: strings as is,
     other JSON values as JSON text."""
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -182,7 +183,7 @@ def make_event(agg_type, key, seq, headers=None):
 
 def check_records_match_rows(records, rows):
     """Each record's topic, key, partition, value, headers and timestamp are
-    what README "The Kafka record" derives from its stored row."""
+    what sql/README.md "The Kafka record" derives from its stored row."""
     for r in records:
         eid = header(r, "id").decode()
         row = rows[eid]
@@ -474,7 +475,7 @@ def test_kill9_then_restart_delivers_everything(pg, broker, consumer,
                                                 test_id):
     """kill -9 with events handed to the producer but not acknowledged (all
     brokers down), then restart on the same slot: every unacknowledged
-    event arrives (README "Delivery guarantees" at-least-once across crashes) and the events
+    event arrives (deploy/README.md "Delivery guarantees" at-least-once across crashes) and the events
     confirmed before the crash are not published again."""
     agg = "kill_%s" % test_id
     topic = "outbox.event.%s" % agg
@@ -649,3 +650,46 @@ def test_headers_column_json_types(pg, broker, consumer, outboxd_factory,
     assert json.loads(got["arr"]) == hdrs["arr"]
     assert by_id[plain["id"]]["headers"] == [
         ("id", plain["id"].encode()), ("type", plain["event_type"].encode())]
+
+
+def main_thread_wakeups(pid):
+    """How often outboxd's main thread has gone to sleep (its voluntary
+    context switches)."""
+    with open("/proc/%d/task/%d/status" % (pid, pid)) as f:
+        return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)$", f.read(),
+                             re.M).group(1))
+
+
+def test_backlog_is_read_in_naps(pg, broker, consumer, outboxd_factory,
+                                 slot_name, test_id):
+    """A backlog (transactions that committed long before outboxd reads
+    them) is read in naps of a few milliseconds, not one wake-up per packet
+    the walsender sends (tests/README.md, "Benchmark": each wake-up costs more CPU
+    than the events it brings): 20,000 events in 200 transactions take
+    outboxd's main thread to sleep fewer than one time per 15 events (with
+    a wake-up per packet it slept once per 4 to 6); and each is published
+    once."""
+    agg = "nap_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    d = outboxd_factory()
+    wait_slot_active(pg, slot_name)
+    assert d.stop(40) == 0
+    n = 20000
+    pg.sql("DO $nap$ DECLARE b int; BEGIN FOR b IN 0..%d LOOP "
+           "INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+           "event_type, payload) SELECT '%s', 'k' || mod(g, 100), 'nap', "
+           "jsonb_build_object('g', g, 'note', md5(g::text)) "
+           "FROM generate_series(b * 100 + 1, b * 100 + 100) g; COMMIT; "
+           "END LOOP; END $nap$" % (n // 100 - 1, agg))
+    time.sleep(0.3)  # every transaction is now older than 100 ms
+    end = pg.wal_lsn()
+    d = outboxd_factory()
+    wait_until(lambda: (pg.slot(slot_name) or {}).get(
+        "confirmed_flush_lsn_int", 0) >= end, 120, 0.05,
+        "slot confirmed past the backlog")
+    wakeups = main_thread_wakeups(d.pid)
+    records = consumer.collect([topic], n, timeout=60, settle=1)
+    assert len(records) == n and len(id_counts(records)) == n
+    assert wakeups < n / 15, (
+        "main thread slept %d times for %d events" % (wakeups, n))

@@ -1,4 +1,4 @@
-"""Integration tests of the start-up checks of the outbox table (README,
+"""Integration tests of the start-up checks of the outbox table (deploy/README.md,
 "Command line" and "Failure modes"), run by `outboxd check` and before
 streaming:
 

@@ -1,6 +1,6 @@
 """The stream's tables are read in snapshots, and a commit is in the WAL
 (and decoded) before it is visible to any snapshot; with synchronous
-replication that gap lasts as long as the standby wait (README,
+replication that gap lasts as long as the standby wait (sql/README.md,
 "Partitioned outbox tables" and "Choosing a decoder").
 
 Defects kept here:

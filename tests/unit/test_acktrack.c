@@ -1,6 +1,6 @@
 /*
  * test_acktrack.c: the in-flight transaction FIFO and the confirmable LSN
- * (acktrack.h; README, "Delivery guarantees" "No loss" and "Idle slots advance").
+ * (acktrack.h; deploy/README.md, "Delivery guarantees" "No loss" and "Idle slots advance").
  *
  * Scenario tests are tables of steps run against one tracker; every step
  * states the confirmable LSN and the in-flight count expected after it. The

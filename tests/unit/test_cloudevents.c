@@ -1,9 +1,9 @@
 /*
  * test_cloudevents.c: the pure parts of CloudEvents publishing
  * (cloudevents.h; UTF-8 and JSON are test_inboxrow's) and the mapper's CloudEvents records
- * (outbox.h, README, "CloudEvents"): RFC 3339 times, the traceparent check, the reserved header
- * names, the envelope, and whole records mapped from rows read in text format in both content
- * modes, including the bad events.
+ * (outbox.h, sql/README.md, "CloudEvents"): RFC 3339 times, the traceparent check, the reserved
+ * header names, the envelope, and whole records mapped from rows read in text format in both
+ * content modes, including the bad events.
  */
 #include <setjmp.h>
 #include <stdarg.h>

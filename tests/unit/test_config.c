@@ -1,7 +1,7 @@
 /*
  * test_config.c: defaults, INI files, -s overrides, ${ENV} expansion and
- * validation (config.h, README, "Command line" and "Configuration reference"), and conninfo masking
- * (log.h).
+ * validation (config.h, deploy/README.md, "Command line" and "Configuration reference"), and
+ * conninfo masking (log.h).
  *
  * Errors must name the key: the tests capture stderr and look for it.
  */
@@ -141,7 +141,8 @@ test_defaults(void **state)
 
 /* --- INI files ---------------------------------------------------------------- */
 
-/* The sample of README "Configuration reference" with every value changed, inline comments kept. */
+/* The sample of deploy/README.md "Configuration reference" with every value changed, inline
+ * comments kept. */
 static const char full_file[] =
     "; outboxd test configuration\n"
     "# hash comments too\n"
@@ -738,6 +739,91 @@ test_mask_conninfo_sslpassword(void **state)
 	}
 }
 
+/* --- inline comments and topic names ------------------------------------------ */
+
+/* An inline '#' after whitespace ends a value as ' ;' does (inih's rule
+ * for both); a '#' at a value's start or inside a word is kept. */
+static void
+test_inline_hash_comments(void **state)
+{
+	static const struct {
+		const char *line;
+		const char *topic;
+	} cases[] = {
+	    {"topic = t.{aggregate_type} # hash\n", "t.{aggregate_type}"},
+	    {"topic = t.{aggregate_type}\t# tab then hash\n", "t.{aggregate_type}"},
+	    {"topic = t.{aggregate_type} ; semicolon\n", "t.{aggregate_type}"},
+	    {"topic = t.{aggregate_type} # a ; b\n", "t.{aggregate_type}"},
+	    {"topic = t.{aggregate_type}\n", "t.{aggregate_type}"},
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ob_config cfg;
+		char *text = NULL;
+
+		ob_config_init(&cfg);
+		assert_int_not_equal(asprintf(&text, "[outbox]\n%s", cases[i].line), -1);
+		assert_true(load_text(&cfg, text, NULL));
+		assert_string_equal(cfg.outbox.topic, cases[i].topic);
+		free(text);
+		ob_config_free(&cfg);
+	}
+	/* A '#' inside a word stays: a password may hold one. */
+	{
+		ob_config cfg;
+
+		ob_config_init(&cfg);
+		assert_true(load_text(&cfg, "[kafka]\nsasl.password = a#b\n", NULL));
+		assert_string_equal(ob_config_kafka_get(&cfg, "sasl.password"), "a#b");
+		ob_config_free(&cfg);
+	}
+}
+
+/* Topic names: the template's literal text and the dead-letter topic are
+ * judged at start-up (legal Kafka characters, at most 249 bytes); the
+ * placeholders' text per event (test_outbox.c). */
+static void
+test_topic_names(void **state)
+{
+	static const struct {
+		const char *setting;
+		bool ok;
+	} cases[] = {
+	    {"outbox.topic=outbox.event.{aggregate_type}", true},
+	    {"outbox.topic=a-b_c.D9", true},
+	    {"outbox.topic={aggregate_type}", true},
+	    {"outbox.topic=t #x", false},
+	    {"outbox.topic=t/{aggregate_type}", false},
+	    {"outbox.topic=t:{aggregate_type}", false},
+	    {"outbox.dlq_topic=dead letters", false},
+	    {"outbox.dlq_topic=..", false},
+	    {"outbox.dlq_topic=d.l", true},
+	};
+	char long_topic[300];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ob_config cfg;
+		char *err = NULL;
+
+		ob_config_init(&cfg);
+		assert_true(override(&cfg, cases[i].setting, NULL));
+		if (finish(&cfg, &err) != cases[i].ok)
+			fail_msg("%s: expected %s; log: %s", cases[i].setting,
+				 cases[i].ok ? "ok" : "an error", err);
+		if (!cases[i].ok)
+			assert_contains(err, "Kafka topic name");
+		free(err);
+		ob_config_free(&cfg);
+	}
+	memset(long_topic, 'a', sizeof(long_topic));
+	assert_true(ob_topic_name_valid(long_topic, OB_TOPIC_NAME_MAX, false));
+	assert_false(ob_topic_name_valid(long_topic, OB_TOPIC_NAME_MAX + 1, false));
+	assert_false(ob_topic_name_valid(long_topic, 0, false));
+	assert_true(ob_topic_name_valid(".", 1, true));
+	assert_false(ob_topic_name_valid(".", 1, false));
+}
+
 int
 main(void)
 {
@@ -757,6 +843,8 @@ main(void)
 	    cmocka_unit_test(test_secret_keys),
 	    cmocka_unit_test(test_mask_conninfo_table),
 	    cmocka_unit_test(test_mask_conninfo_sslpassword),
+	    cmocka_unit_test(test_inline_hash_comments),
+	    cmocka_unit_test(test_topic_names),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

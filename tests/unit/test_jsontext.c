@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "outboxd/jsontext.h"
+#include "rng.h"
 
 typedef struct member_want {
 	const char *name;  /* raw text between the key's quotes */
@@ -147,6 +148,19 @@ test_iter_uses_len(void **state)
 	assert_int_equal(ob_json_iter_next(&it, &m), -1);
 }
 
+/* A NUL byte ends a bare literal, and the member with it. */
+static void
+test_literal_nul(void **state)
+{
+	static const char text[] = "{\"a\":1\0}";
+	ob_json_iter it;
+	ob_json_member m;
+
+	(void)state;
+	assert_true(ob_json_iter_init(&it, text, sizeof(text) - 1));
+	assert_int_equal(ob_json_iter_next(&it, &m), -1);
+}
+
 /* Nesting up to 256 levels inside a value is scanned; deeper is refused. */
 static void
 test_iter_depth(void **state)
@@ -178,6 +192,75 @@ test_iter_depth(void **state)
 			assert_int_equal(r, -1);
 		}
 		free(text);
+	}
+}
+
+/* The string scan, stated a byte at a time: where the string that opens
+ * at s[0] ends (just past its closing quote), or 0 when it is not a JSON
+ * string (no closing quote, or a raw control character, escaped or not);
+ * *escaped says whether it holds a backslash. */
+static size_t
+reference_string_end(const unsigned char *s, size_t len, bool *escaped)
+{
+	*escaped = false;
+	for (size_t i = 1; i < len; i++) {
+		if (s[i] == '"')
+			return i + 1;
+		if (s[i] < 0x20)
+			return 0;
+		if (s[i] == '\\') {
+			*escaped = true;
+			if (++i >= len || s[i] < 0x20)
+				return 0;
+		}
+	}
+	return 0;
+}
+
+/* The scanner reads 64-byte blocks, whose escapes it works out from the
+ * backslashes all at once, and the last bytes one by one: random strings
+ * of quotes, backslashes (in runs of any length) and control characters
+ * among other bytes (UTF-8, DEL), of every length up to a few blocks, so
+ * that each falls at every place in a block and runs cross from one block
+ * to the next, agree with the byte-at-a-time statement above. */
+static void
+test_iter_strings_random(void **state)
+{
+	/* Backslashes come often (runs of every length), control characters
+	 * rarely (each one ends the scan). */
+	static const unsigned char specials[] = {'"', '\\', '\\', '\\', '\\', '\\', 0x01, 0x1f};
+	static const unsigned char plain[] = {'a', 'u', 'n', 0x7f, 0x80, 0xc3, 0xff, '!'};
+	uint64_t seed = 42;
+
+	(void)state;
+	for (int iter = 0; iter < 200000; iter++) {
+		unsigned char text[256];
+		size_t n = (size_t)test_below(&seed, 240), len, end;
+		/* One byte in 2 to 64 is special. */
+		uint64_t density = 2 + test_below(&seed, 63);
+		ob_json_iter it;
+		ob_json_member m;
+		bool escaped;
+		int r;
+
+		memcpy(text, "{\"a\":\"", 6);
+		for (size_t i = 0; i < n; i++)
+			text[6 + i] = test_below(&seed, density) == 0
+					  ? specials[test_below(&seed, sizeof(specials))]
+					  : plain[test_below(&seed, sizeof(plain))];
+		memcpy(text + 6 + n, "\"}", 2);
+		len = 6 + n + 2;
+		end = reference_string_end(text + 5, len - 5, &escaped);
+		assert_true(ob_json_iter_init(&it, (const char *)text, len));
+		r = ob_json_iter_next(&it, &m);
+		/* A string that ends before the last quote is followed by a
+		 * byte no separator is: the member is refused there. */
+		if (end == 0 ? r != -1 : r != (end == n + 2 ? 1 : -1) || it.pos != 5 + end)
+			fail_msg("iteration %d: %d at %zu, expected the string to end at %zu", iter,
+				 r, it.pos, end == 0 ? 0 : 5 + end);
+		if (r == 1 && (m.value_len != n || m.value != (const char *)text + 6 ||
+			       m.value_escaped != escaped || !m.value_is_string))
+			fail_msg("iteration %d: wrong value span or flags", iter);
 	}
 }
 
@@ -252,13 +335,46 @@ test_unescape_table(void **state)
 	}
 }
 
+/* Unescaping copies the runs between escapes a word at a time: random
+ * strings of plain bytes and escapes, of every length up to a few words,
+ * decode to what they stand for. */
+static void
+test_unescape_random(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} tokens[] = {{"a", "a"},    {"\xc3", "\xc3"}, {"\\\"", "\""}, {"\\\\", "\\"},
+		      {"\\n", "\n"}, {"\\u0041", "A"}, {"/", "/"},     {"\\/", "/"}};
+	uint64_t seed = 7;
+
+	(void)state;
+	for (int iter = 0; iter < 100000; iter++) {
+		char in[256], want[256], out[256];
+		size_t in_len = 0, want_len = 0, n = (size_t)test_below(&seed, 40);
+		long got;
+
+		for (size_t i = 0; i < n; i++) {
+			size_t t = (size_t)test_below(&seed, OB_ARRAY_LEN(tokens));
+
+			memcpy(in + in_len, tokens[t].in, strlen(tokens[t].in));
+			in_len += strlen(tokens[t].in);
+			memcpy(want + want_len, tokens[t].out, strlen(tokens[t].out));
+			want_len += strlen(tokens[t].out);
+		}
+		got = ob_json_unescape(in, in_len, out);
+		if (got != (long)want_len || memcmp(out, want, want_len) != 0)
+			fail_msg("iteration %d: \"%.*s\" decoded wrong", iter, (int)in_len, in);
+	}
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_iter_table),     cmocka_unit_test(test_iter_uses_len),
-	    cmocka_unit_test(test_iter_depth),     cmocka_unit_test(test_member_is_null),
-	    cmocka_unit_test(test_unescape_table),
+	    cmocka_unit_test(test_iter_table),      cmocka_unit_test(test_iter_uses_len),
+	    cmocka_unit_test(test_iter_depth),      cmocka_unit_test(test_member_is_null),
+	    cmocka_unit_test(test_unescape_table),  cmocka_unit_test(test_iter_strings_random),
+	    cmocka_unit_test(test_unescape_random), cmocka_unit_test(test_literal_nul),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

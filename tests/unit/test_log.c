@@ -282,7 +282,8 @@ test_text_line(void **state)
 }
 
 /* A message longer than a line is cut, and the line stays one valid JSON
- * object (README "Configuration reference": format = json gives one JSON object per line). */
+ * object (deploy/README.md "Configuration reference": format = json gives one JSON object per
+ * line). */
 static void
 test_json_long_message_stays_valid(void **state)
 {

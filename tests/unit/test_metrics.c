@@ -1,5 +1,5 @@
 /*
- * test_metrics.c: the metrics of README "Metrics and health" and their Prometheus text
+ * test_metrics.c: the metrics of deploy/README.md "Metrics and health" and their Prometheus text
  * rendering (metrics.h).
  *
  * Metrics are process-wide, so the tests run in order and each states the
@@ -72,7 +72,7 @@ static const char *const refusal_series[] = {
     "outboxd_postgres_refused{reason=\"tls\"}",
 };
 
-/* Every metric of README "Metrics and health" is declared with its type. */
+/* Every metric of deploy/README.md "Metrics and health" is declared with its type. */
 static void
 test_declared_metrics(void **state)
 {
@@ -97,14 +97,13 @@ test_declared_metrics(void **state)
 	    {"outboxd_lag_seconds", "gauge"},
 	    {"outboxd_slot_retained_wal_bytes", "gauge"},
 	    {"outboxd_slot_wal_status", "gauge"},
-	    {"outboxd_inbox_partition_lag_records", "gauge"},
 	    {"outboxd_ready", "gauge"},
 	};
 	char *text;
 	char line[256];
 
 	(void)state;
-	ob_metrics_init(60000);
+	ob_metrics_init(60000, OB_METRICS_PUBLISHER, NULL);
 	text = ob_metrics_render();
 	for (size_t i = 0; i < OB_ARRAY_LEN(metrics); i++) {
 		snprintf(line, sizeof(line), "# TYPE %s %s", metrics[i].name, metrics[i].type);
@@ -124,6 +123,73 @@ test_declared_metrics(void **state)
 	/* The text ends with a newline, as the exposition format wants. */
 	assert_int_equal(text[strlen(text) - 1], '\n');
 	free(text);
+}
+
+/* Each daemon shows its own families (and those both have); every known
+ * label value of a labelled counter is there from the start, at 0, so an
+ * increase() alert sees the first increment. */
+static void
+test_each_daemon_its_own_metrics(void **state)
+{
+	static const char *const inbox_only[] = {
+	    "outboxd_inbox_records_total",
+	    "outboxd_inbox_lag_records",
+	    "outboxd_inbox_partition_lag_records",
+	    "outboxd_inbox_position_mismatches_total",
+	};
+	static const char *const publisher_only[] = {
+	    "outboxd_events_published_total", "outboxd_events_dead_lettered_total",
+	    "outboxd_transactions_total",     "outboxd_publish_latency_seconds",
+	    "outboxd_confirmed_lsn",          "outboxd_lag_seconds",
+	    "outboxd_slot_wal_status",        "outboxd_backlog_events_total",
+	};
+	static const char *const shared[] = {
+	    "outboxd_postgres_connected", "outboxd_kafka_connected", "outboxd_reconnects_total",
+	    "outboxd_postgres_refused",   "outboxd_ready",           "outboxd_build_info",
+	};
+	char line[256];
+	char *text;
+
+	(void)state;
+	ob_metrics_init(60000, OB_METRICS_PUBLISHER, "orders.events");
+	text = ob_metrics_render();
+	for (size_t i = 0; i < OB_ARRAY_LEN(inbox_only); i++) {
+		snprintf(line, sizeof(line), "# HELP %s ", inbox_only[i]);
+		if (count_prefix(text, line) != 0)
+			fail_msg("the publisher shows the inbox's %s", inbox_only[i]);
+	}
+	/* (The earlier tests of this process counted missing-key and bad-payload.) */
+	assert_sample(text, "outboxd_events_dead_lettered_total{reason=\"missing-id\"}", 0);
+	assert_sample(text, "outboxd_events_dead_lettered_total{reason=\"bad-topic\"}", 0);
+	assert_sample(text, "outboxd_events_dead_lettered_total{reason=\"too-large\"}", 0);
+	assert_sample(text, "outboxd_events_published_total{topic=\"orders.events\"}", 0);
+	free(text);
+	ob_metrics_dead_lettered("bad-topic");
+	text = ob_metrics_render();
+	assert_sample(text, "outboxd_events_dead_lettered_total{reason=\"bad-topic\"}", 1);
+	assert_int_equal(
+	    count_prefix(text, "outboxd_events_dead_lettered_total{reason=\"bad-topic\"}"), 1);
+	free(text);
+
+	ob_metrics_init(60000, OB_METRICS_INBOX, NULL);
+	text = ob_metrics_render();
+	for (size_t i = 0; i < OB_ARRAY_LEN(publisher_only); i++) {
+		snprintf(line, sizeof(line), "# HELP %s ", publisher_only[i]);
+		if (count_prefix(text, line) != 0)
+			fail_msg("the inbox shows the publisher's %s", publisher_only[i]);
+	}
+	for (size_t i = 0; i < OB_ARRAY_LEN(inbox_only) + OB_ARRAY_LEN(shared); i++) {
+		const char *name = i < OB_ARRAY_LEN(inbox_only)
+				       ? inbox_only[i]
+				       : shared[i - OB_ARRAY_LEN(inbox_only)];
+
+		snprintf(line, sizeof(line), "# HELP %s ", name);
+		if (count_prefix(text, line) != 1)
+			fail_msg("the inbox lacks %s", name);
+	}
+	assert_sample(text, "outboxd_inbox_records_total{result=\"dead_lettered\"}", 0);
+	free(text);
+	ob_metrics_init(60000, OB_METRICS_PUBLISHER, NULL);
 }
 
 static void
@@ -303,7 +369,7 @@ test_stall_and_lag(void **state)
 	char *text;
 
 	(void)state;
-	ob_metrics_init(STALL_MS);
+	ob_metrics_init(STALL_MS, OB_METRICS_PUBLISHER, NULL);
 	ob_metrics_set_ready(OB_READY_STREAMING);
 	ob_metrics_set_inflight(0);
 	ob_metrics_set_oldest_unconfirmed(0);
@@ -366,6 +432,7 @@ test_stall_and_lag(void **state)
 	assert_int_equal(ob_metrics_ready(), OB_READY_STREAMING);
 
 	/* The inbox: records not stored wait until stored ones progress. */
+	ob_metrics_init(STALL_MS, OB_METRICS_INBOX, NULL);
 	ob_metrics_set_inbox_partition_lags(lags, OB_ARRAY_LEN(lags));
 	ob_metrics_set_inbox_lag(3);
 	sleep_ms(STALL_MS + 20);
@@ -382,7 +449,7 @@ test_stall_and_lag(void **state)
 	free(text);
 	ob_metrics_set_inbox_lag(0);
 	ob_metrics_set_inbox_partition_lags(NULL, 0);
-	ob_metrics_init(60000);
+	ob_metrics_init(60000, OB_METRICS_PUBLISHER, NULL);
 }
 
 /*
@@ -437,6 +504,8 @@ main(void)
 	    cmocka_unit_test(test_label_escaping),
 	    cmocka_unit_test(test_ready_and_heartbeat),
 	    cmocka_unit_test(test_stall_and_lag),
+	    /* Before test_many_topics, which fills the topic table. */
+	    cmocka_unit_test(test_each_daemon_its_own_metrics),
 	    /* Last: when it fails, it may leave the tables corrupted. */
 	    cmocka_unit_test(test_many_topics),
 	};

@@ -1,6 +1,6 @@
 /*
  * test_outbox.c: outbox row / logical message -> Kafka record (outbox.h,
- * README, "The Kafka record" and "Failure modes").
+ * sql/README.md, "The Kafka record" and "Failure modes").
  *
  * Records are built the way wal2json 2.5 writes them (format-version 2 with
  * include-lsn, include-timestamp, include-xids and include-types), parsed
@@ -763,6 +763,19 @@ static const row_case row_cases[] = {
       0,
       CREATED_MS,
       {H_ERR("nosuch"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+    {"topic column gives an invalid topic name",
+     {NULL},
+     NULL,
+     NULL,
+     {STR("aggregate_type", "text", "order # hash")},
+     {OB_MAP_DLQ,
+      "bad-topic",
+      NULL,
+      "o-1",
+      PAYLOAD,
+      0,
+      CREATED_MS,
+      {H_ERR("not a Kafka topic name"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
     {"dlq topic configured",
      {"outbox.dlq_topic=dead.letters"},
      NULL,
@@ -821,7 +834,7 @@ test_rows_table(void **state)
 	}
 }
 
-/* The exact record of a wal2json 2.5 stream maps as README "The Kafka record" says. */
+/* The exact record of a wal2json 2.5 stream maps as sql/README.md "The Kafka record" says. */
 static void
 test_verbatim_record(void **state)
 {
@@ -1391,7 +1404,7 @@ test_wrong_record_kind_skipped(void **state)
 
 /*
  * JSON numbers that are not a column's own value (header members, members
- * of a message) keep the text they were written with: README "The Kafka record" says "other
+ * of a message) keep the text they were written with: sql/README.md "The Kafka record" says "other
  * JSON values as JSON text". A double round trip changes 0.1, and numbers
  * beyond 64 bits are valid jsonb.
  */
