@@ -36,8 +36,7 @@ struct ob_consumer {
 	 * (each .offset is a count of records). */
 	rd_kafka_topic_partition_list_t *unstarted_lag;
 	char cluster_id[128]; /* "" unknown */
-	int brokers_up;
-	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
+	ob_kafka_brokers brokers;
 };
 
 static bool
@@ -219,11 +218,8 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	ob_consumer *c = opaque;
 
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
-		c->brokers_up = 0;
+	if (ob_kafka_brokers_error(&c->brokers, true, err, reason))
 		c->hooks.brokers(c->hooks.ctx);
-	}
-	ob_kafka_note_error(err, reason, &c->brokers_down);
 }
 
 static int
@@ -231,8 +227,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
 	ob_consumer *c = opaque;
 
-	c->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
-	ob_kafka_note_brokers_up(c->brokers_up, &c->brokers_down);
+	ob_kafka_brokers_stats(&c->brokers, json, json_len);
 	c->hooks.brokers(c->hooks.ctx);
 	return 0; /* librdkafka frees json */
 }
@@ -442,7 +437,7 @@ ob_consumer_record_free(ob_consumer_record *rec)
 int
 ob_consumer_brokers_up(const ob_consumer *c)
 {
-	return c->brokers_up;
+	return c->brokers.up;
 }
 
 const char *

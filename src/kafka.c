@@ -97,50 +97,49 @@ ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *
 		ob_log_kv(l, fields, "%s", buf);
 }
 
-void
-ob_kafka_note_error(int err, const char *reason, bool *down)
+bool
+ob_kafka_brokers_error(ob_kafka_brokers *b, bool count, int err, const char *reason)
 {
 	const char *name = rd_kafka_err2name((rd_kafka_resp_err_t)err);
 
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
-		if (!*down)
-			ob_warn("kafka: all brokers are down (%s); librdkafka reconnects by itself",
-				reason);
-		*down = true;
-	} else if (err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__RESOLVE) {
-		ob_debug("kafka: %s: %s", name, reason);
-	} else {
-		ob_warn("kafka: %s: %s", name, reason);
+	if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+		if (err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__RESOLVE)
+			ob_debug("kafka: %s: %s", name, reason);
+		else
+			ob_warn("kafka: %s: %s", name, reason);
+		return false;
 	}
+	if (!b->down)
+		ob_warn("kafka: all brokers are down (%s); librdkafka reconnects by itself",
+			reason);
+	b->down = true;
+	if (count)
+		b->up = 0;
+	return true;
 }
 
 void
-ob_kafka_note_brokers_up(int up, bool *down)
-{
-	if (*down && up > 0) {
-		ob_info("kafka: %d broker(s) up again", up);
-		*down = false;
-	}
-}
-
-int
-ob_kafka_stats_brokers_up(const char *json, size_t json_len)
+ob_kafka_brokers_stats(ob_kafka_brokers *b, const char *json, size_t json_len)
 {
 	json_t *root = json_loadb(json, json_len, 0, NULL);
 	json_t *brokers = json_object_get(root, "brokers");
 	const char *name;
-	json_t *b;
+	json_t *n;
 	int up = 0;
 
-	json_object_foreach (brokers, name, b) {
-		json_t *nodeid = json_object_get(b, "nodeid");
-		const char *state = json_string_value(json_object_get(b, "state"));
+	json_object_foreach (brokers, name, n) {
+		json_t *nodeid = json_object_get(n, "nodeid");
+		const char *state = json_string_value(json_object_get(n, "state"));
 
 		if (json_integer_value(nodeid) >= 0 && state != NULL && strcmp(state, "UP") == 0)
 			up++;
 	}
 	json_decref(root);
-	return up;
+	b->up = up;
+	if (b->down && up > 0) {
+		ob_info("kafka: %d broker(s) up again", up);
+		b->down = false;
+	}
 }
 
 bool

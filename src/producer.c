@@ -47,8 +47,7 @@ struct ob_producer {
 	/* message.max.bytes: the largest record the client sends. */
 	size_t max_record_bytes;
 	/* Brokers whose connection is up, from the statistics callback. */
-	int brokers_up;
-	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
+	ob_kafka_brokers brokers;
 #if OB_TEST_HOOKS
 	/* Test hook: raise a fatal error after this many records (0: never). */
 	long fatal_after;
@@ -184,9 +183,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		ob_error("kafka producer failed: %s", p->fatal_reason);
 		return;
 	}
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && rk == p->main.rk)
-		p->brokers_up = 0;
-	ob_kafka_note_error(err, reason, &p->brokers_down);
+	(void)ob_kafka_brokers_error(&p->brokers, rk == p->main.rk, err, reason);
 }
 
 static int
@@ -194,8 +191,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
 	ob_producer *p = opaque;
 
-	p->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
-	ob_kafka_note_brokers_up(p->brokers_up, &p->brokers_down);
+	ob_kafka_brokers_stats(&p->brokers, json, json_len);
 	return 0; /* librdkafka frees json */
 }
 
@@ -583,7 +579,7 @@ ob_producer_max_record_bytes(const ob_producer *p)
 bool
 ob_producer_connected(const ob_producer *p)
 {
-	return p->brokers_up > 0;
+	return p->brokers.up > 0;
 }
 
 /* Log callback for probes: quiet unless debugging. */

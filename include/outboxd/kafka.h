@@ -42,19 +42,24 @@ long long ob_kafka_conf_number(const rd_kafka_conf_t *conf, const char *key);
 /* The log callback: librdkafka's lines to outboxd's logger, with fields
  * component=librdkafka and its facility. */
 void ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf);
-/* The number of brokers (bootstrap entries left out) in state UP in
- * librdkafka's statistics JSON. */
-int ob_kafka_stats_brokers_up(const char *json, size_t json_len);
 
-/* The lines a client's error and statistics callbacks log about its
- * brokers (the producer's and the inbox consumer's). librdkafka's own log
- * already has a line for a failed connection or name lookup, so
- * ob_kafka_note_error() logs those at debug only, "all brokers are down"
- * once, and any other error as a warning; it sets *down when all brokers
- * are down. ob_kafka_note_brokers_up() logs that brokers are back when
- * *down and up > 0, and clears it. */
-void ob_kafka_note_error(int err, const char *reason, bool *down);
-void ob_kafka_note_brokers_up(int up, bool *down);
+/* A client's brokers as its error and statistics callbacks tell them
+ * (the producer's and the inbox consumer's): how many are up, and whether
+ * "all brokers are down" was logged and "up again" not yet. */
+typedef struct ob_kafka_brokers {
+	int up;
+	bool down;
+} ob_kafka_brokers;
+
+/* An error callback's err and reason. librdkafka's own log already has a
+ * line for a failed connection or name lookup, so those are logged at
+ * debug only, "all brokers are down" once (and, with count, no broker is
+ * up any more), any other error as a warning. True when all brokers are
+ * down. */
+bool ob_kafka_brokers_error(ob_kafka_brokers *b, bool count, int err, const char *reason);
+/* A statistics callback's JSON: the brokers up (bootstrap entries left
+ * out), and "up again" logged when they were down. */
+void ob_kafka_brokers_stats(ob_kafka_brokers *b, const char *json, size_t json_len);
 
 /* The record of m as a view borrowing m: topic, key, value, timestamp
  * and, with headers, at most OB_EVENT_MAX_HEADERS of its headers. False
