@@ -8,6 +8,28 @@
 #include <string.h>
 
 #define ACKTRACK_INITIAL_CAP 64
+#define TAG_SEQ_MASK         ((UINT64_C(1) << OB_TAG_SEQ_BITS) - 1)
+
+uint64_t
+ob_tag_encode(uint64_t seq, uint64_t index, ob_record_kind kind)
+{
+	if (index > OB_TAG_INDEX_MAX)
+		index = OB_TAG_INDEX_MAX;
+	return ((seq & TAG_SEQ_MASK) << (OB_TAG_INDEX_BITS + OB_TAG_KIND_BITS)) |
+	       (index << OB_TAG_KIND_BITS) | (uint64_t)kind;
+}
+
+ob_record_tag
+ob_tag_decode(uint64_t tag, uint64_t head_seq)
+{
+	uint64_t low = tag >> (OB_TAG_INDEX_BITS + OB_TAG_KIND_BITS);
+	ob_record_tag t;
+
+	t.seq = head_seq + ((low - head_seq) & TAG_SEQ_MASK);
+	t.index = (tag >> OB_TAG_KIND_BITS) & OB_TAG_INDEX_MAX;
+	t.kind = (ob_record_kind)(tag & ((1u << OB_TAG_KIND_BITS) - 1));
+	return t;
+}
 
 void
 ob_acktrack_init(ob_acktrack *t, ob_lsn start_lsn)

@@ -18,14 +18,15 @@
 
 #include "outboxd/backlogsql.h"
 #include "outboxd/log.h"
+#include "outboxd/sqlstate.h"
 
 struct ob_backlog {
 	const ob_config *cfg;
-	ob_pgrepl *pg;
+	ob_pgconn *pg;
 	int64_t estimate;
 	char *order;      /* the ORDER BY list, settled by ob_backlog_verify */
 	char error[1024]; /* why the last OB_PG_FATAL */
-	PGresult *page;   /* the current page; NULL before the first */
+	ob_pgres *page;   /* the current page; NULL before the first */
 	int page_row;     /* the next row of page to hand out */
 	size_t page_rows; /* the rows the next FETCH asks for */
 	bool done;        /* the cursor is exhausted */
@@ -42,38 +43,36 @@ struct ob_backlog {
  * (one line, without the "ERROR:" prefix and the statement excerpt
  * libpq adds), else libpq's own without its trailing newline. */
 static const char *
-result_error(const PGresult *res, char *buf, size_t len)
+result_error(const ob_pgres *res, char *buf, size_t len)
 {
-	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-	size_t n;
+	const char *primary = ob_pgres_field_of(res, OB_PGRES_PRIMARY);
 
-	snprintf(buf, len, "%s", primary != NULL ? primary : PQresultErrorMessage(res));
-	n = strlen(buf);
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-		buf[--n] = '\0';
+	if (primary == NULL)
+		return ob_pgres_error(res, buf, len);
+	snprintf(buf, len, "%s", primary);
 	return buf;
 }
 
 /* Whether a failed command failed for a reason of the moment
  * (ob_backlogsql_transient). */
 static bool
-transient_failure(const PGresult *res)
+transient_failure(const ob_pgres *res)
 {
-	return ob_backlogsql_transient(PQresultErrorField(res, PG_DIAG_SQLSTATE));
+	return ob_backlogsql_transient(ob_pgres_field_of(res, OB_PGRES_SQLSTATE));
 }
 
-/* Run one command; false (logged as "could not <what>") unless its result
- * has the status wanted. */
+/* Run one command; false (logged as "could not <what>") unless it
+ * succeeded. */
 static bool
-exec_ok(ob_backlog *b, const char *sql, ExecStatusType want, const char *what)
+exec_ok(ob_backlog *b, const char *sql, const char *what)
 {
-	PGresult *res = ob_pgrepl_exec(b->pg, sql);
-	bool ok = PQresultStatus(res) == want;
+	ob_pgres *res = ob_pgsql_exec(b->pg, sql);
+	bool ok = ob_pgres_command(res);
 	char err[512];
 
 	if (!ok)
 		ob_error("could not %s: %s", what, result_error(res, err, sizeof(err)));
-	PQclear(res);
+	ob_pgres_free(res);
 	return ok;
 }
 
@@ -91,7 +90,7 @@ refused(ob_backlog *b, const char *err)
 }
 
 ob_pg_status
-ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_backlog **out)
+ob_backlog_connect(const ob_config *cfg, ob_pgsql_tick_fn tick, void *ctx, ob_backlog **out)
 {
 	ob_backlog *b;
 
@@ -100,16 +99,16 @@ ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_b
 	b->cfg = cfg;
 	b->estimate = -1;
 	b->page_rows = OB_BACKLOG_PAGE_FIRST_ROWS;
-	if (ob_pgrepl_connect_plain(cfg, &b->pg) != OB_PG_OK) {
+	if (ob_pgsql_connect(cfg, OB_PGCONN_PLAIN, &b->pg) != OB_PG_OK) {
 		free(b);
 		return OB_PG_RETRY;
 	}
-	ob_pgrepl_set_tick(b->pg, tick, ctx);
+	ob_pgsql_set_tick(b->pg, tick, ctx);
 	/* Every transaction of this session is read-only: the predicate runs
 	 * with the role's privileges and cannot write even where they would
 	 * allow it. (No timeout cuts the backlog short: pgrepl pins them to 0
 	 * on every connection.) */
-	if (!exec_ok(b, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", PGRES_COMMAND_OK,
+	if (!exec_ok(b, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
 		     "make the backlog's session read-only")) {
 		ob_backlog_close(b);
 		return OB_PG_RETRY;
@@ -124,10 +123,10 @@ ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx, ob_b
 static bool
 catalog_value(ob_backlog *b, char *(*build)(const char *, const char *), char **value)
 {
-	char *schema = ob_pgrepl_quote_literal(b->pg, b->cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(b->pg, b->cfg->outbox.table_name);
+	char *schema = ob_pgsql_quote_literal(b->pg, b->cfg->outbox.schema);
+	char *table = ob_pgsql_quote_literal(b->pg, b->cfg->outbox.table_name);
 	char *sql = build(schema, table);
-	bool ok = ob_pgrepl_query_value(b->pg, sql, value);
+	bool ok = ob_pgsql_query_value(b->pg, sql, value);
 
 	free(sql);
 	free(table);
@@ -169,12 +168,12 @@ settle_order(ob_backlog *b)
 
 /* EXPLAIN the backlog's query (without its ORDER BY when without_order).
  * The result is the caller's to check and clear. */
-static PGresult *
+static ob_pgres *
 explain(ob_backlog *b, bool without_order)
 {
 	char *select = ob_backlogsql_select(b->cfg, "1", without_order ? NULL : b->order);
 	char *sql = ob_xasprintf("EXPLAIN %s", select);
-	PGresult *res = ob_pgrepl_exec(b->pg, sql);
+	ob_pgres *res = ob_pgsql_exec(b->pg, sql);
 
 	free(sql);
 	free(select);
@@ -185,13 +184,13 @@ explain(ob_backlog *b, bool without_order)
  * may not SELECT the outbox table; if so, b->error says so and gives the
  * GRANT that fixes it. */
 static bool
-select_denied(ob_backlog *b, const PGresult *res)
+select_denied(ob_backlog *b, const ob_pgres *res)
 {
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *state = ob_pgres_field_of(res, OB_PGRES_SQLSTATE);
 	char *grant = NULL;
 	bool denied;
 
-	if (state == NULL || strcmp(state, "42501") != 0 || /* insufficient_privilege */
+	if (!ob_sqlstate_is(state, OB_SQLSTATE_INSUFFICIENT_PRIVILEGE) ||
 	    !catalog_value(b, ob_backlogsql_grant_query, &grant))
 		return false;
 	denied = grant != NULL && grant[0] != '\0';
@@ -205,16 +204,16 @@ ob_pg_status
 ob_backlog_verify(ob_backlog *b)
 {
 	const ob_config *cfg = b->cfg;
-	PGresult *res;
+	ob_pgres *res;
 	ob_pg_status st = OB_PG_OK;
 	char err[512], order[300] = "";
 
 	if (!settle_order(b))
 		return OB_PG_RETRY;
 	res = explain(b, false);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
-		b->estimate =
-		    ob_backlogsql_plan_rows(PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "");
+	if (ob_pgres_tuples(res)) {
+		b->estimate = ob_backlogsql_plan_rows(
+		    ob_pgres_rows(res) > 0 ? ob_pgres_value(res, 0, 0) : "");
 	} else if (transient_failure(res)) {
 		ob_error("could not check outbox.backlog_where: %s",
 			 result_error(res, err, sizeof(err)));
@@ -223,8 +222,8 @@ ob_backlog_verify(ob_backlog *b)
 		st = OB_PG_FATAL;
 	} else {
 		/* Which key is wrong: the query without its ORDER BY tells. */
-		PGresult *where = explain(b, true);
-		bool where_ok = PQresultStatus(where) == PGRES_TUPLES_OK;
+		ob_pgres *where = explain(b, true);
+		bool where_ok = ob_pgres_tuples(where);
 
 		result_error(where_ok ? res : where, err, sizeof(err));
 		if (cfg->outbox.backlog_order_by[0] == '\0')
@@ -237,32 +236,32 @@ ob_backlog_verify(ob_backlog *b)
 			snprintf(b->error, sizeof(b->error),
 				 "invalid value \"%s\" for outbox.backlog_where: %s",
 				 cfg->outbox.backlog_where, err);
+		ob_pgres_free(where);
 		st = OB_PG_FATAL;
-		PQclear(where);
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	return st;
 }
 
 ob_pg_status
 ob_backlog_start(ob_backlog *b, const char *snapshot)
 {
-	char *lit = ob_pgrepl_quote_literal(b->pg, snapshot);
+	ob_pg_status st = OB_PG_RETRY;
+	char *lit = ob_pgsql_quote_literal(b->pg, snapshot);
 	char *import = ob_xasprintf("SET TRANSACTION SNAPSHOT %s", lit);
 	char *select = ob_backlogsql_select(b->cfg, "*", b->order);
 	char *declare = ob_xasprintf("DECLARE ob_backlog NO SCROLL CURSOR FOR %s", select);
-	ob_pg_status st = OB_PG_RETRY;
-	PGresult *res;
+	ob_pgres *res;
 	char err[512];
 
 	/* Importing must come first in the transaction, and while the
 	 * exporting connection is idle. */
-	if (!exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ", PGRES_COMMAND_OK,
+	if (!exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ",
 		     "begin the backlog's transaction") ||
-	    !exec_ok(b, import, PGRES_COMMAND_OK, "import the slot's snapshot"))
+	    !exec_ok(b, import, "import the slot's snapshot"))
 		goto out;
-	res = ob_pgrepl_exec(b->pg, declare);
-	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+	res = ob_pgsql_exec(b->pg, declare);
+	if (ob_pgres_command(res)) {
 		st = OB_PG_OK;
 	} else if (transient_failure(res)) {
 		ob_error("could not open the backlog's cursor: %s",
@@ -270,7 +269,7 @@ ob_backlog_start(ob_backlog *b, const char *snapshot)
 	} else {
 		st = refused(b, result_error(res, err, sizeof(err)));
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 out:
 	free(declare);
 	free(select);
@@ -301,12 +300,12 @@ ob_backlog_error(const ob_backlog *b)
 static void
 size_next_page(ob_backlog *b)
 {
-	int rows = PQntuples(b->page), fields = PQnfields(b->page);
+	int rows = ob_pgres_rows(b->page), fields = ob_pgres_columns(b->page);
 	size_t bytes = 0;
 
 	for (int r = 0; r < rows; r++) {
 		for (int f = 0; f < fields; f++)
-			bytes += (size_t)PQgetlength(b->page, r, f);
+			bytes += (size_t)ob_pgres_length(b->page, r, f);
 	}
 	b->page_rows = ob_backlogsql_page_rows(b->page_rows, (size_t)rows, bytes);
 }
@@ -318,11 +317,11 @@ fetch_page(ob_backlog *b)
 	char sql[64], err[512];
 	size_t n;
 
-	PQclear(b->page);
+	ob_pgres_free(b->page);
 	b->page_row = 0;
 	snprintf(sql, sizeof(sql), "FETCH FORWARD %zu FROM ob_backlog", b->page_rows);
-	b->page = ob_pgrepl_exec(b->pg, sql);
-	if (PQresultStatus(b->page) != PGRES_TUPLES_OK) {
+	b->page = ob_pgsql_exec(b->pg, sql);
+	if (!ob_pgres_tuples(b->page)) {
 		result_error(b->page, err, sizeof(err));
 		if (transient_failure(b->page)) {
 			ob_error("could not read the backlog: %s", err);
@@ -333,7 +332,7 @@ fetch_page(ob_backlog *b)
 		 * reading again would fail again. */
 		return refused(b, err);
 	}
-	n = (size_t)PQnfields(b->page);
+	n = (size_t)ob_pgres_columns(b->page);
 	if (n > b->cap) {
 		b->names = ob_xrealloc(b->names, n * sizeof(*b->names));
 		b->kinds = ob_xrealloc(b->kinds, n * sizeof(*b->kinds));
@@ -342,11 +341,11 @@ fetch_page(ob_backlog *b)
 		b->cap = n;
 	}
 	for (size_t i = 0; i < n; i++) {
-		b->names[i] = PQfname(b->page, (int)i);
-		b->kinds[i] = ob_text_kind_for_type(PQftype(b->page, (int)i));
+		b->names[i] = ob_pgres_name(b->page, (int)i);
+		b->kinds[i] = ob_text_kind_for_type(ob_pgres_type(b->page, (int)i));
 	}
 	b->row = (ob_text_row){b->names, b->kinds, b->values, b->lengths, n};
-	b->done = PQntuples(b->page) == 0;
+	b->done = ob_pgres_rows(b->page) == 0;
 	size_next_page(b);
 	return OB_PG_OK;
 }
@@ -360,16 +359,16 @@ ob_backlog_next(ob_backlog *b, const ob_text_row **row)
 	*row = NULL;
 	if (b->done)
 		return OB_PG_OK;
-	if (b->page == NULL || r >= PQntuples(b->page)) {
+	if (b->page == NULL || r >= ob_pgres_rows(b->page)) {
 		if ((st = fetch_page(b)) != OB_PG_OK || b->done)
 			return st;
 		r = 0;
 	}
 	for (size_t i = 0; i < b->row.columns_len; i++) {
-		bool null = PQgetisnull(b->page, r, (int)i);
+		bool null = ob_pgres_null(b->page, r, (int)i);
 
-		b->values[i] = null ? NULL : PQgetvalue(b->page, r, (int)i);
-		b->lengths[i] = null ? 0 : (size_t)PQgetlength(b->page, r, (int)i);
+		b->values[i] = null ? NULL : ob_pgres_value(b->page, r, (int)i);
+		b->lengths[i] = null ? 0 : (size_t)ob_pgres_length(b->page, r, (int)i);
 	}
 	b->page_row = r + 1;
 	*row = &b->row;
@@ -381,8 +380,8 @@ ob_backlog_close(ob_backlog *b)
 {
 	if (b == NULL)
 		return;
-	PQclear(b->page);
-	ob_pgrepl_close(b->pg, false);
+	ob_pgres_free(b->page);
+	ob_pgsql_close(b->pg);
 	free(b->order);
 	free(b->names);
 	free(b->kinds);

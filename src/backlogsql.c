@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/sqlstate.h"
+
 char *
 ob_backlogsql_quote_ident(const char *s)
 {
@@ -116,10 +118,7 @@ ob_backlogsql_page_rows(size_t current, size_t rows, size_t bytes)
 bool
 ob_backlogsql_transient(const char *s)
 {
-	if (s == NULL)
-		return true;
-	return strncmp(s, "08", 2) == 0 || strncmp(s, "57", 2) == 0 || strncmp(s, "53", 2) == 0 ||
-	       strncmp(s, "40", 2) == 0 || strcmp(s, "55P03") == 0;
+	return ob_sqlstate_transient(s);
 }
 
 int64_t

@@ -21,11 +21,12 @@
 #include "outboxd/producer.h"
 #include "outboxd/publication.h"
 #include "outboxd/slotmark.h"
+#include "outboxd/sqlstate.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
 
 typedef struct checker {
-	ob_pgrepl *pg;
+	ob_pgconn *pg;
 	const ob_config *cfg;
 	FILE *out; /* print every result here, or log failures when NULL */
 	bool all_ok;
@@ -77,7 +78,7 @@ static void OB_PRINTF(3, 4) warn(checker *c, const char *name, const char *fmt, 
 static bool
 query(checker *c, const char *name, const char *sql, char **value)
 {
-	if (ob_pgrepl_query_value(c->pg, sql, value))
+	if (ob_pgsql_query_value(c->pg, sql, value))
 		return true;
 	/* A query that did not answer (broken connection, cancelled on
 	 * SIGTERM, a statement or lock timeout) says nothing about the
@@ -124,8 +125,8 @@ static void
 check_table(checker *c)
 {
 	const ob_config *cfg = c->cfg;
-	char *schema = ob_pgrepl_quote_literal(c->pg, cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(c->pg, cfg->outbox.table_name);
+	char *schema = ob_pgsql_quote_literal(c->pg, cfg->outbox.schema);
+	char *table = ob_pgsql_quote_literal(c->pg, cfg->outbox.table_name);
 	char *sql =
 	    ob_xasprintf("SELECT c.oid::text || ',' || c.relkind::text FROM pg_class c JOIN "
 			 "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
@@ -248,7 +249,7 @@ check_columns(checker *c)
 	/* Servers older than pgoutput's minimum are refused by
 	 * check_publication (and have no attgenerated before 12). */
 	if (missing[0] == '\0' && cfg->pg.plugin == OB_PLUGIN_PGOUTPUT &&
-	    ob_pgrepl_server_version(c->pg) >= OB_PGOUTPUT_MIN_SERVER) {
+	    ob_pgsql_server_version(c->pg) >= OB_PGOUTPUT_MIN_SERVER) {
 		if (!read_columns(c, true, &gen))
 			goto out;
 		note_mapped(cfg, gen, true, generated, sizeof(generated));
@@ -293,9 +294,9 @@ read_slot(checker *c)
 static void
 check_publication(checker *c)
 {
-	int v = ob_pgrepl_server_version(c->pg);
+	int v = ob_pgsql_server_version(c->pg);
 	char detail[1024];
-	ob_pgrepl *plain = NULL;
+	ob_pgconn *plain = NULL;
 	ob_pg_status st;
 
 	if (c->cfg->pg.plugin != OB_PLUGIN_PGOUTPUT || c->table_oid == NULL)
@@ -317,14 +318,14 @@ check_publication(checker *c)
 	 * after reading a publication that a slot's first transaction
 	 * predates, that transaction's rows were passed over instead of
 	 * failing with "publication does not exist"). */
-	if (ob_pgrepl_connect_plain(c->cfg, &plain) != OB_PG_OK) {
+	if (ob_pgsql_connect(c->cfg, OB_PGCONN_PLAIN, &plain) != OB_PG_OK) {
 		c->query_failed = true;
 		report(c, "publication", false, "could not connect to check it (see the log)");
 		return;
 	}
 	st = ob_publication_prepare(plain, c->cfg, c->slot.exists, c->out == NULL && c->all_ok,
 				    detail, sizeof(detail));
-	ob_pgrepl_close(plain, false);
+	ob_pgsql_close(plain);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	report(c, "publication", st == OB_PG_OK, "%s", detail);
@@ -344,8 +345,8 @@ check_select(checker *c)
 	if (c->table_oid == NULL || (c->out == NULL && (cfg->outbox.backlog_where[0] == '\0' ||
 							!read_slot(c) || c->slot.exists)))
 		return;
-	schema = ob_pgrepl_quote_literal(c->pg, cfg->outbox.schema);
-	table = ob_pgrepl_quote_literal(c->pg, cfg->outbox.table_name);
+	schema = ob_pgsql_quote_literal(c->pg, cfg->outbox.schema);
+	table = ob_pgsql_quote_literal(c->pg, cfg->outbox.table_name);
 	sql = ob_backlogsql_grant_query(schema, table);
 	if (query(c, "table privilege", sql, &grant)) {
 		if (grant == NULL)
@@ -368,7 +369,7 @@ check_select(checker *c)
 static void
 check_standby(checker *c)
 {
-	int v = ob_pgrepl_server_version(c->pg);
+	int v = ob_pgsql_server_version(c->pg);
 	bool standby;
 
 	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
@@ -389,7 +390,7 @@ check_standby(checker *c)
 }
 
 ob_pg_status
-ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
+ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 {
 	checker c = {.pg = pg, .cfg = cfg, .out = out, .all_ok = true};
 
@@ -408,7 +409,7 @@ ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out)
 static void
 check_server(checker *c)
 {
-	int v = ob_pgrepl_server_version(c->pg);
+	int v = ob_pgsql_server_version(c->pg);
 
 	report(c, "server version", v >= 100000, "%d.%d%s", v / 10000, v % 10000,
 	       v >= 100000 ? "" : "; outboxd needs PostgreSQL 10 or later");
@@ -435,12 +436,13 @@ check_replication(checker *c)
 static const char *
 slot_failure_fix(const checker *c, const char *state)
 {
-	if (strcmp(state, "55000") == 0)
+	if (ob_sqlstate_is(state, OB_SQLSTATE_OBJECT_NOT_IN_PREREQUISITE))
 		return "wal_level is not logical (see the wal_level line)";
-	if (strcmp(state, "53400") == 0)
+	if (ob_sqlstate_is(state, OB_SQLSTATE_CONFIGURATION_LIMIT))
 		return "no replication slot is free: raise max_replication_slots or drop an "
 		       "unused slot";
-	if (strcmp(state, "58P01") == 0 && c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
+	if (ob_sqlstate_is(state, OB_SQLSTATE_UNDEFINED_FILE) &&
+	    c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
 		return "the server has no wal2json: install it (" OB_WAL2JSON_PACKAGE_HINT ")";
 	return "see the log";
 }
@@ -481,13 +483,13 @@ check_slot(checker *c)
 					 "LOGICAL %s (SNAPSHOT 'nothing')",
 					 (int)getpid(), plugin);
 		char *ignored = NULL;
-		bool ok = ob_pgrepl_query_value(c->pg, sql, &ignored);
+		bool ok = ob_pgsql_query_value(c->pg, sql, &ignored);
 
 		if (ok)
 			report(c, plugin, true, "output plugin loads");
 		else
 			report(c, plugin, false, "could not create a slot: %s",
-			       slot_failure_fix(c, ob_pgrepl_error_state(c->pg)));
+			       slot_failure_fix(c, ob_pgsql_error_state(c->pg)));
 		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "

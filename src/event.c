@@ -15,13 +15,6 @@ ob_event_init(ob_event *ev)
 }
 
 void
-ob_event_free(ob_event *ev)
-{
-	free(ev->buf);
-	memset(ev, 0, sizeof(*ev));
-}
-
-void
 ob_event_reset(ob_event *ev)
 {
 	char *buf = ev->buf;
@@ -217,4 +210,11 @@ ob_event_find_header(const ob_event *ev, const char *name, size_t *len)
 	}
 	*len = 0;
 	return NULL;
+}
+
+void
+ob_event_free(ob_event *ev)
+{
+	free(ev->buf);
+	memset(ev, 0, sizeof(*ev));
 }

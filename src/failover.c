@@ -3,12 +3,12 @@
  */
 #include "outboxd/failover.h"
 
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "outboxd/log.h"
+#include "outboxd/pgconnect.h"
 
 /* The setting's names as a text[] expression (spaces dropped). */
 #define STANDBY_SLOTS_ARRAY                                                                        \
@@ -48,12 +48,13 @@ judge(const ob_config *cfg, ob_failover_state *st)
 }
 
 bool
-ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st)
+ob_failover_read(ob_pgconn *p, const ob_config *cfg, ob_failover_state *st)
 {
-	int v = ob_pgrepl_server_version(p);
+	int v = ob_pgsql_server_version(p);
 	char *slot = NULL, *sql = NULL;
-	PGresult *res = NULL;
+	ob_pgres *res = NULL;
 	bool standby, ok = false;
+	char err[1024];
 
 	memset(st, 0, sizeof(*st));
 	st->verdict = OB_FAILOVER_NA;
@@ -79,7 +80,7 @@ ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st)
 			 "slots");
 		return true;
 	}
-	slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
+	slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
 	sql = ob_xasprintf(
 	    "SELECT s.slot_name IS NOT NULL, coalesce(s.failover, false), "
 	    "coalesce(current_setting('synchronized_standby_slots', true), ''), EXISTS (SELECT 1 "
@@ -87,61 +88,35 @@ ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st)
 	    "ph.slot_name = ANY (" STANDBY_SLOTS_ARRAY ")) "
 	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
 	    slot);
-	res = ob_pgrepl_exec(p, sql);
-	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 4;
+	res = ob_pgsql_exec(p, sql);
+	ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) == 4;
 	if (!ok) {
 		ob_error("could not read the failover settings of replication slot %s: %s",
 			 cfg->pg.slot,
-			 PQresultStatus(res) == PGRES_TUPLES_OK ? "unexpected answer"
-								: PQresultErrorMessage(res));
+			 ob_pgres_tuples(res) ? "unexpected answer"
+					      : ob_pgres_error(res, err, sizeof(err)));
 		goto done;
 	}
-	st->slot_exists = ob_pg_field_true(res, 0);
-	st->flag = ob_pg_field_true(res, 1) || !st->slot_exists; /* created with it */
-	snprintf(st->standby_slots, sizeof(st->standby_slots), "%s", PQgetvalue(res, 0, 2));
-	st->standby_streams = ob_pg_field_true(res, 3);
+	st->slot_exists = ob_pgres_true(res, 0, 0);
+	st->flag = ob_pgres_true(res, 0, 1) || !st->slot_exists; /* created with it */
+	snprintf(st->standby_slots, sizeof(st->standby_slots), "%s", ob_pgres_value(res, 0, 2));
+	st->standby_streams = ob_pgres_true(res, 0, 3);
 	judge(cfg, st);
 done:
-	PQclear(res);
+	ob_pgres_free(res);
 	free(sql);
 	free(slot);
 	return ok;
-}
-
-/* cfg's conninfo naming several hosts, asking for a standby; NULL when it
- * names one host (or cannot be parsed). The caller frees. */
-static char *
-standby_conninfo(const char *conninfo)
-{
-	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
-	bool several = false;
-	bool uri = strncmp(conninfo, "postgres://", 11) == 0 ||
-		   strncmp(conninfo, "postgresql://", 13) == 0;
-	char *out = NULL;
-
-	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
-		if ((strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0) &&
-		    o->val != NULL && strchr(o->val, ',') != NULL)
-			several = true;
-	}
-	PQconninfoFree(opts);
-	/* A later setting wins over an earlier one of the same name. */
-	if (several)
-		out = ob_xasprintf("%s%starget_session_attrs=standby", conninfo,
-				   !uri                    ? " "
-				   : strchr(conninfo, '?') ? "&"
-							   : "?");
-	return out;
 }
 
 /* The standby p has no copy of the slot: name the settings it lacks
  * (primary_conninfo, which only a superuser may read, is named as a
  * reminder). */
 static void
-missing_copy(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detail_len)
+missing_copy(ob_pgconn *p, const ob_config *cfg, char *detail, size_t detail_len)
 {
 	char *missing = NULL;
-	bool ok = ob_pgrepl_query_value(
+	bool ok = ob_pgsql_query_value(
 	    p,
 	    "SELECT concat_ws(', ', CASE WHEN current_setting('sync_replication_slots') <> 'on' "
 	    "THEN 'sync_replication_slots = on' END, CASE WHEN "
@@ -163,9 +138,9 @@ void
 ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *seen, bool *ready,
 			 char *detail, size_t detail_len)
 {
-	char *conninfo = standby_conninfo(cfg->pg.conninfo);
+	char *conninfo = ob_pgconnect_standby_conninfo(cfg->pg.conninfo);
 	ob_config on_standby = *cfg;
-	ob_pgrepl *p = NULL;
+	ob_pgconn *p = NULL;
 	ob_slot_info info;
 
 	*seen = *ready = false;
@@ -178,7 +153,7 @@ ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *s
 		return;
 	}
 	on_standby.pg.conninfo = conninfo;
-	if (ob_pgrepl_connect_plain(&on_standby, &p) != OB_PG_OK) {
+	if (ob_pgsql_connect(&on_standby, OB_PGCONN_PLAIN, &p) != OB_PG_OK) {
 		snprintf(detail, detail_len,
 			 "no standby among the hosts of postgres.conninfo answered");
 	} else if (ob_pgrepl_slot_info(p, cfg->pg.slot, &info)) {
@@ -204,6 +179,6 @@ ob_failover_standby_copy(const ob_config *cfg, ob_lsn primary_confirmed, bool *s
 	} else {
 		snprintf(detail, detail_len, "could not read the standby's slots (see the log)");
 	}
-	ob_pgrepl_close(p, false);
+	ob_pgsql_close(p);
 	free(conninfo);
 }

@@ -3,26 +3,27 @@
  * inboxdb.h).
  *
  * Statements are multi-row INSERTs with one parameter per column, sent
- * with PQexecParams; payload_raw goes in binary, everything else as text
+ * with ob_pgsql_exec_params(); payload_raw goes in binary, everything else as text
  * cast by the statement. A commit is four round trips whatever the batch
  * size: BEGIN, the rows, the positions, COMMIT.
  */
 #include "outboxd/inboxdb.h"
 
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
+#include "outboxd/pgsql.h"
+#include "outboxd/sqlstate.h"
 
 #define ROW_COLUMNS 9
 #define POS_COLUMNS 5
 #define INBOX_SQL   "sql/inbox.sql"
 
 struct ob_inboxdb {
-	PGconn *conn;
+	ob_pgconn *conn;
 	char *group;
 	char *table;   /* the inbox table, quoted: "schema"."name" */
 	char *offsets; /* the offsets table, quoted */
@@ -98,18 +99,6 @@ params_seal(params *p)
 	}
 }
 
-static const char *
-clean(const char *msg, char *buf, size_t len)
-{
-	size_t n;
-
-	snprintf(buf, len, "%s", msg ? msg : "unknown error");
-	n = strlen(buf);
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-		buf[--n] = '\0';
-	return buf;
-}
-
 /* The columns the inbox writes, in either table. */
 static const char *const written_columns[] = {
     "id",      "topic",       "partition", "kafka_offset", "key",         "type",
@@ -120,12 +109,13 @@ static const char *const written_columns[] = {
  * write: no record can ever be stored, since the table, not the data, is
  * wrong. */
 static bool
-unwritten_not_null(const PGresult *res)
+unwritten_not_null(const ob_pgres *res)
 {
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-	const char *column = PQresultErrorField(res, PG_DIAG_COLUMN_NAME);
+	const char *column = ob_pgres_field_of(res, OB_PGRES_COLUMN);
 
-	if (state == NULL || strcmp(state, "23502") != 0 || column == NULL)
+	if (!ob_sqlstate_is(ob_pgres_field_of(res, OB_PGRES_SQLSTATE),
+			    OB_SQLSTATE_NOT_NULL_VIOLATION) ||
+	    column == NULL)
 		return false;
 	for (size_t i = 0; i < OB_ARRAY_LEN(written_columns); i++) {
 		if (strcmp(column, written_columns[i]) == 0)
@@ -139,19 +129,29 @@ unwritten_not_null(const PGresult *res)
  * a rejected row; a missing or different table needs an operator, and so
  * does a NOT NULL column the inbox does not write. */
 static ob_inboxdb_status
-classify(const ob_inboxdb *db, const PGresult *res)
+classify(const ob_inboxdb *db, const ob_pgres *res)
 {
-	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *state = ob_pgres_field_of(res, OB_PGRES_SQLSTATE);
 
-	if (PQstatus(db->conn) != CONNECTION_OK || state == NULL)
+	if (!ob_pgsql_connected(db->conn) || state == NULL)
 		return OB_INBOXDB_RETRY;
-	if (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 ||
-	    strcmp(state, "42P10") == 0 || unwritten_not_null(res))
+	if (ob_sqlstate_is(state, OB_SQLSTATE_UNDEFINED_TABLE) ||
+	    ob_sqlstate_is(state, OB_SQLSTATE_UNDEFINED_COLUMN) ||
+	    ob_sqlstate_is(state, OB_SQLSTATE_INVALID_COLUMN_REFERENCE) || unwritten_not_null(res))
 		return OB_INBOXDB_FATAL;
-	if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
-	    strcmp(state, "54000") == 0)
+	if (ob_sqlstate_bad_data(state))
 		return OB_INBOXDB_REJECTED;
 	return OB_INBOXDB_RETRY;
+}
+
+/* Run sql with the parameters of p (NULL: none). */
+static ob_pgres *
+run(ob_inboxdb *db, const char *sql, params *p)
+{
+	if (p == NULL)
+		return ob_pgsql_exec(db->conn, sql);
+	params_seal(p);
+	return ob_pgsql_exec_params(db->conn, sql, p->n, p->values, p->lengths, p->formats);
 }
 
 /* Run one statement; on failure log it (unless it is a rejected row,
@@ -161,40 +161,34 @@ static ob_inboxdb_status
 exec(ob_inboxdb *db, const char *what, const char *sql, params *p, int *affected, char *error,
      size_t error_len)
 {
-	PGresult *res;
+	ob_pgres *res = run(db, sql, p);
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
-	if (p != NULL) {
-		params_seal(p);
-		res = PQexecParams(db->conn, sql, p->n, NULL, p->values, p->lengths, p->formats, 0);
-	} else {
-		res = PQexec(db->conn, sql);
-	}
-	if (PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK) {
+	if (ob_pgres_command(res) || ob_pgres_tuples(res)) {
 		if (affected != NULL)
-			*affected = atoi(PQcmdTuples(res));
-		PQclear(res);
+			*affected = (int)ob_pgres_affected(res);
+		ob_pgres_free(res);
 		return OB_INBOXDB_OK;
 	}
 	st = classify(db, res);
-	clean(res ? PQresultErrorMessage(res) : PQerrorMessage(db->conn), buf, sizeof(buf));
+	ob_pgres_error(res, buf, sizeof(buf));
 	if (error != NULL)
 		snprintf(error, error_len, "%s", buf);
 	if (st == OB_INBOXDB_FATAL && unwritten_not_null(res))
 		ob_error("could not %s: %s; column \"%s\" of %s is NOT NULL without a default, "
 			 "and outboxd does not write it: no record can be stored until the column "
 			 "gets a default or drops NOT NULL; stopping",
-			 what, buf, PQresultErrorField(res, PG_DIAG_COLUMN_NAME),
-			 PQresultErrorField(res, PG_DIAG_TABLE_NAME));
+			 what, buf, ob_pgres_field_of(res, OB_PGRES_COLUMN),
+			 ob_pgres_field_of(res, OB_PGRES_TABLE));
 	else if (st == OB_INBOXDB_FATAL)
 		ob_error("could not %s: %s; create the tables with %s or fix inbox.table", what,
 			 buf, INBOX_SQL);
 	else if (st == OB_INBOXDB_RETRY)
 		ob_error("could not %s: %s", what, buf);
-	PQclear(res);
-	if (PQstatus(db->conn) == CONNECTION_OK && PQtransactionStatus(db->conn) != PQTRANS_IDLE)
-		PQclear(PQexec(db->conn, "ROLLBACK"));
+	ob_pgres_free(res);
+	if (ob_pgsql_connected(db->conn) && ob_pgsql_in_transaction(db->conn))
+		ob_pgres_free(ob_pgsql_exec(db->conn, "ROLLBACK"));
 	return st;
 }
 
@@ -209,7 +203,7 @@ static ob_inboxdb_status
 check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_len)
 {
 	params p = {0};
-	PGresult *res;
+	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
@@ -221,56 +215,53 @@ check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_l
 	param_text(&p, db->offsets);
 	param_text(&p, cfg->inbox.schema);
 	param_text(&p, cfg->inbox.table_name);
-	res = PQexecParams(
-	    db->conn,
-	    "SELECT t IS NOT NULL, o IS NOT NULL, quote_ident(current_user), "
-	    "t IS NULL OR (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'INSERT')), "
-	    "o IS NULL OR (has_table_privilege(o, 'SELECT') AND has_table_privilege(o, 'INSERT') "
-	    "AND has_table_privilege(o, 'UPDATE')), "
-	    "quote_ident($3) || '.' || quote_ident($4), quote_ident($3) || "
-	    "'.outboxd_inbox_offsets' "
-	    "FROM (SELECT to_regclass($1) AS t, to_regclass($2) AS o) AS r",
-	    p.n, NULL, p.values, p.lengths, p.formats, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+	res = run(db,
+		  "SELECT t IS NOT NULL, o IS NOT NULL, quote_ident(current_user), "
+		  "t IS NULL OR (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, "
+		  "'INSERT')), "
+		  "o IS NULL OR (has_table_privilege(o, 'SELECT') AND has_table_privilege(o, "
+		  "'INSERT') AND has_table_privilege(o, 'UPDATE')), "
+		  "quote_ident($3) || '.' || quote_ident($4), quote_ident($3) || "
+		  "'.outboxd_inbox_offsets' "
+		  "FROM (SELECT to_regclass($1) AS t, to_regclass($2) AS o) AS r",
+		  &p);
+	if (!ob_pgres_tuples(res)) {
 		snprintf(detail, detail_len, "could not look up the inbox tables: %s",
-			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
+			 ob_pgres_error(res, buf, sizeof(buf)));
 		st = OB_INBOXDB_RETRY;
-	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0 ||
-		   strcmp(PQgetvalue(res, 0, 1), "t") != 0) {
+	} else if (!ob_pgres_true(res, 0, 0) || !ob_pgres_true(res, 0, 1)) {
 		snprintf(detail, detail_len,
 			 "table %s does not exist; create the inbox tables with %s (or set "
 			 "inbox.table)",
-			 PQgetvalue(res, 0, strcmp(PQgetvalue(res, 0, 0), "t") != 0 ? 5 : 6),
-			 INBOX_SQL);
+			 ob_pgres_value(res, 0, !ob_pgres_true(res, 0, 0) ? 5 : 6), INBOX_SQL);
 		st = OB_INBOXDB_FATAL;
-	} else if (strcmp(PQgetvalue(res, 0, 3), "t") != 0 ||
-		   strcmp(PQgetvalue(res, 0, 4), "t") != 0) {
-		bool rows = strcmp(PQgetvalue(res, 0, 3), "t") != 0;
-		const char *name = PQgetvalue(res, 0, rows ? 5 : 6);
+	} else if (!ob_pgres_true(res, 0, 3) || !ob_pgres_true(res, 0, 4)) {
+		bool rows = !ob_pgres_true(res, 0, 3);
+		const char *name = ob_pgres_value(res, 0, rows ? 5 : 6);
 
 		snprintf(detail, detail_len,
 			 "role %s may not write %s (it needs %s on it); run: GRANT %s ON TABLE "
 			 "%s TO %s; (sql/inbox_role.sql grants all the inbox needs)",
-			 PQgetvalue(res, 0, 2), name,
+			 ob_pgres_value(res, 0, 2), name,
 			 rows ? "SELECT and INSERT" : "SELECT, INSERT and UPDATE",
 			 rows ? "SELECT, INSERT" : "SELECT, INSERT, UPDATE", name,
-			 PQgetvalue(res, 0, 2));
+			 ob_pgres_value(res, 0, 2));
 		st = OB_INBOXDB_FATAL;
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	params_free(&p);
 	return st;
 }
 
 static char *
-quote_name(PGconn *conn, const char *schema, const char *name)
+quote_name(ob_pgconn *conn, const char *schema, const char *name)
 {
-	char *s = PQescapeIdentifier(conn, schema, strlen(schema));
-	char *n = PQescapeIdentifier(conn, name, strlen(name));
+	char *s = ob_pgsql_quote_ident(conn, schema);
+	char *n = ob_pgsql_quote_ident(conn, name);
 	char *out = ob_xasprintf("%s.%s", s, n);
 
-	PQfreemem(s);
-	PQfreemem(n);
+	free(s);
+	free(n);
 	return out;
 }
 
@@ -285,42 +276,41 @@ add_cluster_column(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
 	char *sql =
 	    ob_xasprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS cluster_id text", db->offsets);
 	params p = {0};
-	PGresult *res;
+	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
 	param_text(&p, db->offsets);
-	res = PQexecParams(db->conn,
-			   "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) "
-			   "AND attname = 'cluster_id' AND NOT attisdropped",
-			   p.n, NULL, p.values, p.lengths, p.formats, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+	res = run(db,
+		  "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) "
+		  "AND attname = 'cluster_id' AND NOT attisdropped",
+		  &p);
+	if (!ob_pgres_tuples(res)) {
 		snprintf(detail, detail_len, "could not look up the inbox tables: %s",
-			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
+			 ob_pgres_error(res, buf, sizeof(buf)));
 		st = OB_INBOXDB_RETRY;
-	} else if (strcmp(PQgetvalue(res, 0, 0), "0") == 0 && !add) {
+	} else if (strcmp(ob_pgres_value(res, 0, 0), "0") == 0 && !add) {
 		snprintf(
 		    detail, detail_len,
 		    "%s has no column cluster_id: outboxd inbox adds it when it starts, if its "
 		    "role may; or run \"%s\" as the table's owner",
 		    db->offsets, sql);
 		st = OB_INBOXDB_FATAL;
-	} else if (strcmp(PQgetvalue(res, 0, 0), "0") == 0) {
-		PQclear(res);
-		res = PQexec(db->conn, sql);
-		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+	} else if (strcmp(ob_pgres_value(res, 0, 0), "0") == 0) {
+		ob_pgres_free(res);
+		res = ob_pgsql_exec(db->conn, sql);
+		if (ob_pgres_command(res)) {
 			ob_info("added column cluster_id to %s", db->offsets);
 		} else {
 			snprintf(
 			    detail, detail_len,
 			    "%s has no column cluster_id and outboxd could not add it: %s; run "
 			    "\"%s\" as the table's owner",
-			    db->offsets, clean(PQresultErrorMessage(res), buf, sizeof(buf)), sql);
-			st = PQstatus(db->conn) == CONNECTION_OK ? OB_INBOXDB_FATAL
-								 : OB_INBOXDB_RETRY;
+			    db->offsets, ob_pgres_error(res, buf, sizeof(buf)), sql);
+			st = ob_pgsql_connected(db->conn) ? OB_INBOXDB_FATAL : OB_INBOXDB_RETRY;
 		}
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	params_free(&p);
 	free(sql);
 	return st;
@@ -341,9 +331,8 @@ ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out, char *d
 	}
 	*out = NULL;
 	detail[0] = '\0';
-	db->conn = ob_pgconnect_open(cfg->inbox.conninfo, false, "outboxd-inbox");
-	if (db->conn == NULL) {
-		/* Logged by ob_pgconnect_open(). */
+	if (ob_pgsql_connect(cfg, OB_PGCONN_INBOX, &db->conn) != OB_PG_OK) {
+		/* Logged by pgconnect.c. */
 		(void)ob_pgconnect_refusal(&fix);
 		snprintf(detail, detail_len, "could not connect to the inbox database%s%s",
 			 fix[0] != '\0' ? ": " : " (see the error above)", fix);
@@ -372,11 +361,17 @@ ob_inboxdb_close(ob_inboxdb *db)
 {
 	if (db == NULL)
 		return;
-	PQfinish(db->conn);
+	ob_pgsql_close(db->conn);
 	free(db->group);
 	free(db->table);
 	free(db->offsets);
 	free(db);
+}
+
+void
+ob_inboxdb_set_tick(ob_inboxdb *db, bool (*tick)(void *ctx), void *ctx)
+{
+	ob_pgsql_set_tick(db->conn, tick, ctx);
 }
 
 ob_inboxdb_status
@@ -386,7 +381,7 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 				 "group_id = $1",
 				 db->offsets);
 	params p = {0};
-	PGresult *res;
+	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
@@ -395,27 +390,27 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 		pos[i].cluster_id[0] = '\0';
 	}
 	param_text(&p, db->group);
-	res = PQexecParams(db->conn, sql, p.n, NULL, p.values, p.lengths, p.formats, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+	res = run(db, sql, &p);
+	if (!ob_pgres_tuples(res)) {
 		st = classify(db, res);
 		ob_error("could not read the stored inbox positions: %s",
-			 clean(PQresultErrorMessage(res), buf, sizeof(buf)));
+			 ob_pgres_error(res, buf, sizeof(buf)));
 		if (st == OB_INBOXDB_REJECTED)
 			st = OB_INBOXDB_RETRY;
 		goto out;
 	}
-	for (int r = 0; r < PQntuples(res); r++) {
+	for (int r = 0; r < ob_pgres_rows(res); r++) {
 		for (size_t i = 0; i < n; i++) {
-			if (strcmp(pos[i].topic, PQgetvalue(res, r, 0)) != 0 ||
-			    pos[i].partition != atoi(PQgetvalue(res, r, 1)))
+			if (strcmp(pos[i].topic, ob_pgres_value(res, r, 0)) != 0 ||
+			    pos[i].partition != atoi(ob_pgres_value(res, r, 1)))
 				continue;
-			pos[i].next_offset = atoll(PQgetvalue(res, r, 2));
+			pos[i].next_offset = atoll(ob_pgres_value(res, r, 2));
 			snprintf(pos[i].cluster_id, sizeof(pos[i].cluster_id), "%s",
-				 PQgetvalue(res, r, 3));
+				 ob_pgres_value(res, r, 3));
 		}
 	}
 out:
-	PQclear(res);
+	ob_pgres_free(res);
 	params_free(&p);
 	free(sql);
 	return st;

@@ -255,6 +255,26 @@ ob_log_kv(ob_log_level level, const ob_log_field *fields, const char *fmt, ...)
 	va_end(ap);
 }
 
+void
+ob_log_lsn(ob_log_level level, ob_lsn lsn, const char *topic, size_t topic_len, const char *fmt,
+	   ...)
+{
+	char lsn_text[OB_LSN_BUFLEN], topic_text[256];
+	ob_log_field fields[3] = {
+	    {"lsn", ob_lsn_format(lsn, lsn_text)}, {NULL, NULL}, {NULL, NULL}};
+	va_list ap;
+
+	if (!ob_log_enabled(level))
+		return;
+	if (topic != NULL) {
+		snprintf(topic_text, sizeof(topic_text), "%.*s", (int)topic_len, topic);
+		fields[1] = (ob_log_field){"topic", topic_text};
+	}
+	va_start(ap, fmt);
+	log_emit(level, fields, fmt, ap);
+	va_end(ap);
+}
+
 /* Mask the value after "password=" in keyword/value conninfo, honouring
  * single quotes and backslash escapes the way libpq reads them. */
 static void

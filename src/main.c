@@ -22,10 +22,8 @@
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
 #include "outboxd/relay.h"
+#include "outboxd/runtime.h"
 #include "outboxd/slotmark.h"
-
-#define EXIT_OPERATOR 1
-#define EXIT_USAGE    2
 
 /* Where the configuration is read from when neither -c nor OUTBOXD_CONFIG
  * names a file (used only when it exists), as pgbouncer reads
@@ -170,7 +168,7 @@ usage_error(const char *what, const char *arg)
 {
 	fprintf(stderr, "outboxd: %s%s%s%s\nTry \"outboxd --help\".\n", what, arg ? " \"" : "",
 		arg ? arg : "", arg ? "\"" : "");
-	return EXIT_USAGE;
+	return OB_EXIT_CONFIG;
 }
 
 /* outboxd's version and those of the libraries it runs with. */
@@ -357,7 +355,7 @@ run(const ob_config *cfg, bool inbox)
 	ob_metrics_init(cfg->http.stall_after_ms, inbox ? OB_METRICS_INBOX : OB_METRICS_PUBLISHER,
 			fixed_topic(cfg));
 	if (!ob_http_start(cfg->http.listen, &http))
-		return EXIT_OPERATOR; /* the address is taken or not ours */
+		return OB_EXIT_OPERATOR; /* the address is taken or not ours */
 	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
 	ob_http_stop(http);
 	return rc;
@@ -365,7 +363,7 @@ run(const ob_config *cfg, bool inbox)
 
 /* `slot status`'s failover lines (failover.h); false when a query failed. */
 static bool
-print_failover(ob_pgrepl *pg, const ob_config *cfg, const ob_slot_info *info)
+print_failover(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
 {
 	static const char *const words[] = {"n/a", "yes", "no"};
 	ob_failover_state st;
@@ -392,12 +390,12 @@ print_failover(ob_pgrepl *pg, const ob_config *cfg, const ob_slot_info *info)
 static int
 slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 {
-	ob_pgrepl *pg = NULL;
+	ob_pgconn *pg = NULL;
 	ob_slot_info info;
-	int rc = EXIT_OPERATOR;
+	int rc = OB_EXIT_OPERATOR;
 
 	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
-		return EXIT_OPERATOR;
+		return OB_EXIT_OPERATOR;
 	if (strcmp(sub, "create") == 0 && if_not_exists) {
 		if (!ob_pgrepl_slot_info(pg, cfg->pg.slot, &info))
 			goto out;
@@ -447,7 +445,7 @@ slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 			printf("retained_wal_bytes   %lld\n", (long long)info.retained_bytes);
 			printf("failover             %s\n", info.failover ? "true" : "false");
 			printf("synced               %s\n", info.synced ? "true" : "false");
-			rc = print_failover(pg, cfg, &info) ? 0 : EXIT_OPERATOR;
+			rc = print_failover(pg, cfg, &info) ? OB_EXIT_OK : OB_EXIT_OPERATOR;
 		}
 	}
 out:
@@ -467,12 +465,12 @@ main(int argc, char **argv)
 		return rc;
 	}
 	if (!load_config(&c, &cfg)) {
-		rc = EXIT_USAGE;
+		rc = OB_EXIT_CONFIG;
 		goto out;
 	}
 	ob_log_configure(cfg.log.format, cfg.log.level);
 	if (!settings_fit(&cfg, c.command)) {
-		rc = EXIT_USAGE;
+		rc = OB_EXIT_CONFIG;
 		goto out;
 	}
 	/* The inbox's lines carry its group; so do check's when it checks

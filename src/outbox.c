@@ -78,27 +78,6 @@ typedef struct field_value {
 	size_t len;
 } field_value;
 
-ob_text_kind
-ob_text_kind_for_type(unsigned int oid)
-{
-	switch (oid) {
-	case 16: /* bool */
-		return OB_TEXT_BOOLEAN;
-	case 17: /* bytea */
-		return OB_TEXT_BYTEA;
-	case 20:   /* int8 */
-	case 21:   /* int2 */
-	case 23:   /* int4 */
-	case 26:   /* oid */
-	case 700:  /* float4 */
-	case 701:  /* float8 */
-	case 1700: /* numeric */
-		return OB_TEXT_NUMBER;
-	default:
-		return OB_TEXT_PLAIN;
-	}
-}
-
 /* Read column i of a libpq text row as wal2json would have sent it. */
 static void
 get_text_column(const ob_text_row *row, size_t i, field_value *fv)

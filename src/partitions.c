@@ -5,7 +5,6 @@
  */
 #include "outboxd/partitions.h"
 
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,53 +12,52 @@
 #include "outboxd/log.h"
 #include "outboxd/publication.h"
 
-/* The message of a failed result, without libpq's trailing newline. */
-static void
-result_error(const PGresult *res, char *err, size_t errlen)
+char *
+ob_partitions_table_name(ob_pgconn *p, const ob_config *cfg)
 {
-	const char *msg = PQresultErrorMessage(res);
-	size_t len;
+	char *schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
+	char *table = ob_pgsql_quote_literal(p, cfg->outbox.table_name);
+	char *name = ob_xasprintf("format('%%I.%%I', %s, %s)", schema, table);
 
-	snprintf(err, errlen, "%s", msg != NULL && msg[0] != '\0' ? msg : "no answer");
-	len = strlen(err);
-	while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
-		err[--len] = '\0';
+	free(table);
+	free(schema);
+	return name;
 }
 
 /* Run sql, which must succeed and return one row of one column; its
  * value, which the caller frees, goes into *value. */
 static bool
-query_value(ob_pgrepl *p, const char *sql, char **value, char *err, size_t errlen)
+query_value(ob_pgconn *p, const char *sql, char **value, char *err, size_t errlen)
 {
-	PGresult *res = ob_pgrepl_exec(p, sql);
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-		  PQnfields(res) == 1 && !PQgetisnull(res, 0, 0);
+	ob_pgres *res = ob_pgsql_exec(p, sql);
+	bool ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) == 1 &&
+		  !ob_pgres_null(res, 0, 0);
 
 	if (!ok)
-		result_error(res, err, errlen);
+		(void)ob_pgres_error(res, err, errlen);
 	else
-		*value = ob_xstrdup(PQgetvalue(res, 0, 0));
-	PQclear(res);
+		*value = ob_xstrdup(ob_pgres_value(res, 0, 0));
+	ob_pgres_free(res);
 	return ok;
 }
 
 /* Run a statement that returns no rows. */
 static bool
-command(ob_pgrepl *p, const char *sql, char *err, size_t errlen)
+command(ob_pgconn *p, const char *sql, char *err, size_t errlen)
 {
-	PGresult *res = ob_pgrepl_exec(p, sql);
-	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	ob_pgres *res = ob_pgsql_exec(p, sql);
+	bool ok = ob_pgres_command(res);
 
 	if (!ok)
-		result_error(res, err, errlen);
-	PQclear(res);
+		(void)ob_pgres_error(res, err, errlen);
+	ob_pgres_free(res);
 	return ok;
 }
 
 /* The position read first: the current WAL flush position (on a hot
  * standby the replayed one: every commit before it is visible there). */
 static bool
-read_position(ob_pgrepl *p, ob_lsn *lsn, char *err, size_t errlen)
+read_position(ob_pgconn *p, ob_lsn *lsn, char *err, size_t errlen)
 {
 	char *value = NULL;
 	bool ok = query_value(p, "SELECT " OB_SQL_WAL_FLUSH_LSN, &value, err, errlen);
@@ -78,11 +76,10 @@ read_position(ob_pgrepl *p, ob_lsn *lsn, char *err, size_t errlen)
  * ("{725,731}"), which the caller frees. A transaction holds its locks
  * until after it has become visible. */
 static bool
-read_writers(ob_pgrepl *p, const ob_config *cfg, char **xids, char *err, size_t errlen)
+read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t errlen)
 {
-	char *schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
-	char *pub = ob_pgrepl_quote_literal(p, cfg->pg.publication);
+	char *name = ob_partitions_table_name(p, cfg);
+	char *pub = ob_pgsql_quote_literal(p, cfg->pg.publication);
 	char *locks =
 	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
 		? ob_xasprintf("l.locktype = 'object' AND l.classid = "
@@ -92,9 +89,8 @@ read_writers(ob_pgrepl *p, const ob_config *cfg, char **xids, char *err, size_t 
 		: ob_xasprintf(
 		      "l.locktype = 'relation' AND l.mode NOT IN ('AccessShareLock', "
 		      "'RowShareLock', 'RowExclusiveLock') AND l.relation IN (SELECT relid "
-		      "FROM pg_partition_tree(to_regclass(format('%%I.%%I', %s, %s))) UNION "
-		      "ALL SELECT to_regclass(format('%%I.%%I', %s, %s)))",
-		      schema, table, schema, table);
+		      "FROM pg_partition_tree(to_regclass(%s)) UNION ALL SELECT to_regclass(%s))",
+		      name, name);
 	char *sql = ob_xasprintf(
 	    "SELECT array(SELECT DISTINCT x.transactionid::text FROM pg_locks x JOIN pg_locks l "
 	    "ON l.virtualtransaction = x.virtualtransaction WHERE x.locktype = 'transactionid' "
@@ -111,8 +107,7 @@ read_writers(ob_pgrepl *p, const ob_config *cfg, char **xids, char *err, size_t 
 	free(sql);
 	free(locks);
 	free(pub);
-	free(table);
-	free(schema);
+	free(name);
 	return ok;
 }
 
@@ -123,10 +118,10 @@ read_writers(ob_pgrepl *p, const ob_config *cfg, char **xids, char *err, size_t 
  * options leaves as its only trace (it takes no lock it keeps). A 32-bit
  * id is widened to the full id nearest the snapshot's xmax. */
 static bool
-read_unsettled(ob_pgrepl *p, const ob_config *cfg, const char *xids, long *unsettled, char *err,
+read_unsettled(ob_pgconn *p, const ob_config *cfg, const char *xids, long *unsettled, char *err,
 	       size_t errlen)
 {
-	char *pub = ob_pgrepl_quote_literal(p, cfg->pg.publication);
+	char *pub = ob_pgsql_quote_literal(p, cfg->pg.publication);
 	char *updater = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
 			    ? ob_xasprintf(" UNION ALL SELECT xmax::text::bigint FROM "
 					   "pg_catalog.pg_publication WHERE pubname = %s",
@@ -155,34 +150,32 @@ read_unsettled(ob_pgrepl *p, const ob_config *cfg, const char *xids, long *unset
  * that is neither partitioned nor a partition has no partition tree: it
  * is added by name. */
 static bool
-read_leaves(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
+read_leaves(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
 {
-	char *schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
+	char *name = ob_partitions_table_name(p, cfg);
 	char *sql = ob_xasprintf(
 	    "SELECT n.nspname, c.relname, t.isleaf, t.level = 0 "
-	    "FROM pg_partition_tree(format('%%I.%%I', %s, %s)::regclass) t "
+	    "FROM pg_partition_tree(%s::regclass) t "
 	    "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
 	    "WHERE t.isleaf OR t.level = 0",
-	    schema, table);
-	PGresult *res = ob_pgrepl_exec(p, sql);
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQnfields(res) == 4;
+	    name);
+	ob_pgres *res = ob_pgsql_exec(p, sql);
+	bool ok = ob_pgres_tuples(res) && ob_pgres_columns(res) == 4;
 
 	if (!ok)
-		result_error(res, err, errlen);
+		(void)ob_pgres_error(res, err, errlen);
 	ob_leafset_add(set, cfg->outbox.schema, cfg->outbox.table_name);
-	for (int i = 0; ok && i < PQntuples(res); i++) {
-		bool leaf = strcmp(PQgetvalue(res, i, 2), "t") == 0;
-		bool root = strcmp(PQgetvalue(res, i, 3), "t") == 0;
+	for (int i = 0; ok && i < ob_pgres_rows(res); i++) {
+		bool leaf = strcmp(ob_pgres_value(res, i, 2), "t") == 0;
+		bool root = strcmp(ob_pgres_value(res, i, 3), "t") == 0;
 
-		ob_leafset_add(set, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+		ob_leafset_add(set, ob_pgres_value(res, i, 0), ob_pgres_value(res, i, 1));
 		if (root)
 			set->partitioned = !leaf;
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	free(sql);
-	free(table);
-	free(schema);
+	free(name);
 	return ok;
 }
 
@@ -190,7 +183,7 @@ read_leaves(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size
  * the set (or the publication's stamp), and how many of the writers xids
  * are unsettled in the same snapshot. */
 static bool
-read_in_snapshot(ob_pgrepl *p, const ob_config *cfg, const char *xids, ob_leafset *set,
+read_in_snapshot(ob_pgconn *p, const ob_config *cfg, const char *xids, ob_leafset *set,
 		 long *unsettled, char *err, size_t errlen)
 {
 	if (cfg->pg.plugin == OB_PLUGIN_PGOUTPUT) {
@@ -206,7 +199,7 @@ read_in_snapshot(ob_pgrepl *p, const ob_config *cfg, const char *xids, ob_leafse
 }
 
 bool
-ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
+ob_partitions_read(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
 {
 	ob_lsn position = 0;
 	long unsettled = 0;
@@ -232,13 +225,13 @@ ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *er
 }
 
 void
-ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx)
+ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgsql_tick_fn tick, void *ctx)
 {
 	memset(w, 0, sizeof(*w));
 	w->cfg = cfg;
 	w->tick = tick;
 	w->tick_ctx = ctx;
-	w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
+	ob_backoff_init(&w->backoff, OB_PARTITIONS_INTERVAL_MS, cfg->pg.reconnect_max_backoff_ms);
 }
 
 bool
@@ -250,7 +243,7 @@ ob_partwatch_failing(const ob_partwatch *w)
 void
 ob_partwatch_close(ob_partwatch *w)
 {
-	ob_pgrepl_close(w->conn, false);
+	ob_pgsql_close(w->conn);
 	w->conn = NULL;
 	w->next_ms = 0;
 }
@@ -259,11 +252,11 @@ bool
 ob_partwatch_read(ob_partwatch *w, ob_leafset *set, char *err, size_t errlen)
 {
 	if (w->conn == NULL) {
-		if (ob_pgrepl_connect_plain(w->cfg, &w->conn) != OB_PG_OK) {
+		if (ob_pgsql_connect(w->cfg, OB_PGCONN_PLAIN, &w->conn) != OB_PG_OK) {
 			snprintf(err, errlen, "no connection (see above)");
 			return false;
 		}
-		ob_pgrepl_set_tick(w->conn, w->tick, w->tick_ctx);
+		ob_pgsql_set_tick(w->conn, w->tick, w->tick_ctx);
 	}
 	return ob_partitions_read(w->conn, w->cfg, set, err, errlen);
 }
@@ -282,7 +275,7 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 			ob_info("read the %s of %s.%s again", what, w->cfg->outbox.schema,
 				w->cfg->outbox.table_name);
 		w->failing = false;
-		w->backoff_ms = OB_PARTITIONS_INTERVAL_MS;
+		ob_backoff_reset(&w->backoff);
 		w->next_ms = now + OB_PARTITIONS_INTERVAL_MS;
 		w->last_ms = now;
 		return true;
@@ -292,12 +285,9 @@ ob_partwatch_poll(ob_partwatch *w, ob_leafset *set)
 			"until they are read, and the stream ends until then",
 			what, w->cfg->outbox.schema, w->cfg->outbox.table_name, err);
 	w->failing = true;
-	ob_pgrepl_close(w->conn, false);
+	ob_pgsql_close(w->conn);
 	w->conn = NULL;
-	w->next_ms = now + w->backoff_ms;
-	w->backoff_ms *= 2;
-	if (w->backoff_ms > w->cfg->pg.reconnect_max_backoff_ms)
-		w->backoff_ms = w->cfg->pg.reconnect_max_backoff_ms;
+	w->next_ms = now + ob_backoff_next(&w->backoff);
 	return false;
 }
 

@@ -4,6 +4,7 @@
  * (pgrepl.c) and the inbox's (inboxdb.c) all come from here.
  */
 #include "outboxd/pgconnect.h"
+#include "outboxd/pglayer.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -179,6 +180,30 @@ void
 ob_pgconnect_one_shot(void)
 {
 	one_shot = true;
+}
+
+char *
+ob_pgconnect_standby_conninfo(const char *conninfo)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	bool several = false;
+	bool uri = strncmp(conninfo, "postgres://", 11) == 0 ||
+		   strncmp(conninfo, "postgresql://", 13) == 0;
+	char *out = NULL;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+		if ((strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0) &&
+		    o->val != NULL && strchr(o->val, ',') != NULL)
+			several = true;
+	}
+	PQconninfoFree(opts);
+	/* A later setting wins over an earlier one of the same name. */
+	if (several)
+		out = ob_xasprintf("%s%starget_session_attrs=standby", conninfo,
+				   !uri                    ? " "
+				   : strchr(conninfo, '?') ? "&"
+							   : "?");
+	return out;
 }
 
 PGconn *

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "outboxd/sqlstate.h"
+
 /* libpq's own words for a failure to set up or verify TLS (libpq 15,
  * untranslated): "SSL error: certificate verify failed", "server
  * certificate for "x" does not match host name "y"", "root certificate
@@ -52,11 +54,11 @@ ob_pg_refusal_classify(const char *message, bool password_needed)
 	if (password_needed)
 		return OB_PG_REFUSAL_PASSWORD;
 	if (ob_pg_refusal_sqlstate(message, state)) {
-		if (strcmp(state, "28000") == 0) /* invalid_authorization_specification */
+		if (ob_sqlstate_is(state, OB_SQLSTATE_INVALID_AUTHORIZATION))
 			return OB_PG_REFUSAL_PG_HBA;
-		if (strcmp(state, "28P01") == 0) /* invalid_password */
+		if (ob_sqlstate_is(state, OB_SQLSTATE_INVALID_PASSWORD))
 			return OB_PG_REFUSAL_PASSWORD;
-		if (strcmp(state, "42501") == 0) /* insufficient_privilege */
+		if (ob_sqlstate_is(state, OB_SQLSTATE_INSUFFICIENT_PRIVILEGE))
 			return OB_PG_REFUSAL_PRIVILEGE;
 		return OB_PG_REFUSAL_NONE;
 	}

@@ -4,80 +4,29 @@
  */
 #include "outboxd/pgrepl.h"
 
-#include <errno.h>
-#include <libpq-fe.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "outboxd/log.h"
-#include "outboxd/pgconnect.h"
+#include "outboxd/pglayer.h"
 #include "outboxd/slotmark.h"
+#include "outboxd/sqlstate.h"
 
 /* Microseconds between the Unix epoch and Postgres' epoch (2000-01-01). */
 #define PG_EPOCH_OFFSET_US INT64_C(946684800000000)
 /* How long a graceful close waits for the server to end the stream. */
 #define CLOSE_WAIT_MS      5000
 
-/* How long a query may run before outboxd says it is still waiting. */
-#define SLOW_QUERY_MS 5000
-
-struct ob_pgrepl {
-	PGconn *conn;
-	ob_pgrepl_tick_fn tick; /* called about every second while waiting */
-	void *tick_ctx;
-	char *copybuf;  /* the last message from PQgetCopyData, owned */
-	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
-	bool plain;     /* not a replication connection: see exec_query() */
-	/* The last error the server reported on this connection. */
-	char err_state[6]; /* its SQLSTATE; empty for a lost connection */
-	char err_msg[256];
-	/* A warning while streaming that a publication was passed over
-	 * (PostgreSQL 18; on_notice()), and the notice receiver it chains to. */
-	bool pub_skipped;
-	char pub_skipped_msg[256];
-	PQnoticeReceiver prev_notice;
-};
-
-/* The message of a failed result or connection, without the trailing
- * newline libpq adds. The buffer is static: log it right away. */
-static const char *
-clean_error(const char *msg)
-{
-	static char buf[1024];
-	size_t len;
-
-	snprintf(buf, sizeof(buf), "%s", msg ? msg : "unknown error");
-	len = strlen(buf);
-	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
-		buf[--len] = '\0';
-	return buf;
-}
-
-/* Remember the server's error in res (NULL: the connection was lost) and
- * return its message, cleaned, for logging. */
-static const char *
-note_error(ob_pgrepl *p, const PGresult *res)
-{
-	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	const char *msg = clean_error(res ? PQresultErrorMessage(res) : PQerrorMessage(p->conn));
-
-	snprintf(p->err_state, sizeof(p->err_state), "%s", state ? state : "");
-	snprintf(p->err_msg, sizeof(p->err_msg), "%s", msg);
-	return msg;
-}
-
 /* True when the error noted last is one a routine restart or failover of
  * the server gives (an administrator's shutdown or a lost connection,
  * SQLSTATE 57P01-57P03 and class 08, or none at all): the daemon
  * reconnects, and it is no operator's error. */
 static bool
-routine_end(const ob_pgrepl *p)
+routine_end(const ob_pgconn *p)
 {
-	return p->err_state[0] == '\0' || strncmp(p->err_state, "08", 2) == 0 ||
-	       strcmp(p->err_state, "57P01") == 0 || strcmp(p->err_state, "57P02") == 0 ||
-	       strcmp(p->err_state, "57P03") == 0;
+	return p->err_state[0] == '\0' || ob_sqlstate_server_gone(p->err_state);
 }
 
 static bool
@@ -86,18 +35,6 @@ state_is(const PGresult *res, const char *sqlstate)
 	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 
 	return state != NULL && strcmp(state, sqlstate) == 0;
-}
-
-const char *
-ob_pgrepl_error_state(const ob_pgrepl *p)
-{
-	return p->err_state;
-}
-
-const char *
-ob_pgrepl_error_message(const ob_pgrepl *p)
-{
-	return p->err_msg;
 }
 
 /* Notices of a replication connection. Before PostgreSQL 18, pgoutput
@@ -113,11 +50,13 @@ ob_pgrepl_error_message(const ob_pgrepl *p)
 static void
 on_notice(void *arg, const PGresult *res)
 {
-	ob_pgrepl *p = arg;
+	ob_pgconn *p = arg;
 	const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
 	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 
-	if (p->streaming && !p->pub_skipped && (state_is(res, "55000") || state_is(res, "42704")) &&
+	if (p->streaming && !p->pub_skipped &&
+	    (state_is(res, OB_SQLSTATE_OBJECT_NOT_IN_PREREQUISITE) ||
+	     state_is(res, OB_SQLSTATE_UNDEFINED_OBJECT)) &&
 	    severity != NULL && strcmp(severity, "WARNING") == 0) {
 		p->pub_skipped = true;
 		snprintf(p->pub_skipped_msg, sizeof(p->pub_skipped_msg), "%s",
@@ -127,25 +66,6 @@ on_notice(void *arg, const PGresult *res)
 		p->prev_notice(NULL, res);
 }
 
-/* Open a connection with outboxd's settings (ob_pgconnect_open()): a
- * replication connection (replication=database) or a plain one.
- * OB_PG_RETRY (logged) on failure. */
-static ob_pg_status
-connect_with(const ob_config *cfg, bool replication, ob_pgrepl **out)
-{
-	PGconn *conn = ob_pgconnect_open(cfg->pg.conninfo, replication, "outboxd");
-
-	*out = NULL;
-	if (conn == NULL)
-		return OB_PG_RETRY;
-	*out = ob_xcalloc(1, sizeof(**out));
-	(*out)->conn = conn;
-	(*out)->plain = !replication;
-	if (replication)
-		(*out)->prev_notice = PQsetNoticeReceiver(conn, on_notice, *out);
-	return OB_PG_OK;
-}
-
 int
 ob_pgrepl_library_version(void)
 {
@@ -153,20 +73,18 @@ ob_pgrepl_library_version(void)
 }
 
 ob_pg_status
-ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out)
+ob_pgrepl_connect(const ob_config *cfg, ob_pgconn **out)
 {
-	return connect_with(cfg, true, out);
-}
+	ob_pg_status st = ob_pgsql_connect(cfg, OB_PGCONN_REPLICATION, out);
 
-ob_pg_status
-ob_pgrepl_connect_plain(const ob_config *cfg, ob_pgrepl **out)
-{
-	return connect_with(cfg, false, out);
+	if (st == OB_PG_OK)
+		(*out)->prev_notice = PQsetNoticeReceiver((*out)->conn, on_notice, *out);
+	return st;
 }
 
 /* Wait up to CLOSE_WAIT_MS for the server to finish the COPY. */
 static void
-end_copy(ob_pgrepl *p)
+end_copy(ob_pgconn *p)
 {
 	int64_t deadline = ob_mono_ms() + CLOSE_WAIT_MS;
 	PGresult *res;
@@ -194,146 +112,13 @@ end_copy(ob_pgrepl *p)
 }
 
 void
-ob_pgrepl_close(ob_pgrepl *p, bool graceful)
+ob_pgrepl_close(ob_pgconn *p, bool graceful)
 {
 	if (p == NULL)
 		return;
-	if (p->copybuf != NULL)
-		PQfreemem(p->copybuf);
 	if (graceful && p->streaming && PQstatus(p->conn) == CONNECTION_OK)
 		end_copy(p);
-	PQfinish(p->conn);
-	free(p);
-}
-
-void
-ob_pgrepl_set_tick(ob_pgrepl *p, ob_pgrepl_tick_fn tick, void *ctx)
-{
-	p->tick = tick;
-	p->tick_ctx = ctx;
-}
-
-/* Ask the server to cancel the running query. */
-static void
-cancel_query(ob_pgrepl *p)
-{
-	PGcancel *cancel = PQgetCancel(p->conn);
-	char err[256];
-
-	if (cancel != NULL && !PQcancel(cancel, err, sizeof(err)))
-		ob_warn("could not cancel query: %s", err);
-	PQfreeCancel(cancel);
-}
-
-/*
- * PQexec that keeps the caller's loop alive: the query is sent, and while
- * the server works (CREATE_REPLICATION_SLOT waits for every running
- * transaction to end) the tick runs about every second; when it returns
- * false the query is cancelled. Returns the last result (the COPY result
- * for START_REPLICATION), which the caller clears. On a plain connection
- * the query goes out with the extended protocol, which takes exactly one
- * statement: text from the configuration (the backlog's predicate) cannot
- * smuggle in a second one. A replication connection only speaks the
- * simple protocol.
- */
-static PGresult *
-exec_query(ob_pgrepl *p, const char *sql)
-{
-	int64_t started = ob_mono_ms(), cancelled_at = 0;
-	bool said_slow = false;
-	PGresult *res, *last = NULL;
-
-	if (!(p->plain ? PQsendQueryParams(p->conn, sql, 0, NULL, NULL, NULL, NULL, 0)
-		       : PQsendQuery(p->conn, sql)))
-		return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
-	while (PQisBusy(p->conn)) {
-		struct pollfd pfd = {PQsocket(p->conn), POLLIN, 0};
-
-		if ((poll(&pfd, 1, 1000) < 0 && errno != EINTR) || !PQconsumeInput(p->conn))
-			return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
-		if (!said_slow && ob_mono_ms() - started >= SLOW_QUERY_MS) {
-			ob_info("still waiting for the server to answer \"%.60s\"%s", sql,
-				strncmp(sql, "CREATE_REPLICATION_SLOT", 23) == 0
-				    ? " (creating a slot waits for running transactions to end)"
-				    : "");
-			said_slow = true;
-		}
-		if (cancelled_at == 0 && p->tick != NULL && !p->tick(p->tick_ctx)) {
-			cancel_query(p);
-			cancelled_at = ob_mono_ms();
-		}
-		/* A cancel the server does not honour must not hold us: give up
-		 * on the query; the caller drops the connection. */
-		if (cancelled_at != 0 && ob_mono_ms() - cancelled_at >= SLOW_QUERY_MS) {
-			ob_warn("the server did not cancel \"%.60s\"; closing the connection", sql);
-			return PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
-		}
-	}
-	while ((res = PQgetResult(p->conn)) != NULL) {
-		PQclear(last);
-		last = res;
-		/* In COPY mode PQgetResult would return the COPY result forever. */
-		if (PQresultStatus(res) == PGRES_COPY_BOTH || PQresultStatus(res) == PGRES_COPY_OUT)
-			break;
-	}
-	return last != NULL ? last : PQmakeEmptyPGresult(p->conn, PGRES_FATAL_ERROR);
-}
-
-PGresult *
-ob_pgrepl_exec(ob_pgrepl *p, const char *sql)
-{
-	return exec_query(p, sql);
-}
-
-bool
-ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out)
-{
-	PGresult *res = exec_query(p, sql);
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-
-	*out = NULL;
-	if (!ok)
-		ob_error("could not run query \"%s\": %s", sql, note_error(p, res));
-	else if (PQntuples(res) > 0 && PQnfields(res) > 0 && !PQgetisnull(res, 0, 0))
-		*out = ob_xstrdup(PQgetvalue(res, 0, 0));
-	PQclear(res);
-	return ok;
-}
-
-/* s quoted as an SQL identifier (ident) or literal; the caller frees. */
-static char *
-quote(ob_pgrepl *p, const char *s, bool ident)
-{
-	char *q = ident ? PQescapeIdentifier(p->conn, s, strlen(s))
-			: PQescapeLiteral(p->conn, s, strlen(s));
-	char *out;
-
-	if (q == NULL) {
-		/* Only fails on out-of-memory or invalid encoding. */
-		ob_error("could not quote \"%s\": %s", s, clean_error(PQerrorMessage(p->conn)));
-		abort();
-	}
-	out = ob_xstrdup(q);
-	PQfreemem(q);
-	return out;
-}
-
-char *
-ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s)
-{
-	return quote(p, s, false);
-}
-
-char *
-ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s)
-{
-	return quote(p, s, true);
-}
-
-int
-ob_pgrepl_server_version(const ob_pgrepl *p)
-{
-	return PQserverVersion(p->conn);
+	ob_pgsql_close(p);
 }
 
 static void
@@ -343,10 +128,10 @@ copy_field(char *dst, size_t dstlen, const PGresult *res, int col)
 }
 
 bool
-ob_pgrepl_in_recovery(ob_pgrepl *p, bool *standby)
+ob_pgrepl_in_recovery(ob_pgconn *p, bool *standby)
 {
 	char *value = NULL;
-	bool ok = ob_pgrepl_query_value(p, "SELECT pg_is_in_recovery()", &value);
+	bool ok = ob_pgsql_query_value(p, "SELECT pg_is_in_recovery()", &value);
 
 	*standby = ok && value != NULL && strcmp(value, "t") == 0;
 	free(value);
@@ -354,30 +139,25 @@ ob_pgrepl_in_recovery(ob_pgrepl *p, bool *standby)
 }
 
 bool
-ob_pg_field_true(const PGresult *res, int col)
+ob_pgrepl_slot_info(ob_pgconn *p, const char *slot, ob_slot_info *info)
 {
-	return !PQgetisnull(res, 0, col) && strcmp(PQgetvalue(res, 0, col), "t") == 0;
-}
-
-bool
-ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
-{
-	char *lit = ob_pgrepl_quote_literal(p, slot);
+	char *lit = ob_pgsql_quote_literal(p, slot);
 	char *sql = ob_xasprintf(
 	    "SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
 	    "restart_lsn, wal_status, coalesce(" OB_SQL_WAL_LSN " - restart_lsn, 0)::bigint, "
 	    "temporary, %s "
 	    "FROM pg_replication_slots WHERE slot_name = %s",
-	    ob_pgrepl_server_version(p) >= OB_FAILOVER_MIN_SERVER ? "failover, synced"
-								  : "false, false",
+	    ob_pgsql_server_version(p) >= OB_FAILOVER_MIN_SERVER ? "failover, synced"
+								 : "false, false",
 	    lit);
-	PGresult *res = exec_query(p, sql);
+	PGresult *res = ob_pgsql_exec(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	char buf[1024];
 
 	memset(info, 0, sizeof(*info));
 	if (!ok) {
 		ob_error("could not read replication slot %s: %s", slot,
-			 clean_error(PQresultErrorMessage(res)));
+			 ob_pgres_error(res, buf, sizeof(buf)));
 	} else if (PQntuples(res) == 1) {
 		info->exists = true;
 		copy_field(info->plugin, sizeof(info->plugin), res, 0);
@@ -389,9 +169,9 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 			ok = ob_lsn_parse(PQgetvalue(res, 0, 4), &info->restart_lsn);
 		copy_field(info->wal_status, sizeof(info->wal_status), res, 5);
 		info->retained_bytes = atoll(PQgetvalue(res, 0, 6));
-		info->temporary = ob_pg_field_true(res, 7);
-		info->failover = ob_pg_field_true(res, 8);
-		info->synced = ob_pg_field_true(res, 9);
+		info->temporary = ob_pgres_true(res, 0, 7);
+		info->failover = ob_pgres_true(res, 0, 8);
+		info->synced = ob_pgres_true(res, 0, 9);
 		if (!ok)
 			ob_error("could not parse the LSNs of replication slot %s", slot);
 	}
@@ -407,16 +187,17 @@ ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info)
 static const char *
 fatal_hint(const PGresult *res)
 {
-	if (state_is(res, "58P01")) /* undefined_file: the plugin's library */
+	if (state_is(res, OB_SQLSTATE_UNDEFINED_FILE)) /* undefined_file: the plugin's library */
 		return "install the wal2json output plugin on the server (" OB_WAL2JSON_PACKAGE_HINT
 		       ")";
-	if (state_is(res, "55000")) /* object_not_in_prerequisite_state */
+	if (state_is(res,
+		     OB_SQLSTATE_OBJECT_NOT_IN_PREREQUISITE)) /* object_not_in_prerequisite_state */
 		return "check wal_level = logical (then restart Postgres) and that the slot "
 		       "is not invalidated (wal_status lost: drop and recreate it, and raise "
 		       "max_slot_wal_keep_size)";
-	if (state_is(res, "42501")) /* insufficient_privilege */
+	if (state_is(res, OB_SQLSTATE_INSUFFICIENT_PRIVILEGE)) /* insufficient_privilege */
 		return "grant the role REPLICATION (see sql/role.sql)";
-	if (state_is(res, "53400")) /* configuration_limit_exceeded */
+	if (state_is(res, OB_SQLSTATE_CONFIGURATION_LIMIT)) /* configuration_limit_exceeded */
 		return "raise max_replication_slots or drop an unused slot";
 	return NULL;
 }
@@ -426,7 +207,7 @@ fatal_hint(const PGresult *res)
  * *consistent and snapshot receive the slot's consistent point and the
  * snapshot's name). */
 static ob_pg_status
-create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover, bool exported,
+create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool failover, bool exported,
 	    ob_lsn *consistent, char *snapshot, size_t snapshot_len)
 {
 	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
@@ -444,12 +225,12 @@ create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover, boo
 			"primary's next running-transactions record (up to about 15 s; SELECT "
 			"pg_log_standby_snapshot() on the primary writes one at once)",
 			slot);
-	res = exec_query(p, sql);
+	res = ob_pgsql_exec(p, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		const char *msg = note_error(p, res);
+		const char *msg = ob_pgsql_keep_error(p, res);
 		const char *hint = fatal_hint(res);
 
-		if (state_is(res, "42710")) { /* duplicate_object */
+		if (state_is(res, OB_SQLSTATE_DUPLICATE_OBJECT)) {
 			ob_info("could not create replication slot %s: %s (another process "
 				"created it meanwhile)",
 				slot, msg);
@@ -480,30 +261,30 @@ create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover, boo
 }
 
 ob_pg_status
-ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover)
+ob_pgrepl_create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool failover)
 {
 	return create_slot(p, slot, plugin, failover, false, NULL, NULL, 0);
 }
 
 ob_pg_status
-ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, ob_lsn *consistent,
+ob_pgrepl_create_exported_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, ob_lsn *consistent,
 			       char *snapshot, size_t snapshot_len)
 {
 	return create_slot(p, slot, plugin, false, true, consistent, snapshot, snapshot_len);
 }
 
 ob_pg_status
-ob_pgrepl_set_failover(ob_pgrepl *p, const char *slot)
+ob_pgrepl_set_failover(ob_pgconn *p, const char *slot)
 {
 	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
 	char *sql = ob_xasprintf("ALTER_REPLICATION_SLOT \"%s\" (FAILOVER true)", slot);
-	PGresult *res = exec_query(p, sql);
+	PGresult *res = ob_pgsql_exec(p, sql);
 	ob_pg_status st = OB_PG_OK;
 
 	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		const char *msg = note_error(p, res);
+		const char *msg = ob_pgsql_keep_error(p, res);
 
-		if (state_is(res, "55006")) { /* object_in_use: another process took it */
+		if (state_is(res, OB_SQLSTATE_OBJECT_IN_USE)) { /* another process took it */
 			st = OB_PG_STANDBY;
 			ob_debug("slot busy: %s", msg);
 		} else {
@@ -520,19 +301,19 @@ ob_pgrepl_set_failover(ob_pgrepl *p, const char *slot)
 }
 
 ob_pg_status
-ob_pgrepl_copy_slot(ob_pgrepl *p, const char *from, const char *to)
+ob_pgrepl_copy_slot(ob_pgconn *p, const char *from, const char *to)
 {
 	/* config.c allows only [a-z0-9_] in slot names: no quoting needed. */
 	char *sql =
 	    ob_xasprintf("SELECT pg_copy_logical_replication_slot('%s', '%s', false)", from, to);
-	PGresult *res = exec_query(p, sql);
+	PGresult *res = ob_pgsql_exec(p, sql);
 	ob_pg_status st = OB_PG_OK;
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		const char *msg = note_error(p, res);
+		const char *msg = ob_pgsql_keep_error(p, res);
 		const char *hint = fatal_hint(res);
 
-		if (state_is(res, "42710")) { /* duplicate_object */
+		if (state_is(res, OB_SQLSTATE_DUPLICATE_OBJECT)) { /* duplicate_object */
 			ob_warn("could not create replication slot %s: %s (another process created "
 				"it meanwhile)",
 				to, msg);
@@ -549,25 +330,26 @@ ob_pgrepl_copy_slot(ob_pgrepl *p, const char *from, const char *to)
 }
 
 bool
-ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot)
+ob_pgrepl_drop_slot(ob_pgconn *p, const char *slot)
 {
 	char *sql = ob_xasprintf("DROP_REPLICATION_SLOT \"%s\"", slot);
-	PGresult *res = exec_query(p, sql);
+	PGresult *res = ob_pgsql_exec(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	char buf[1024];
 
 	if (!ok)
 		ob_error("could not drop replication slot %s: %s", slot,
-			 clean_error(PQresultErrorMessage(res)));
+			 ob_pgres_error(res, buf, sizeof(buf)));
 	PQclear(res);
 	free(sql);
 	return ok;
 }
 
 bool
-ob_pgrepl_failover_wanted(ob_pgrepl *p, const ob_config *cfg, bool standby)
+ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby)
 {
 	static bool said;
-	int v = ob_pgrepl_server_version(p);
+	int v = ob_pgsql_server_version(p);
 
 	if (!cfg->pg.slot_failover || standby)
 		return false;
@@ -584,7 +366,7 @@ ob_pgrepl_failover_wanted(ob_pgrepl *p, const ob_config *cfg, bool standby)
 }
 
 ob_pg_status
-ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost)
+ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost)
 {
 	char since[64];
 	bool marked = false, standby;
@@ -627,7 +409,7 @@ ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost)
 }
 
 ob_pg_status
-ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn confirmed)
+ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn confirmed)
 {
 	const char *slot = cfg->pg.slot;
 	const char *db = PQdb(p->conn);
@@ -700,14 +482,14 @@ ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed, ob_lsn
  * parser reads, only inserts of the tables named (the outbox table, or its
  * leaf partitions) and messages with the outbox prefix. */
 static char *
-wal2json_options(ob_pgrepl *p, const ob_config *cfg, const ob_leafset *tables)
+wal2json_options(ob_pgconn *p, const ob_config *cfg, const ob_leafset *tables)
 {
 	char *list = ob_leafset_add_tables(tables);
 	char prefix_opt[512] = "";
 	char *out;
 
 	if (cfg->outbox.message_prefix[0] != '\0') {
-		char *lit = ob_pgrepl_quote_literal(p, cfg->outbox.message_prefix);
+		char *lit = ob_pgsql_quote_literal(p, cfg->outbox.message_prefix);
 
 		snprintf(prefix_opt, sizeof(prefix_opt), ", \"add-msg-prefixes\" %s", lit);
 		free(lit);
@@ -734,7 +516,7 @@ pgoutput_options(const ob_config *cfg)
 }
 
 ob_pg_status
-ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start, const ob_leafset *tables)
+ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafset *tables)
 {
 	char *options = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg)
 							     : wal2json_options(p, cfg, tables);
@@ -744,12 +526,12 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 	ob_pg_status st = OB_PG_OK;
 
 	free(options);
-	res = exec_query(p, sql);
+	res = ob_pgsql_exec(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
-		const char *msg = note_error(p, res);
+		const char *msg = ob_pgsql_keep_error(p, res);
 		const char *hint = fatal_hint(res);
 
-		if (state_is(res, "55006")) {
+		if (state_is(res, OB_SQLSTATE_OBJECT_IN_USE)) {
 			st = OB_PG_STANDBY; /* "replication slot ... is active for PID n" */
 			ob_debug("slot busy: %s", msg);
 		} else if (hint != NULL) {
@@ -774,15 +556,15 @@ ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 }
 
 bool
-ob_pgrepl_identify(ob_pgrepl *p, ob_pg_system *sys)
+ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys)
 {
-	PGresult *res = exec_query(p, "IDENTIFY_SYSTEM");
+	PGresult *res = ob_pgsql_exec(p, "IDENTIFY_SYSTEM");
 	bool ok =
 	    PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 2;
 
 	memset(sys, 0, sizeof(*sys));
 	if (!ok) {
-		ob_error("could not identify the server: %s", note_error(p, res));
+		ob_error("could not identify the server: %s", ob_pgsql_keep_error(p, res));
 	} else {
 		copy_field(sys->system_id, sizeof(sys->system_id), res, 0);
 		sys->timeline = atoi(PQgetvalue(res, 0, 1));
@@ -792,7 +574,7 @@ ob_pgrepl_identify(ob_pgrepl *p, ob_pg_system *sys)
 }
 
 int
-ob_pgrepl_socket(const ob_pgrepl *p)
+ob_pgrepl_socket(const ob_pgconn *p)
 {
 	return PQsocket(p->conn);
 }
@@ -829,7 +611,7 @@ write_be64(char *d, uint64_t v)
 }
 
 ob_read_result
-ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
+ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 {
 	int n;
 
@@ -840,7 +622,7 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	n = PQgetCopyData(p->conn, &p->copybuf, 1);
 	if (n == 0 && !p->pub_skipped) {
 		if (!PQconsumeInput(p->conn)) {
-			ob_warn("could not read from postgres: %s", note_error(p, NULL));
+			ob_warn("could not read from postgres: %s", ob_pgsql_keep_error(p, NULL));
 			return OB_READ_ERROR;
 		}
 		n = PQgetCopyData(p->conn, &p->copybuf, 1);
@@ -862,10 +644,10 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 	if (n == -1) {
 		PGresult *res = PQgetResult(p->conn);
 
-		const char *why = note_error(p, res);
+		const char *why = ob_pgsql_keep_error(p, res);
 
 		/* pgoutput reads its publication as of each change it decodes. */
-		if (state_is(res, "42704"))
+		if (state_is(res, OB_SQLSTATE_UNDEFINED_OBJECT))
 			ob_error(
 			    "replication stream ended: %s; the publication must exist from "
 			    "the slot's position on: drop the slot (\"outboxd slot drop\") "
@@ -881,7 +663,7 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 		return OB_READ_ERROR;
 	}
 	if (n < 0) {
-		ob_warn("could not read from postgres: %s", note_error(p, NULL));
+		ob_warn("could not read from postgres: %s", ob_pgsql_keep_error(p, NULL));
 		return OB_READ_ERROR;
 	}
 	memset(msg, 0, sizeof(*msg));
@@ -912,9 +694,9 @@ ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg)
 }
 
 bool
-ob_pgrepl_send_status(ob_pgrepl *p, ob_lsn write, ob_lsn flush, bool reply_requested)
+ob_pgrepl_send_status(ob_pgconn *p, ob_lsn write, ob_lsn flush, bool reply_requested)
 {
-	char buf[STATUS_UPDATE_LEN];
+	char buf[STATUS_UPDATE_LEN], msg[1024];
 	size_t off = 0;
 
 	buf[off++] = 'r';
@@ -928,7 +710,8 @@ ob_pgrepl_send_status(ob_pgrepl *p, ob_lsn write, ob_lsn flush, bool reply_reque
 	off += 8;                           /* sendTime */
 	buf[off] = reply_requested ? 1 : 0; /* replyRequested */
 	if (PQputCopyData(p->conn, buf, sizeof(buf)) <= 0 || PQflush(p->conn) != 0) {
-		ob_error("could not send status update: %s", clean_error(PQerrorMessage(p->conn)));
+		ob_error("could not send status update: %s",
+			 ob_pgsql_trim(PQerrorMessage(p->conn), msg, sizeof(msg)));
 		return false;
 	}
 	return true;

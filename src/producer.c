@@ -12,13 +12,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
-#include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "outboxd/kafka.h"
 #include "outboxd/log.h"
 
 /* One librdkafka client and the queue its reports arrive on. */
@@ -48,8 +47,7 @@ struct ob_producer {
 	/* message.max.bytes: the largest record the client sends. */
 	size_t max_record_bytes;
 	/* Brokers whose connection is up, from the statistics callback. */
-	int brokers_up;
-	bool brokers_down; /* "all brokers are down" logged, "up again" not yet */
+	ob_kafka_brokers brokers;
 #if OB_TEST_HOOKS
 	/* Test hook: raise a fatal error after this many records (0: never). */
 	long fatal_after;
@@ -113,48 +111,17 @@ static const ob_kafka_setting default_props[] = {
     {"client.id", "outboxd"},
 };
 
-bool
-ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
-{
-	char err[512];
-
-	if (rd_kafka_conf_set(conf, key, value, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
-		ob_error("invalid kafka.%s: %s", key, err);
-		return false;
-	}
-	return true;
-}
-
-static long long
-conf_get_number(const rd_kafka_conf_t *conf, const char *key)
-{
-	char buf[64];
-	size_t size = sizeof(buf);
-
-	if (rd_kafka_conf_get(conf, key, buf, &size) != RD_KAFKA_CONF_OK)
-		return 0;
-	return atoll(buf);
-}
-
-bool
-ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf)
-{
-	if (conf_get_number(conf, "statistics.interval.ms") > 0)
-		return true;
-	return ob_kafka_conf_set(conf, "statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS);
-}
-
 /* The producer queue must hold the largest record the client accepts,
  * else such a record waits for room forever. Raise outboxd's default to
  * two such records; a user's explicit smaller value is an error. */
 static bool
 fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 {
-	long long max_bytes = conf_get_number(conf, "message.max.bytes");
+	long long max_bytes = ob_kafka_conf_number(conf, "message.max.bytes");
 	long long need_kb = (2 * max_bytes + 1023) / 1024;
 	char value[32];
 
-	if (conf_get_number(conf, "queue.buffering.max.kbytes") >= need_kb)
+	if (ob_kafka_conf_number(conf, "queue.buffering.max.kbytes") >= need_kb)
 		return true;
 	if (ob_config_kafka_get(cfg, "queue.buffering.max.kbytes") != NULL) {
 		ob_error("invalid kafka.queue.buffering.max.kbytes: must be at least %lld to "
@@ -172,20 +139,12 @@ fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 static rd_kafka_conf_t *
 build_conf(const ob_config *cfg, bool gapless)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	bool ok = true;
+	rd_kafka_conf_t *conf = ob_kafka_conf_build(cfg, default_props, OB_ARRAY_LEN(default_props),
+						    NULL, 0, ob_kafka_pinned, ob_kafka_pinned_len);
 
-	for (size_t i = 0; i < OB_ARRAY_LEN(default_props); i++)
-		ok = ob_kafka_conf_set(conf, default_props[i].key, default_props[i].value) && ok;
-	for (size_t i = 0; i < cfg->kafka_len; i++)
-		ok = ob_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value) && ok;
-	for (size_t i = 0; i < ob_kafka_pinned_len; i++)
-		ok =
-		    ob_kafka_conf_set(conf, ob_kafka_pinned[i].key, ob_kafka_pinned[i].value) && ok;
-	ok = ok && ob_kafka_conf_set(conf, "enable.gapless.guarantee", gapless ? "true" : "false");
-	ok = ok && ob_kafka_conf_keep_stats(conf);
-	ok = ok && fit_queue_to_records(cfg, conf);
-	if (!ok) {
+	if (conf != NULL &&
+	    (!ob_kafka_conf_set(conf, "enable.gapless.guarantee", gapless ? "true" : "false") ||
+	     !fit_queue_to_records(cfg, conf))) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
@@ -201,25 +160,6 @@ ob_producer_check_config(const ob_config *cfg)
 		return false;
 	rd_kafka_conf_destroy(conf);
 	return true;
-}
-
-void
-ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf)
-{
-	/* syslog levels: 0-4 warning, 5-6 info, 7 debug. librdkafka's
-	 * errors are mostly a broker it cannot reach, which it retries by
-	 * itself (a broker restart); what an error costs, outboxd says in
-	 * lines of its own (a fatal error, a failed delivery, /readyz), so
-	 * librdkafka's lines are never more than warnings. */
-	ob_log_level l = level <= 4 ? OB_LOG_WARNING : level <= 6 ? OB_LOG_INFO : OB_LOG_DEBUG;
-	ob_log_field fields[] = {{"component", "librdkafka"}, {"facility", facility}, {NULL, NULL}};
-
-	/* librdkafka warns at every start that enable.gapless.guarantee is
-	 * experimental; outboxd sets it on purpose (producer.h). */
-	if (strcmp(facility, "CONFWARN") == 0 && strstr(buf, "enable.gapless.guarantee") != NULL)
-		l = OB_LOG_DEBUG;
-	if (ob_log_enabled(l))
-		ob_log_kv(l, fields, "%s", buf);
 }
 
 static void
@@ -243,55 +183,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		ob_error("kafka producer failed: %s", p->fatal_reason);
 		return;
 	}
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && rk == p->main.rk)
-		p->brokers_up = 0;
-	ob_kafka_note_error(err, reason, &p->brokers_down);
-}
-
-void
-ob_kafka_note_error(int err, const char *reason, bool *down)
-{
-	const char *name = rd_kafka_err2name((rd_kafka_resp_err_t)err);
-
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
-		if (!*down)
-			ob_warn("kafka: all brokers are down (%s); librdkafka reconnects by itself",
-				reason);
-		*down = true;
-	} else if (err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__RESOLVE) {
-		ob_debug("kafka: %s: %s", name, reason);
-	} else {
-		ob_warn("kafka: %s: %s", name, reason);
-	}
-}
-
-void
-ob_kafka_note_brokers_up(int up, bool *down)
-{
-	if (*down && up > 0) {
-		ob_info("kafka: %d broker(s) up again", up);
-		*down = false;
-	}
-}
-
-int
-ob_kafka_stats_brokers_up(const char *json, size_t json_len)
-{
-	json_t *root = json_loadb(json, json_len, 0, NULL);
-	json_t *brokers = json_object_get(root, "brokers");
-	const char *name;
-	json_t *b;
-	int up = 0;
-
-	json_object_foreach (brokers, name, b) {
-		json_t *nodeid = json_object_get(b, "nodeid");
-		const char *state = json_string_value(json_object_get(b, "state"));
-
-		if (json_integer_value(nodeid) >= 0 && state != NULL && strcmp(state, "UP") == 0)
-			up++;
-	}
-	json_decref(root);
-	return up;
+	(void)ob_kafka_brokers_error(&p->brokers, rk == p->main.rk, err, reason);
 }
 
 static int
@@ -299,8 +191,7 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
 	ob_producer *p = opaque;
 
-	p->brokers_up = ob_kafka_stats_brokers_up(json, json_len);
-	ob_kafka_note_brokers_up(p->brokers_up, &p->brokers_down);
+	ob_kafka_brokers_stats(&p->brokers, json, json_len);
 	return 0; /* librdkafka frees json */
 }
 
@@ -341,8 +232,6 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	ob_producer *p = opaque;
 	ob_delivery d;
-	rd_kafka_headers_t *hdrs = NULL;
-	rd_kafka_timestamp_type_t tstype;
 
 	/* Records purged when the producer is dropped or failed: nobody waits
 	 * for them. */
@@ -362,27 +251,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	d.error = d.status == OB_DELIVERED ? NULL : rd_kafka_err2str(m->err);
 	d.value_too_large = is_too_large(m->err);
 	d.partition = m->partition;
-	d.record.topic = rd_kafka_topic_name(m->rkt);
-	d.record.topic_len = strlen(d.record.topic);
-	d.record.has_key = m->key != NULL;
-	d.record.key = m->key;
-	d.record.key_len = m->key_len;
-	d.record.has_value = m->payload != NULL;
-	d.record.value = m->payload;
-	d.record.value_len = m->len;
-	d.record.timestamp_ms = rd_kafka_message_timestamp(m, &tstype);
-	if (d.status != OB_DELIVERED &&
-	    rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-		size_t n = rd_kafka_header_cnt(hdrs);
-		ob_record_view *r = &d.record;
-
-		for (size_t i = 0; i < n && i < OB_EVENT_MAX_HEADERS; i++) {
-			if (rd_kafka_header_get_all(
-				hdrs, i, &r->header_names[i], &r->header_values[i],
-				&r->header_value_lens[i]) == RD_KAFKA_RESP_ERR_NO_ERROR)
-				r->headers_len = i + 1;
-		}
-	}
+	/* The headers are for a dead-letter record only. */
+	(void)ob_kafka_record_view(m, d.status != OB_DELIVERED, &d.record);
 	/* A failure a fresh producer may get past fails the producer: the
 	 * relay then recreates it and reads the slot again. */
 	if (d.status == OB_DELIVERY_RETRY && !p->failed) {
@@ -464,7 +334,7 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 		return false;
 	}
 	p->max_record_bytes =
-	    (size_t)conf_get_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
+	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
 	test_hook_arm(p);
 	*out = p;
 	return true;
@@ -709,7 +579,7 @@ ob_producer_max_record_bytes(const ob_producer *p)
 bool
 ob_producer_connected(const ob_producer *p)
 {
-	return p->brokers_up > 0;
+	return p->brokers.up > 0;
 }
 
 /* Log callback for probes: quiet unless debugging. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "outboxd/log.h"
+#include "outboxd/sqlstate.h"
 
 /* Append name to buf as an SQL identifier, quoted unless it is plain. */
 static void
@@ -79,9 +80,9 @@ typedef struct pub_state {
  * where counting them made a publication of the whole table look like a
  * column list. */
 static const char *
-whole_table(ob_pgrepl *pg)
+whole_table(ob_pgconn *pg)
 {
-	return ob_pgrepl_server_version(pg) >= 150000
+	return ob_pgsql_server_version(pg) >= 150000
 		   ? "(t.rowfilter IS NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE "
 		     "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND "
 		     "a.attgenerated = '' AND a.attname <> ALL (t.attnames)))"
@@ -92,19 +93,19 @@ whole_table(ob_pgrepl *pg)
  * c (in namespace n), the publication p and the publication's row t for
  * the table (p and t NULL when missing). No row when the table is
  * missing. The caller clears the result. */
-static PGresult *
-query_publication(ob_pgrepl *pg, const ob_config *cfg, char *columns)
+static ob_pgres *
+query_publication(ob_pgconn *pg, const ob_config *cfg, char *columns)
 {
-	char *pub = ob_pgrepl_quote_literal(pg, cfg->pg.publication);
-	char *schema = ob_pgrepl_quote_literal(pg, cfg->outbox.schema);
-	char *table = ob_pgrepl_quote_literal(pg, cfg->outbox.table_name);
+	char *pub = ob_pgsql_quote_literal(pg, cfg->pg.publication);
+	char *schema = ob_pgsql_quote_literal(pg, cfg->outbox.schema);
+	char *table = ob_pgsql_quote_literal(pg, cfg->outbox.table_name);
 	char *sql = ob_xasprintf(
 	    "SELECT %s FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
 	    "LEFT JOIN pg_publication p ON p.pubname = %s "
 	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
 	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
 	    columns, pub, schema, table);
-	PGresult *res = ob_pgrepl_exec(pg, sql);
+	ob_pgres *res = ob_pgsql_exec(pg, sql);
 
 	free(sql);
 	free(columns);
@@ -116,54 +117,56 @@ query_publication(ob_pgrepl *pg, const ob_config *cfg, char *columns)
 
 /* Read pub_state; false (logged) when the query failed. */
 static bool
-read_state(ob_pgrepl *pg, const ob_config *cfg, pub_state *st)
+read_state(ob_pgconn *pg, const ob_config *cfg, pub_state *st)
 {
-	PGresult *res = query_publication(
+	ob_pgres *res = query_publication(
 	    pg, cfg,
 	    ob_xasprintf("p.oid IS NOT NULL, p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, "
 			 "%s, pg_has_role(c.relowner, 'USAGE') AND "
 			 "has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p', "
 			 "pg_is_in_recovery()",
 			 whole_table(pg)));
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+	bool ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1;
+	char err[1024];
 
 	memset(st, 0, sizeof(*st));
 	if (!ok) {
 		ob_error("could not read publication %s: %s", cfg->pg.publication,
-			 PQresultStatus(res) == PGRES_TUPLES_OK ? "the outbox table is gone"
-								: PQresultErrorMessage(res));
+			 ob_pgres_tuples(res) ? "the outbox table is gone"
+					      : ob_pgres_error(res, err, sizeof(err)));
 	} else {
-		st->exists = ob_pg_field_true(res, 0);
-		st->inserts = ob_pg_field_true(res, 1);
-		st->via_root = ob_pg_field_true(res, 2);
-		st->has_table = ob_pg_field_true(res, 3);
-		st->whole = ob_pg_field_true(res, 4);
-		st->may_create = ob_pg_field_true(res, 5);
-		st->partitioned = ob_pg_field_true(res, 6);
-		st->standby = ob_pg_field_true(res, 7);
+		st->exists = ob_pgres_true(res, 0, 0);
+		st->inserts = ob_pgres_true(res, 0, 1);
+		st->via_root = ob_pgres_true(res, 0, 2);
+		st->has_table = ob_pgres_true(res, 0, 3);
+		st->whole = ob_pgres_true(res, 0, 4);
+		st->may_create = ob_pgres_true(res, 0, 5);
+		st->partitioned = ob_pgres_true(res, 0, 6);
+		st->standby = ob_pgres_true(res, 0, 7);
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	return ok;
 }
 
 bool
-ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t stamp_len, char *err,
+ob_publication_stamp(ob_pgconn *pg, const ob_config *cfg, char *stamp, size_t stamp_len, char *err,
 		     size_t errlen)
 {
-	PGresult *res = query_publication(
+	ob_pgres *res = query_publication(
 	    pg, cfg,
 	    ob_xasprintf("CASE WHEN p.oid IS NULL THEN 'missing' ELSE concat_ws('/', "
 			 "p.pubinsert, p.pubviaroot, t.pubname IS NOT NULL, %s) END",
 			 whole_table(pg)));
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	bool ok = ob_pgres_tuples(res);
+	char msg[1024];
 
 	if (!ok)
 		snprintf(err, errlen, "could not read publication %s: %s", cfg->pg.publication,
-			 PQresultErrorMessage(res));
+			 ob_pgres_error(res, msg, sizeof(msg)));
 	else
 		snprintf(stamp, stamp_len, "%s",
-			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "no outbox table");
-	PQclear(res);
+			 ob_pgres_rows(res) == 1 ? ob_pgres_value(res, 0, 0) : "no outbox table");
+	ob_pgres_free(res);
 	return ok;
 }
 
@@ -177,29 +180,31 @@ typedef enum create_result {
  * race to create it: the losers get duplicate_object, or unique_violation
  * on the catalog's index. */
 static create_result
-create(ob_pgrepl *pg, const ob_config *cfg, const char *sql)
+create(ob_pgconn *pg, const ob_config *cfg, const char *sql)
 {
-	PGresult *res = ob_pgrepl_exec(pg, sql);
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	ob_pgres *res = ob_pgsql_exec(pg, sql);
+	const char *state = ob_pgres_field_of(res, OB_PGRES_SQLSTATE);
 	create_result out = FAILED;
+	char err[1024];
 
-	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+	if (ob_pgres_command(res)) {
 		ob_info("created publication %s: %s", cfg->pg.publication, sql);
 		out = CREATED;
-	} else if (state != NULL && (strcmp(state, "42710") == 0 || strcmp(state, "23505") == 0)) {
+	} else if (ob_sqlstate_is(state, OB_SQLSTATE_DUPLICATE_OBJECT) ||
+		   ob_sqlstate_is(state, OB_SQLSTATE_UNIQUE_VIOLATION)) {
 		ob_info("publication %s was created by another process meanwhile",
 			cfg->pg.publication);
 		out = RACED;
 	} else {
 		ob_error("could not create publication %s: %s", cfg->pg.publication,
-			 PQresultErrorMessage(res));
+			 ob_pgres_error(res, err, sizeof(err)));
 	}
-	PQclear(res);
+	ob_pgres_free(res);
 	return out;
 }
 
 ob_pg_status
-ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists, bool create_missing,
+ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bool create_missing,
 		       char *detail, size_t detail_len)
 {
 	const char *name = cfg->pg.publication;

@@ -4,7 +4,6 @@
  */
 #include "outboxd/slotmark.h"
 
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,38 +12,39 @@
 
 /* The marker table as SQL (schema.outboxd_slots), quoted; the caller frees. */
 static char *
-table_sql(ob_pgrepl *p, const ob_config *cfg)
+table_sql(ob_pgconn *p, const ob_config *cfg)
 {
-	char *schema = ob_pgrepl_quote_ident(p, cfg->outbox.schema);
+	char *schema = ob_pgsql_quote_ident(p, cfg->outbox.schema);
 	char *out = ob_xasprintf("%s." OB_SLOTMARK_TABLE, schema);
 
 	free(schema);
 	return out;
 }
 
-/* Run sql, which must return status want; false (logged as what failed)
- * otherwise. */
+/* Run the command sql; false (logged at level as what failed) unless it
+ * succeeded. */
 static bool
-run(ob_pgrepl *p, const char *sql, ExecStatusType want, const char *what, ob_log_level level)
+run(ob_pgconn *p, const char *sql, const char *what, ob_log_level level)
 {
-	PGresult *res = ob_pgrepl_exec(p, sql);
-	bool ok = PQresultStatus(res) == want;
+	ob_pgres *res = ob_pgsql_exec(p, sql);
+	bool ok = ob_pgres_command(res);
+	char err[1024];
 
 	if (!ok)
-		ob_log(level, "could not %s: %s", what, PQresultErrorMessage(res));
-	PQclear(res);
+		ob_log(level, "could not %s: %s", what, ob_pgres_error(res, err, sizeof(err)));
+	ob_pgres_free(res);
 	return ok;
 }
 
 /* Whether table (quoted SQL) exists, into *exists; false (logged) when
  * the query failed. */
 static bool
-table_exists(ob_pgrepl *p, const char *table, bool *exists)
+table_exists(ob_pgconn *p, const char *table, bool *exists)
 {
-	char *regclass = ob_pgrepl_quote_literal(p, table);
+	char *regclass = ob_pgsql_quote_literal(p, table);
 	char *sql = ob_xasprintf("SELECT to_regclass(%s) IS NOT NULL", regclass);
 	char *value = NULL;
-	bool ok = ob_pgrepl_query_value(p, sql, &value);
+	bool ok = ob_pgsql_query_value(p, sql, &value);
 
 	*exists = ok && value != NULL && strcmp(value, "t") == 0;
 	free(value);
@@ -66,10 +66,10 @@ ob_slotmark_setup_sql(const ob_config *cfg, const char *role)
 }
 
 ob_pg_status
-ob_slotmark_read(ob_pgrepl *p, const ob_config *cfg, bool *marked, char *since, size_t since_len)
+ob_slotmark_read(ob_pgconn *p, const ob_config *cfg, bool *marked, char *since, size_t since_len)
 {
 	char *table = table_sql(p, cfg);
-	char *slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
+	char *slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
 	char *sql = NULL, *value = NULL;
 	ob_pg_status st = OB_PG_RETRY;
 	bool exists;
@@ -83,7 +83,7 @@ ob_slotmark_read(ob_pgrepl *p, const ob_config *cfg, bool *marked, char *since, 
 		goto done;
 	}
 	sql = ob_xasprintf("SELECT created_at::text FROM %s WHERE slot_name = %s", table, slot);
-	if (!ob_pgrepl_query_value(p, sql, &value))
+	if (!ob_pgsql_query_value(p, sql, &value))
 		goto done;
 	*marked = value != NULL;
 	snprintf(since, since_len, "%s", value ? value : "");
@@ -97,11 +97,11 @@ done:
 }
 
 ob_pg_status
-ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detail_len)
+ob_slotmark_check(ob_pgconn *p, const ob_config *cfg, char *detail, size_t detail_len)
 {
 	char *table = table_sql(p, cfg);
-	char *regclass = ob_pgrepl_quote_literal(p, table);
-	char *schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
+	char *regclass = ob_pgsql_quote_literal(p, table);
+	char *schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
 	char *sql = ob_xasprintf(
 	    "SELECT CASE WHEN to_regclass(%s) IS NULL THEN CASE WHEN "
 	    "has_schema_privilege(%s, 'CREATE') THEN 'create' ELSE 'missing' END WHEN "
@@ -112,7 +112,7 @@ ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detai
 	char *value = NULL;
 	ob_pg_status st = OB_PG_RETRY;
 
-	if (!ob_pgrepl_query_value(p, sql, &value) || value == NULL) {
+	if (!ob_pgsql_query_value(p, sql, &value) || value == NULL) {
 		snprintf(detail, detail_len, "could not read table %s (see the log)", table);
 	} else if (strcmp(value, "ok") == 0 || strcmp(value, "create") == 0) {
 		snprintf(detail, detail_len, "%s %s", table,
@@ -139,10 +139,10 @@ ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detai
 }
 
 ob_pg_status
-ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
+ob_slotmark_ready(ob_pgconn *p, const ob_config *cfg)
 {
 	char *table = table_sql(p, cfg);
-	char *regclass = ob_pgrepl_quote_literal(p, table);
+	char *regclass = ob_pgsql_quote_literal(p, table);
 	char *create = ob_xasprintf("CREATE TABLE IF NOT EXISTS %s (slot_name text PRIMARY KEY, "
 				    "created_at timestamptz NOT NULL DEFAULT now())",
 				    table);
@@ -154,7 +154,7 @@ ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
 	char *may = NULL;
 	ob_pg_status st = OB_PG_RETRY;
 
-	if (!ob_pgrepl_query_value(p, check, &may))
+	if (!ob_pgsql_query_value(p, check, &may))
 		goto done;
 	if (may != NULL && strcmp(may, "t") == 0) {
 		st = OB_PG_OK;
@@ -162,8 +162,8 @@ ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg)
 	}
 	free(may);
 	may = NULL;
-	if (run(p, create, PGRES_COMMAND_OK, "create the slot marker table", OB_LOG_DEBUG) &&
-	    ob_pgrepl_query_value(p, check, &may) && may != NULL && strcmp(may, "t") == 0) {
+	if (run(p, create, "create the slot marker table", OB_LOG_DEBUG) &&
+	    ob_pgsql_query_value(p, check, &may) && may != NULL && strcmp(may, "t") == 0) {
 		ob_info("created table %s, which marks the slots outboxd created", table);
 		st = OB_PG_OK;
 	} else {
@@ -189,13 +189,13 @@ done:
 
 /* INSERT the row, logging a failure at level. */
 static bool
-write_row(ob_pgrepl *p, const ob_config *cfg, ob_log_level level)
+write_row(ob_pgconn *p, const ob_config *cfg, ob_log_level level)
 {
 	char *table = table_sql(p, cfg);
-	char *slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
+	char *slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
 	char *sql = ob_xasprintf("INSERT INTO %s (slot_name) VALUES (%s) ON CONFLICT DO NOTHING",
 				 table, slot);
-	bool ok = run(p, sql, PGRES_COMMAND_OK, "write the slot's row in the marker table", level);
+	bool ok = run(p, sql, "write the slot's row in the marker table", level);
 
 	free(sql);
 	free(slot);
@@ -204,13 +204,13 @@ write_row(ob_pgrepl *p, const ob_config *cfg, ob_log_level level)
 }
 
 bool
-ob_slotmark_write(ob_pgrepl *p, const ob_config *cfg)
+ob_slotmark_write(ob_pgconn *p, const ob_config *cfg)
 {
 	return write_row(p, cfg, OB_LOG_ERROR);
 }
 
 void
-ob_slotmark_keep(ob_pgrepl *p, const ob_config *cfg)
+ob_slotmark_keep(ob_pgconn *p, const ob_config *cfg)
 {
 	static bool warned;
 
@@ -224,17 +224,16 @@ ob_slotmark_keep(ob_pgrepl *p, const ob_config *cfg)
 }
 
 bool
-ob_slotmark_clear(ob_pgrepl *p, const ob_config *cfg)
+ob_slotmark_clear(ob_pgconn *p, const ob_config *cfg)
 {
 	char *table = table_sql(p, cfg);
-	char *slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
+	char *slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
 	char *sql = ob_xasprintf("DELETE FROM %s WHERE slot_name = %s", table, slot);
 	bool exists = false;
 	bool ok = table_exists(p, table, &exists);
 
 	if (ok && exists)
-		ok = run(p, sql, PGRES_COMMAND_OK, "delete the slot's row in the marker table",
-			 OB_LOG_ERROR);
+		ok = run(p, sql, "delete the slot's row in the marker table", OB_LOG_ERROR);
 	free(sql);
 	free(slot);
 	free(table);

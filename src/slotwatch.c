@@ -4,13 +4,13 @@
  */
 #include "outboxd/slotwatch.h"
 
-#include <libpq-fe.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "outboxd/failover.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/partitions.h"
 
 /* The least time between two readings. */
 #define SLOTWATCH_INTERVAL_MS 1000
@@ -53,7 +53,7 @@ take(ob_slotwatch *w, int64_t inserts, ob_lsn wal_lsn, ob_lsn done_lsn)
 /* Read whether the slot survives a promotion, when due; say when that
  * changes. */
 static void
-poll_failover(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg)
+poll_failover(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg)
 {
 	ob_failover_state st;
 
@@ -74,57 +74,57 @@ poll_failover(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg)
 }
 
 void
-ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn read_lsn)
+ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn read_lsn)
 {
-	char *table = NULL, *schema = NULL, *slot = NULL, *sql = NULL;
-	PGresult *res = NULL;
+	char *name = NULL, *slot = NULL, *sql = NULL;
+	ob_pgres *res = NULL;
 	ob_lsn wal_lsn = 0, confirmed = 0;
+	char err[1024];
 	bool ok;
 
 	if (p == NULL || ob_mono_ms() < w->next_ms)
 		return;
 	w->next_ms = ob_mono_ms() + SLOTWATCH_INTERVAL_MS;
-	schema = ob_pgrepl_quote_literal(p, cfg->outbox.schema);
-	table = ob_pgrepl_quote_literal(p, cfg->outbox.table_name);
-	slot = ob_pgrepl_quote_literal(p, cfg->pg.slot);
+	name = ob_partitions_table_name(p, cfg);
+	slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
 	/* The counter (of the table and, when it is partitioned, of every
 	 * partition: pg_partition_tree() lists nothing for a plain table)
 	 * comes before the WAL position in the target list, so it is read
 	 * first. */
 	sql = ob_xasprintf(
 	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(tree.r)), 0)::bigint "
-	    "FROM (SELECT to_regclass(format('%%I.%%I', %s, %s)) AS t) AS o, "
+	    "FROM (SELECT to_regclass(%s) AS t) AS o, "
 	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS "
 	    "tree(r)), " OB_SQL_WAL_LSN ", s.confirmed_flush_lsn, s.wal_status, "
 	    "coalesce(" OB_SQL_WAL_LSN " - s.restart_lsn, 0)::bigint "
 	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
-	    schema, table, slot);
-	res = ob_pgrepl_exec(p, sql);
-	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 5 &&
-	     ob_lsn_parse(PQgetvalue(res, 0, 1), &wal_lsn) &&
-	     (PQgetisnull(res, 0, 2) || ob_lsn_parse(PQgetvalue(res, 0, 2), &confirmed));
+	    name, slot);
+	res = ob_pgsql_exec(p, sql);
+	ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) == 5 &&
+	     ob_lsn_parse(ob_pgres_value(res, 0, 1), &wal_lsn) &&
+	     (ob_pgres_null(res, 0, 2) || ob_lsn_parse(ob_pgres_value(res, 0, 2), &confirmed));
 	if (!ok) {
 		if (!w->failing)
 			ob_warn("could not read replication slot %s and the insert counter of "
 				"%s.%s: %s",
 				cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
-				PQresultStatus(res) == PGRES_TUPLES_OK ? "unexpected answer"
-								       : PQresultErrorMessage(res));
+				ob_pgres_tuples(res) ? "unexpected answer"
+						     : ob_pgres_error(res, err, sizeof(err)));
 		w->failing = true;
 		goto done;
 	}
 	if (w->failing)
 		ob_info("read replication slot %s again", cfg->pg.slot);
 	w->failing = false;
-	take(w, atoll(PQgetvalue(res, 0, 0)), wal_lsn, read_lsn > confirmed ? read_lsn : confirmed);
-	ob_metrics_set_slot(atoll(PQgetvalue(res, 0, 4)),
-			    ob_wal_status_parse(PQgetvalue(res, 0, 3)),
+	take(w, atoll(ob_pgres_value(res, 0, 0)), wal_lsn,
+	     read_lsn > confirmed ? read_lsn : confirmed);
+	ob_metrics_set_slot(atoll(ob_pgres_value(res, 0, 4)),
+			    ob_wal_status_parse(ob_pgres_value(res, 0, 3)),
 			    w->n_marks > 0 ? w->marks[0].seen_us : 0);
 	poll_failover(w, p, cfg);
 done:
-	PQclear(res);
+	ob_pgres_free(res);
 	free(sql);
 	free(slot);
-	free(table);
-	free(schema);
+	free(name);
 }

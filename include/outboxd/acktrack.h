@@ -40,6 +40,36 @@ typedef struct ob_acktrack {
 	uint64_t inflight; /* events handed over and not acknowledged, all txns */
 } ob_acktrack;
 
+/*
+ * A record's tag, which its delivery report carries back (producer.h):
+ * its transaction's sequence number, its index in the transaction and
+ * what kind of record it is. Only the low OB_TAG_SEQ_BITS of the sequence
+ * number travel; ob_tag_decode() rebuilds the rest from the tracker's
+ * oldest entry, since far fewer transactions are ever tracked at once. An
+ * index past OB_TAG_INDEX_MAX saturates there. Pure functions.
+ */
+#define OB_TAG_KIND_BITS  2
+#define OB_TAG_INDEX_BITS 31
+#define OB_TAG_SEQ_BITS   31
+#define OB_TAG_INDEX_MAX  ((UINT64_C(1) << OB_TAG_INDEX_BITS) - 1)
+
+typedef enum ob_record_kind {
+	OB_RECORD_EVENT,            /* an outbox event */
+	OB_RECORD_DLQ,              /* a dead-letter record */
+	OB_RECORD_DLQ_HEADERS_ONLY, /* a dead-letter record that did not fit, cut down */
+} ob_record_kind;
+
+typedef struct ob_record_tag {
+	uint64_t seq;
+	uint64_t index;
+	ob_record_kind kind;
+} ob_record_tag;
+
+uint64_t ob_tag_encode(uint64_t seq, uint64_t index, ob_record_kind kind);
+/* The tag's fields; head_seq is the tracker's oldest sequence number
+ * (ob_acktrack.head_seq), at or below the tagged one. */
+ob_record_tag ob_tag_decode(uint64_t tag, uint64_t head_seq);
+
 /* Start tracking from start_lsn (the position already confirmed). */
 void ob_acktrack_init(ob_acktrack *t, ob_lsn start_lsn);
 void ob_acktrack_free(ob_acktrack *t);

@@ -24,7 +24,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
-#include "outboxd/outbox.h"
+#include "outboxd/change.h"
 #include "outboxd/pgrepl.h"
 
 typedef struct ob_backlog ob_backlog;
@@ -32,7 +32,7 @@ typedef struct ob_backlog ob_backlog;
 /* Open the backlog's plain connection, on which every transaction is
  * read-only; tick (may be NULL) runs while its queries wait. On OB_PG_OK
  * *out is the caller's (ob_backlog_close); otherwise OB_PG_RETRY, logged. */
-ob_pg_status ob_backlog_connect(const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx,
+ob_pg_status ob_backlog_connect(const ob_config *cfg, ob_pgsql_tick_fn tick, void *ctx,
 				ob_backlog **out);
 
 /* Settle the backlog's order and check backlog_where and backlog_order_by

@@ -23,7 +23,7 @@
  * logged as errors; with out, every result is printed as a line. Returns
  * OB_PG_OK when all passed, OB_PG_FATAL when a check said no, and
  * OB_PG_RETRY when a query failed (the connection broke: try again). */
-ob_pg_status ob_check_database(ob_pgrepl *pg, const ob_config *cfg, FILE *out) OB_MUST_CHECK;
+ob_pg_status ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out) OB_MUST_CHECK;
 
 /* The `check` command: every check, printed to out. Returns the exit code:
  * 0 when all passed, 2 otherwise (deploy/README.md, "Command line"). */

@@ -40,7 +40,7 @@ typedef struct ob_failover_state {
 /* Read the failover readiness of cfg's slot on p (a plain or replication
  * connection to the server outboxd streams from). False (logged) when a
  * query failed. */
-bool ob_failover_read(ob_pgrepl *p, const ob_config *cfg, ob_failover_state *st) OB_MUST_CHECK;
+bool ob_failover_read(ob_pgconn *p, const ob_config *cfg, ob_failover_state *st) OB_MUST_CHECK;
 
 /* The standby's copy of the slot, where outboxd can see it: when
  * postgres.conninfo names several hosts, a connection to one that is a

@@ -52,6 +52,9 @@ typedef struct ob_inbox_position {
 ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out,
 				     char *detail, size_t detail_len) OB_MUST_CHECK;
 void ob_inboxdb_close(ob_inboxdb *db);
+/* Keep tick running (about every second) while a statement waits for the
+ * server; a tick that returns false cancels it. */
+void ob_inboxdb_set_tick(ob_inboxdb *db, bool (*tick)(void *ctx), void *ctx);
 
 /* Fill next_offset and cluster_id of each of the n positions from
  * outboxd_inbox_offsets (-1 and "" where no row is stored for

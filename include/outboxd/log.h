@@ -12,6 +12,7 @@
 #define OUTBOXD_LOG_H
 
 #include "outboxd/common.h"
+#include "outboxd/lsn.h"
 
 typedef enum ob_log_level {
 	OB_LOG_DEBUG = 0,
@@ -46,6 +47,11 @@ void ob_log(ob_log_level level, const char *fmt, ...) OB_PRINTF(2, 3);
 /* Like ob_log() with extra fields, ended by an entry whose key is NULL. */
 void ob_log_kv(ob_log_level level, const ob_log_field *fields, const char *fmt, ...)
     OB_PRINTF(3, 4);
+/* Like ob_log() with the WAL position lsn as field "lsn" and, when topic
+ * is not NULL, its topic_len bytes as field "topic", so JSON logs can be
+ * filtered on them. */
+void ob_log_lsn(ob_log_level level, ob_lsn lsn, const char *topic, size_t topic_len,
+		const char *fmt, ...) OB_PRINTF(5, 6);
 
 #define ob_debug(...)                                                                              \
 	do {                                                                                       \

@@ -16,6 +16,7 @@
 #ifndef OUTBOXD_OUTBOX_H
 #define OUTBOXD_OUTBOX_H
 
+#include "outboxd/change.h"
 #include "outboxd/common.h"
 #include "outboxd/config.h"
 #include "outboxd/lsn.h"
@@ -27,32 +28,6 @@ typedef enum ob_map_result {
 	OB_MAP_DLQ,   /* ev holds the dead-letter record; ev->dlq_reason says why */
 	OB_MAP_SKIP,  /* not an outbox insert or message: nothing to publish */
 } ob_map_result;
-
-/* How a column read with libpq in text format is taken, so that it maps
- * as the same column would from wal2json (which sends numbers and booleans
- * as JSON literals, bytea as hex digits without "\\x", and everything else,
- * json and jsonb included, as the type's text). */
-typedef enum ob_text_kind {
-	OB_TEXT_PLAIN,   /* the text as it is */
-	OB_TEXT_NUMBER,  /* a number's exact text; NaN and infinities are null */
-	OB_TEXT_BOOLEAN, /* "t" or "f" */
-	OB_TEXT_BYTEA,   /* "\\x" and hex digits */
-} ob_text_kind;
-
-/* One row in text format: read with libpq (the backlog) or decoded from
- * pgoutput's tuple data. The arrays have columns_len entries and are owned
- * by the caller; values[i] is NULL for SQL NULL, else it points at
- * lengths[i] bytes that need not be NUL-terminated. */
-typedef struct ob_text_row {
-	const char *const *names;
-	const ob_text_kind *kinds;
-	const char *const *values;
-	const size_t *lengths;
-	size_t columns_len;
-} ob_text_row;
-
-/* The kind of a column of type oid (libpq's PQftype). */
-ob_text_kind ob_text_kind_for_type(unsigned int oid);
 
 /* The mapper keeps buffers it reuses from event to event: the decoded
  * text of a logical message and of a headers object, and a scratch event
@@ -79,20 +54,6 @@ ob_map_result ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64
  * leafset.h). Other records give OB_MAP_SKIP. */
 ob_map_result ob_mapper_map_row(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				ob_event *ev);
-
-/* A logical message, as either decoder reads it. The prefix is
- * NUL-terminated; content points at content_len bytes: the message's
- * bytes as they were emitted, or (content_escaped, wal2json) the text of a
- * JSON string whose escapes decode to them. */
-typedef struct ob_logical_message {
-	ob_lsn lsn;
-	bool transactional;
-	const char *prefix;
-	bool prefix_too_long; /* the prefix was cut short: it matches nothing */
-	const char *content;
-	size_t content_len;
-	bool content_escaped;
-} ob_logical_message;
 
 /* Map a logical message. Messages with another prefix give OB_MAP_SKIP;
  * non-transactional ones with the outbox prefix are bad events. */

@@ -39,6 +39,7 @@
 #include "outboxd/config.h"
 #include "outboxd/leafset.h"
 #include "outboxd/pgrepl.h"
+#include "outboxd/runtime.h"
 
 /* How often a stream's set is read again. */
 #define OB_PARTITIONS_INTERVAL_MS 1000
@@ -48,24 +49,29 @@
  * when it is partitioned; whether it is; and the verified position. False
  * on failure, with the reason (the server's message) in err: the caller
  * logs it. */
-bool ob_partitions_read(ob_pgrepl *p, const ob_config *cfg, ob_leafset *set, char *err,
+bool ob_partitions_read(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err,
 			size_t errlen) OB_MUST_CHECK;
+
+/* The outbox table's qualified name as an SQL expression of type text,
+ * "format('%I.%I', '<schema>', '<table>')" with both names quoted as
+ * literals on p, for to_regclass() or ::regclass; the caller frees. */
+char *ob_partitions_table_name(ob_pgconn *p, const ob_config *cfg);
 
 /* The reads while a stream runs, on a plain connection of their own
  * (a replication connection that streams takes no SQL), opened on first
  * use and closed with the stream. */
 typedef struct ob_partwatch {
 	const ob_config *cfg;
-	ob_pgrepl_tick_fn tick; /* kept running while a read waits */
+	ob_pgsql_tick_fn tick; /* kept running while a read waits */
 	void *tick_ctx;
-	ob_pgrepl *conn;    /* NULL until the first read, and after a failure */
+	ob_pgconn *conn;    /* NULL until the first read, and after a failure */
 	int64_t next_ms;    /* when the next read is due */
 	int64_t last_ms;    /* when the latest read succeeded */
-	int64_t backoff_ms; /* the wait after a failed read; doubles */
+	ob_backoff backoff; /* the wait after a failed read; doubles */
 	bool failing;       /* the latest read failed (said once) */
 } ob_partwatch;
 
-void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgrepl_tick_fn tick, void *ctx);
+void ob_partwatch_init(ob_partwatch *w, const ob_config *cfg, ob_pgsql_tick_fn tick, void *ctx);
 /* Read the set into *set when a read is due: OB_PARTITIONS_INTERVAL_MS
  * after the last one, or, after a failure, after a wait that doubles up to
  * postgres.reconnect_max_backoff_ms. True when *set was read now. A failed

@@ -35,7 +35,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/lsn.h"
-#include "outboxd/outbox.h"
+#include "outboxd/change.h"
 
 /* µs from the Unix epoch to Postgres' epoch (2000-01-01 00:00:00 UTC). */
 #define OB_PGO_EPOCH_OFFSET_US INT64_C(946684800000000)

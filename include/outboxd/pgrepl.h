@@ -1,23 +1,22 @@
 /*
- * pgrepl.h: the logical replication connection to Postgres.
+ * pgrepl.h: replication commands and the logical replication stream, in
+ * the Postgres layer (pgsql.h).
  *
  * One connection with replication=database serves both the few SQL queries
- * outboxd needs (slot state, wal_level, the outbox table) and the
- * replication stream (START_REPLICATION with wal2json or pgoutput). Errors are logged
- * here, once, and classified so the caller knows whether to retry, wait as
- * a standby, or stop (deploy/README.md, "Failure modes"). No librdkafka type appears here.
+ * outboxd needs (slot state, wal_level, the outbox table: pgsql.h) and the
+ * replication stream (START_REPLICATION with wal2json or pgoutput). Errors
+ * are logged here, once, and classified so the caller knows whether to
+ * retry, wait as a standby, or stop (deploy/README.md, "Failure modes"). No libpq or
+ * librdkafka type appears here.
  */
 #ifndef OUTBOXD_PGREPL_H
 #define OUTBOXD_PGREPL_H
-
-#include <libpq-fe.h>
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
 #include "outboxd/leafset.h"
 #include "outboxd/lsn.h"
-
-typedef struct ob_pgrepl ob_pgrepl;
+#include "outboxd/pgsql.h"
 
 /* The server's WAL position as SQL, on a primary and on a hot standby
  * alike (where pg_current_wal_*() fail with "recovery is in progress"):
@@ -44,13 +43,6 @@ typedef struct ob_pg_system {
 	char system_id[32]; /* the cluster's system identifier, as text */
 	int timeline;
 } ob_pg_system;
-
-typedef enum ob_pg_status {
-	OB_PG_OK,
-	OB_PG_RETRY,   /* transient: reconnect with backoff */
-	OB_PG_STANDBY, /* the slot is held by another process */
-	OB_PG_FATAL,   /* needs an operator: exit 1 */
-} ob_pg_status;
 
 /* pg_replication_slots' view of one slot. */
 typedef struct ob_slot_info {
@@ -84,61 +76,35 @@ typedef enum ob_read_result {
 	OB_READ_ERROR,
 } ob_read_result;
 
-/* Called about every second while a query runs; returning false cancels
- * the query (it then fails). */
-typedef bool (*ob_pgrepl_tick_fn)(void *ctx);
-
-/* Connect with replication=database. OB_PG_RETRY (logged) on failure. */
 /* The libpq version the binary runs with, as PQlibVersion() gives it
  * (150018 for 15.18). */
 int ob_pgrepl_library_version(void);
-ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgrepl **out);
-/* Open a plain (not replication) connection with the same settings and
- * pinned session options, for SQL only. Its queries keep the tick running
- * like the replication connection's, and each query string is one
- * statement (the extended protocol). OB_PG_RETRY (logged) on failure. */
-ob_pg_status ob_pgrepl_connect_plain(const ob_config *cfg, ob_pgrepl **out);
-
-/* Keep tick running while queries wait for the server (NULL: none). */
-void ob_pgrepl_set_tick(ob_pgrepl *p, ob_pgrepl_tick_fn tick, void *ctx);
+/* Connect with replication=database (ob_pgsql_connect()). OB_PG_RETRY
+ * (logged) on failure. */
+ob_pg_status ob_pgrepl_connect(const ob_config *cfg, ob_pgconn **out);
 /* Close the connection. With graceful, end the stream first (CopyDone) and
  * wait briefly for the server, so the last status update is processed. */
-void ob_pgrepl_close(ob_pgrepl *p, bool graceful);
-
-/* Run a query and copy the first column of the first row into *out (the
- * caller frees; NULL for no row or SQL NULL). False (logged) on error. */
-bool ob_pgrepl_query_value(ob_pgrepl *p, const char *sql, char **out) OB_MUST_CHECK;
-/* Run one query (keeping the tick running) and return its last result,
- * which the caller checks and clears (PQclear); nothing is logged. */
-PGresult *ob_pgrepl_exec(ob_pgrepl *p, const char *sql);
-/* Quote s as an SQL literal; the caller frees. */
-char *ob_pgrepl_quote_literal(ob_pgrepl *p, const char *s);
-/* Quote s as an SQL identifier; the caller frees. */
-char *ob_pgrepl_quote_ident(ob_pgrepl *p, const char *s);
-/* Whether column col of res's first row is boolean true ("t"). */
-bool ob_pg_field_true(const PGresult *res, int col);
-/* The server's version number (150005 for 15.5). */
-int ob_pgrepl_server_version(const ob_pgrepl *p);
+void ob_pgrepl_close(ob_pgconn *p, bool graceful);
 /* Whether the server is a hot standby (pg_is_in_recovery()) into
  * *standby; false (logged) when the query failed. */
-bool ob_pgrepl_in_recovery(ob_pgrepl *p, bool *standby) OB_MUST_CHECK;
+bool ob_pgrepl_in_recovery(ob_pgconn *p, bool *standby) OB_MUST_CHECK;
 
-bool ob_pgrepl_slot_info(ob_pgrepl *p, const char *slot, ob_slot_info *info) OB_MUST_CHECK;
+bool ob_pgrepl_slot_info(ob_pgconn *p, const char *slot, ob_slot_info *info) OB_MUST_CHECK;
 /* CREATE_REPLICATION_SLOT for plugin, with FAILOVER when failover is set
  * (PostgreSQL 17+ only; the caller decides). On a hot standby it says in
  * the log that creation waits for the primary's next running-transactions
  * record. OB_PG_FATAL names the fix; OB_PG_STANDBY (logged) when another
  * process created the slot meanwhile. */
-ob_pg_status ob_pgrepl_create_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin, bool failover);
+ob_pg_status ob_pgrepl_create_slot(ob_pgconn *p, const char *slot, ob_plugin plugin, bool failover);
 /* ALTER_REPLICATION_SLOT slot (FAILOVER true) (PostgreSQL 17+, the slot
  * inactive). OB_PG_STANDBY when another process took the slot meanwhile;
  * OB_PG_RETRY (logged) on any other failure. */
-ob_pg_status ob_pgrepl_set_failover(ob_pgrepl *p, const char *slot);
+ob_pg_status ob_pgrepl_set_failover(ob_pgconn *p, const char *slot);
 /* CREATE_REPLICATION_SLOT ... TEMPORARY ... EXPORT_SNAPSHOT: a temporary
  * slot that lives as long as this connection, its consistent point in
  * *consistent and the exported snapshot's name in snapshot. The snapshot
  * stays importable until the next command on this connection. */
-ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_plugin plugin,
+ob_pg_status ob_pgrepl_create_exported_slot(ob_pgconn *p, const char *slot, ob_plugin plugin,
 					    ob_lsn *consistent, char *snapshot,
 					    size_t snapshot_len);
 /* Copy the logical slot from (a temporary slot another session holds)
@@ -147,14 +113,14 @@ ob_pg_status ob_pgrepl_create_exported_slot(ob_pgrepl *p, const char *slot, ob_p
  * session's own temporary slots). OB_PG_STANDBY (logged) when to exists
  * already: another process created it meanwhile; OB_PG_RETRY (logged) on
  * any other failure. */
-ob_pg_status ob_pgrepl_copy_slot(ob_pgrepl *p, const char *from, const char *to);
-bool ob_pgrepl_drop_slot(ob_pgrepl *p, const char *slot) OB_MUST_CHECK;
+ob_pg_status ob_pgrepl_copy_slot(ob_pgconn *p, const char *from, const char *to);
+bool ob_pgrepl_drop_slot(ob_pgconn *p, const char *slot) OB_MUST_CHECK;
 
 /* Whether the slot should have FAILOVER on this server: postgres.
  * slot_failover is set, the server is PostgreSQL 17+ and not a hot
  * standby (whose own slots cannot be failover slots). Below 17 the
  * setting is said, once, to do nothing. */
-bool ob_pgrepl_failover_wanted(ob_pgrepl *p, const ob_config *cfg, bool standby);
+bool ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby);
 
 /* Create the missing slot (with FAILOVER when ob_pgrepl_failover_wanted()
  * says so) and, on a primary, its marker (slotmark.h). A marker already
@@ -162,7 +128,7 @@ bool ob_pgrepl_failover_wanted(ob_pgrepl *p, const ob_config *cfg, bool standby)
  * replace_lost (`outboxd slot create`, the operator's explicit step),
  * which warns what the new slot skips. Otherwise as
  * ob_pgrepl_create_slot(). */
-ob_pg_status ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool replace_lost);
+ob_pg_status ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost);
 
 /* Check the slot and create it if missing and create_slot is set: STANDBY
  * if another process holds it (or created it meanwhile), FATAL if it is
@@ -173,32 +139,25 @@ ob_pg_status ob_pgrepl_create_marked(ob_pgrepl *p, const ob_config *cfg, bool re
  * again would skip every event since); once streamed, naming confirmed,
  * the position reached. An existing slot gets FAILOVER when
  * ob_pgrepl_failover_wanted() says so, and its marker row. */
-ob_pg_status ob_pgrepl_prepare_slot(ob_pgrepl *p, const ob_config *cfg, bool streamed,
+ob_pg_status ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed,
 				    ob_lsn confirmed);
 
 /* IDENTIFY_SYSTEM: the server's system identifier and timeline. False
  * (logged) on error. */
-bool ob_pgrepl_identify(ob_pgrepl *p, ob_pg_system *sys) OB_MUST_CHECK;
-
-/* The SQLSTATE of the last error the server reported on this connection
- * (a failed command or the end of the stream); "" when there was none or
- * the connection was lost. */
-const char *ob_pgrepl_error_state(const ob_pgrepl *p);
-/* That error's message. */
-const char *ob_pgrepl_error_message(const ob_pgrepl *p);
+bool ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys) OB_MUST_CHECK;
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
- * options outboxd needs from postgres.plugin (deploy/README.md, "Choosing a
- * decoder"). With wal2json, tables are the ones whose inserts it sends
+ * options outboxd needs from postgres.plugin (deploy/README.md,
+ * "Choosing a decoder"). With wal2json, tables are the ones whose inserts it sends
  * (add-tables: the outbox table, or its leaf partitions); pgoutput takes
  * them from its publication and ignores tables. */
-ob_pg_status ob_pgrepl_start(ob_pgrepl *p, const ob_config *cfg, ob_lsn start,
+ob_pg_status ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start,
 			     const ob_leafset *tables);
 
-int ob_pgrepl_socket(const ob_pgrepl *p);
-ob_read_result ob_pgrepl_read(ob_pgrepl *p, ob_pgrepl_msg *msg);
+int ob_pgrepl_socket(const ob_pgconn *p);
+ob_read_result ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg);
 /* Send a standby status update; only flush moves the slot. */
-bool ob_pgrepl_send_status(ob_pgrepl *p, ob_lsn write, ob_lsn flush,
+bool ob_pgrepl_send_status(ob_pgconn *p, ob_lsn write, ob_lsn flush,
 			   bool reply_requested) OB_MUST_CHECK;
 
 #endif

@@ -1,11 +1,11 @@
 /*
  * producer.h: the idempotent Kafka producer (librdkafka).
  *
- * outboxd's defaults (deploy/README.md, "Configuration reference") are applied first, then the
- * user's [kafka] properties, then the pinned ones (enable.idempotence=true, acks=all, and
- * enable.gapless.guarantee as the producer's order asks). Delivery reports are served on the
- * caller's thread by ob_producer_poll(); each calls the delivery callback with the tag given to
- * ob_producer_send(). A report that is not OK is final: librdkafka retries everything retriable
+ * outboxd's defaults (deploy/README.md, "Configuration reference") are
+ * applied first, then the user's [kafka] properties, then the pinned ones (enable.idempotence=true,
+ * acks=all, and enable.gapless.guarantee as the producer's order asks). Delivery reports are served
+ * on the caller's thread by ob_producer_poll(); each calls the delivery callback with the tag given
+ * to ob_producer_send(). A report that is not OK is final: librdkafka retries everything retriable
  * itself (message.timeout.ms=0 never expires). A failed report is either a suspect (an error that
  * may be the record's own, but the broker answers a whole batch with one code) or a fault of the
  * producer or the cluster. After a fault, and with OB_PRODUCER_PIPELINED after any failed batch,
@@ -15,8 +15,6 @@
  */
 #ifndef OUTBOXD_PRODUCER_H
 #define OUTBOXD_PRODUCER_H
-
-#include <librdkafka/rdkafka.h>
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
@@ -121,34 +119,5 @@ bool ob_producer_check_config(const ob_config *cfg) OB_MUST_CHECK;
  * topic is not NULL, *topic_exists says whether the cluster has it. */
 bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
 		       char *detail, size_t detail_len) OB_MUST_CHECK;
-
-/* Helpers shared with the inbox consumer (inbox.c). ob_kafka_conf_set()
- * sets one property, false (logged, naming kafka.<key>) when librdkafka
- * rejects it; ob_kafka_log() is the log callback that sends librdkafka's
- * lines to outboxd's logger. */
-bool ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value) OB_MUST_CHECK;
-void ob_kafka_log(const rd_kafka_t *rk, int level, const char *facility, const char *buf);
-
-/* Broker state (outboxd_kafka_connected, /readyz) comes only from
- * librdkafka's statistics: ob_kafka_conf_keep_stats() raises a
- * statistics.interval.ms of 0 (statistics off, librdkafka's default) to
- * OB_KAFKA_STATS_INTERVAL_MS; a positive interval is kept. False (logged)
- * when librdkafka rejects it. */
-#define OB_KAFKA_STATS_INTERVAL_MS "1000"
-bool ob_kafka_conf_keep_stats(rd_kafka_conf_t *conf) OB_MUST_CHECK;
-
-/* The number of brokers (bootstrap entries left out) in state UP in
- * librdkafka's statistics JSON; shared with the inbox consumer. */
-int ob_kafka_stats_brokers_up(const char *json, size_t json_len);
-
-/* The lines a client's error and statistics callbacks log about its
- * brokers (the producer's and the inbox consumer's). librdkafka's own log
- * already has a line for a failed connection or name lookup, so
- * ob_kafka_note_error() logs those at debug only, "all brokers are down"
- * once, and any other error as a warning; it sets *down when all brokers
- * are down. ob_kafka_note_brokers_up() logs that brokers are back when
- * *down and up > 0, and clears it. */
-void ob_kafka_note_error(int err, const char *reason, bool *down);
-void ob_kafka_note_brokers_up(int up, bool *down);
 
 #endif

@@ -36,7 +36,7 @@
  * of that race checks the winner's. detail gets one line for the operator: what was found and,
  * on OB_PG_FATAL, the statements that fix it. OB_PG_RETRY when a query
  * failed (nothing is known). */
-ob_pg_status ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool slot_exists,
+ob_pg_status ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists,
 				    bool create, char *detail, size_t detail_len) OB_MUST_CHECK;
 
 /* What the publication says of the outbox table now, as text that
@@ -44,7 +44,7 @@ ob_pg_status ob_publication_prepare(ob_pgrepl *pg, const ob_config *cfg, bool sl
  * root, includes the table, with which row filter and columns); "missing"
  * when there is no publication. A table added to or dropped from it
  * changes nothing here. False (err set) when the query failed. */
-bool ob_publication_stamp(ob_pgrepl *pg, const ob_config *cfg, char *stamp, size_t stamp_len,
+bool ob_publication_stamp(ob_pgconn *pg, const ob_config *cfg, char *stamp, size_t stamp_len,
 			  char *err, size_t errlen) OB_MUST_CHECK;
 
 /* The CREATE PUBLICATION statement for cfg (README, sql/publication.sql);

@@ -2,8 +2,9 @@
  * relay.h: the main loop that moves events from the slot to Kafka.
  *
  * One thread waits on the Postgres socket and the producer's wake-up pipe,
- * reads wal2json records, maps and produces them, serves delivery reports,
- * and confirms the slot up to what the ack tracker allows. It reconnects to
+ * reads the slot's records (wal2json or pgoutput: decoder.h), maps them and
+ * hands them to the producer (delivery.h), and confirms the slot up to what
+ * the ack tracker and the stream's tables allow (tableset.h). It reconnects to
  * Postgres with exponential backoff, waits as a standby while another
  * process holds the slot, recreates the producer after a fatal error, and
  * on SIGTERM/SIGINT flushes (up to 30 s), confirms and returns.

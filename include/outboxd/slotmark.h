@@ -31,27 +31,27 @@
 /* Whether the slot's row exists (*marked); when it does, when it was
  * written into since (text, "" otherwise). OB_PG_RETRY (logged) when the
  * query failed. A missing table is no row. */
-ob_pg_status ob_slotmark_read(ob_pgrepl *p, const ob_config *cfg, bool *marked, char *since,
+ob_pg_status ob_slotmark_read(ob_pgconn *p, const ob_config *cfg, bool *marked, char *since,
 			      size_t since_len);
 /* Whether the row could be written, without writing anything (`outboxd
  * check`): OB_PG_OK when the table is writable or the role may create
  * it; OB_PG_FATAL with the statements to run; OB_PG_RETRY when the query
  * failed. detail gets one line for the operator. */
-ob_pg_status ob_slotmark_check(ob_pgrepl *p, const ob_config *cfg, char *detail, size_t detail_len);
+ob_pg_status ob_slotmark_check(ob_pgconn *p, const ob_config *cfg, char *detail, size_t detail_len);
 /* Make sure the row can be written before a slot is created: create the
  * table when it is missing, and check the INSERT privilege. OB_PG_FATAL
  * (logged, naming the SQL to run) when the role may do neither;
  * OB_PG_RETRY (logged) when a query failed. */
-ob_pg_status ob_slotmark_ready(ob_pgrepl *p, const ob_config *cfg);
+ob_pg_status ob_slotmark_ready(ob_pgconn *p, const ob_config *cfg);
 /* Write the slot's row (kept when it is there). False (logged) on
  * failure. */
-bool ob_slotmark_write(ob_pgrepl *p, const ob_config *cfg) OB_MUST_CHECK;
+bool ob_slotmark_write(ob_pgconn *p, const ob_config *cfg) OB_MUST_CHECK;
 /* Write the row of a slot that exists (made before outboxd kept markers,
  * or whose row was not written): a failure is warned about once per
  * process and is no error, since the slot is there. */
-void ob_slotmark_keep(ob_pgrepl *p, const ob_config *cfg);
+void ob_slotmark_keep(ob_pgconn *p, const ob_config *cfg);
 /* Delete the slot's row (none: nothing to do). False (logged) on failure. */
-bool ob_slotmark_clear(ob_pgrepl *p, const ob_config *cfg) OB_MUST_CHECK;
+bool ob_slotmark_clear(ob_pgconn *p, const ob_config *cfg) OB_MUST_CHECK;
 /* Log that the slot was lost (its row, written at since, is there) and
  * how to recover. */
 void ob_slotmark_log_lost(const ob_config *cfg, const char *since);

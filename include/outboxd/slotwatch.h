@@ -58,6 +58,6 @@ void ob_slotwatch_init(ob_slotwatch *w);
  * it says to metrics.h; read_lsn is the position the
  * stream has read up to. A failed reading is logged, once while failures
  * last, and leaves the metrics as they were. */
-void ob_slotwatch_poll(ob_slotwatch *w, ob_pgrepl *p, const ob_config *cfg, ob_lsn read_lsn);
+void ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn read_lsn);
 
 #endif

@@ -706,6 +706,45 @@ test_commit_moves_the_confirmed_end(void **state)
 	ob_acktrack_free(&t);
 }
 
+/* The record tag: what a delivery report carries back decodes to what was
+ * encoded, the index saturates, and the sequence number is rebuilt from
+ * the tracker's oldest entry across the wrap of its low bits. */
+typedef struct tag_case {
+	uint64_t seq, index;
+	ob_record_kind kind;
+	uint64_t head_seq;   /* the oldest tracked when the report comes */
+	uint64_t want_index; /* the index decoded */
+} tag_case;
+
+static const tag_case tag_cases[] = {
+    {0, 0, OB_RECORD_EVENT, 0, 0},
+    {1, 2, OB_RECORD_DLQ, 0, 2},
+    {7, 3, OB_RECORD_DLQ_HEADERS_ONLY, 5, 3},
+    {5, OB_TAG_INDEX_MAX, OB_RECORD_EVENT, 5, OB_TAG_INDEX_MAX},
+    {5, OB_TAG_INDEX_MAX + 1, OB_RECORD_EVENT, 5, OB_TAG_INDEX_MAX},
+    {5, UINT64_MAX, OB_RECORD_DLQ, 1, OB_TAG_INDEX_MAX},
+    /* the low 31 bits wrap between head and seq */
+    {(UINT64_C(1) << 31) + 4, 9, OB_RECORD_EVENT, (UINT64_C(1) << 31) - 3, 9},
+    {(UINT64_C(5) << 31) + 1, 1, OB_RECORD_DLQ, (UINT64_C(5) << 31) - 100, 1},
+    /* far above 2^31, with head equal to seq */
+    {(UINT64_C(1) << 40) + 77, 0, OB_RECORD_DLQ_HEADERS_ONLY, (UINT64_C(1) << 40) + 77, 0},
+};
+
+static void
+test_tag_codec(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(tag_cases) / sizeof(tag_cases[0]); i++) {
+		const tag_case *c = &tag_cases[i];
+		ob_record_tag t =
+		    ob_tag_decode(ob_tag_encode(c->seq, c->index, c->kind), c->head_seq);
+
+		assert_int_equal(t.seq, c->seq);
+		assert_int_equal(t.index, c->want_index);
+		assert_int_equal(t.kind, c->kind);
+	}
+}
+
 int
 main(void)
 {
@@ -717,6 +756,7 @@ main(void)
 	    cmocka_unit_test(test_growth_reverse_acks),
 	    cmocka_unit_test(test_empty_transactions_take_no_entry),
 	    cmocka_unit_test(test_commit_moves_the_confirmed_end),
+	    cmocka_unit_test(test_tag_codec),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

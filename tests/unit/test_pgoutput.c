@@ -31,6 +31,8 @@
 
 #include "outboxd/config.h"
 #include "outboxd/outbox.h"
+
+#include "records.h"
 #include "outboxd/pgoutput.h"
 #include "outboxd/wal2json.h"
 
@@ -53,33 +55,6 @@
 #define COMMIT_MS INT64_C(1700000000123)
 
 /* --- captured pgoutput messages ------------------------------------------- */
-
-/* Transaction 736: Begin, the Relation of public.outbox before its first
- * row, the row of tests/unit/records.h, a transactional outbox message,
- * Commit. */
-static const char msg_begin[] =
-    "B\000\000\000\000\001Tb\200\000\003\003\355\366\011\322\211\000\000\002\340";
-
-static const char msg_relation_outbox[] =
-    "R\000\000@\000public\000outbox\000d\000\007\001id\000\000\000\013\206\377\377\377\377"
-    "\000aggregate_type\000\000\000\000\031\377\377\377\377\000aggregate_id\000\000\000\000"
-    "\031\377\377\377\377\000event_type\000\000\000\000\031\377\377\377\377\000payload\000"
-    "\000\000\016\332\377\377\377\377\000headers\000\000\000\016\332\377\377\377\377\000creat"
-    "ed_at\000\000\000\004\240\377\377\377\377";
-
-static const char msg_insert_outbox[] =
-    "I\000\000@\000N\000\007t\000\000\000$38a18a3a-8de4-4a2c-8a64-91f9bf2d053at\000\000\000"
-    "\005ordert\000\000\000\003o-1t\000\000\000\007createdt\000\000\000\035{\"a\": \"x\\\"y\""
-    ", \"b\": [1, 2.50]}t\000\000\000\025{\"n\": 5, \"tr\": \"abc\"}t\000\000\000\0352026-11-"
-    "22 03:07:11.205762+00";
-
-static const char msg_message_outbox[] =
-    "M\001\000\000\000\000\001Tb\200outbox\000\000\000\000b{\"id\":\"m1\",\"aggregate_type\":"
-    "\"order\",\"aggregate_id\":\"o-1\",\"event_type\":\"created\",\"payload\":{\"a\":1}}";
-
-static const char msg_commit[] =
-    "C\000\000\000\000\000\001Tb\200\000\000\000\000\001Tb\260\000\003\003\355\366\011\322"
-    "\211";
 
 /* Transaction 737: NULL payload and headers, a 3 kB payload, messages with
  * other prefixes (one of binary content), Commit. */

@@ -1,0 +1,44 @@
+/*
+ * cutover.h: the backlog cutover, run before the first stream on
+ * connections of its own (README, "Publishing existing rows").
+ *
+ * When the slot is missing, outboxd may create it, and
+ * outbox.backlog_where is set (or `outboxd slot create` runs): check the
+ * predicate (a refused one is a configuration error, found before any slot
+ * exists), create a temporary slot exporting its snapshot, publish the
+ * outbox rows the predicate selects in that snapshot (backlog.h) as one
+ * unit known by the slot's consistent point, wait until the broker
+ * acknowledged them all, and only then copy the temporary slot into the
+ * permanent one. Until the copy nothing outlives this process: a crash
+ * leaves no slot, and the next start publishes the backlog again. The
+ * stream then starts at the slot's own confirmed position.
+ *
+ * It shares only "hand over, settle" with the stream (delivery.h), as
+ * pg_recvlogical calls streamutil.c's slot set-up before its loop.
+ */
+#ifndef OUTBOXD_CUTOVER_H
+#define OUTBOXD_CUTOVER_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/delivery.h"
+#include "outboxd/outcome.h"
+
+typedef struct ob_cutover {
+	const ob_config *cfg;
+	ob_deliveries *deliveries; /* not owned */
+	bool create_only;          /* `slot create`: create the slot even without create_slot */
+	ob_lsn backlog_end;        /* the consistent point of the latest attempt (0: none) */
+} ob_cutover;
+
+void ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool create_only);
+/* Publish the backlog and create the slot, when the slot is missing and
+ * outboxd may create it. *created says whether the slot was created here;
+ * true also when there was nothing to do, or when another process created
+ * the slot meanwhile (*created false). False with *out set when this
+ * connection attempt ends (a failed copy is tried again with backoff while
+ * the temporary slot lives; once it is gone, the next attempt publishes
+ * the backlog again). */
+bool ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out) OB_MUST_CHECK;
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * inboxpos.h: where the inbox's partitions start and resume (README,
+ * "Inbox").
+ *
+ * The positions stored in Postgres are the truth. A partition is started
+ * only once its stored position is judged against what the broker serves:
+ * a position past the high watermark, below the low watermark, or stored
+ * for another cluster, and a partition with nothing stored while the group
+ * has a committed offset in Kafka, cannot belong to it (a mismatch), and
+ * inbox.on_position_mismatch says where it starts instead. After a failed
+ * transaction, whose outcome may be unknown, every assigned partition
+ * resumes at what Postgres holds.
+ */
+#ifndef OUTBOXD_INBOXPOS_H
+#define OUTBOXD_INBOXPOS_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/consumer.h"
+#include "outboxd/inboxdb.h"
+#include "outboxd/metrics.h"
+
+typedef enum ob_inboxpos_status {
+	OB_INBOXPOS_OK,
+	OB_INBOXPOS_WAIT,   /* the broker did not answer or a seek failed: try again later */
+	OB_INBOXPOS_DB,     /* the database failed (logged): it is lost */
+	OB_INBOXPOS_HALT,   /* exit 1: a mismatch with on_position_mismatch = halt */
+	OB_INBOXPOS_CONFIG, /* exit 2: the inbox would consume its own dead letters */
+} ob_inboxpos_status;
+
+/* What the broker says of one partition being started. */
+typedef struct ob_broker_view {
+	int64_t low, high; /* watermarks */
+	int64_t committed; /* the group's committed offset; < 0: none */
+} ob_broker_view;
+
+/* Judge the stored position st of a partition against the broker's view
+ * bv and the cluster the consumer is connected to (cluster_id; "":
+ * unknown). True when it cannot belong to the partition, with *reason set
+ * and what it is in text (both positions) in why. Pure. */
+bool ob_inboxpos_mismatch(const ob_inbox_position *st, const ob_broker_view *bv,
+			  const char *cluster_id, ob_position_mismatch *reason, char *why,
+			  size_t why_len);
+
+/* Start the consumer's unstarted partitions: judge each stored position,
+ * recover a mismatch as inbox.on_position_mismatch says (storing the new
+ * position, unless the setting is "stored"), seek each partition to its
+ * start and resume it. A partition with nothing stored and nothing
+ * committed starts at its high watermark with on_position_mismatch =
+ * latest, else at its low one. */
+ob_inboxpos_status ob_inboxpos_start(ob_consumer *c, ob_inboxdb *db, const ob_config *cfg);
+/* After start failed: note the lag of each unstarted partition (its high
+ * watermark minus the stored position, or minus the low watermark when
+ * nothing is stored): their records wait as well. Kept as it was when the
+ * broker does not answer; OB_INBOXPOS_DB when the database failed. */
+ob_inboxpos_status ob_inboxpos_note_lag(ob_consumer *c, ob_inboxdb *db);
+/* After a failed transaction: seek every assigned partition to where
+ * Postgres says it resumes (or, with nothing stored, to the first record
+ * read from it) and resume them. */
+ob_inboxpos_status ob_inboxpos_resume(ob_consumer *c, ob_inboxdb *db);
+
+#endif

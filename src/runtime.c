@@ -1,0 +1,82 @@
+/*
+ * runtime.c: start-up, the liveness tick, waiting, shutdown and backoff
+ * for both daemons (see runtime.h).
+ */
+#include "outboxd/runtime.h"
+
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+#include "outboxd/notify.h"
+#include "outboxd/signals.h"
+
+void
+ob_runtime_start(void)
+{
+	ob_signals_install();
+	ob_notify_init();
+	ob_metrics_set_ready(OB_READY_CONNECTING);
+}
+
+bool
+ob_runtime_tick(void)
+{
+	ob_metrics_heartbeat();
+	ob_notify_watchdog();
+	return !ob_signals_stop_requested();
+}
+
+bool
+ob_runtime_stop_requested(void)
+{
+	return ob_signals_stop_requested();
+}
+
+bool
+ob_runtime_wait(int64_t ms, bool (*serve)(void *ctx, int timeout_ms), void *ctx)
+{
+	int64_t deadline = ob_mono_ms() + ms;
+
+	while (ob_runtime_tick()) {
+		int64_t left = deadline - ob_mono_ms();
+
+		if (left <= 0 || !serve(ctx, left < 100 ? (int)left : 100))
+			return true;
+	}
+	return false;
+}
+
+void
+ob_runtime_stopping(void)
+{
+	ob_notify_stopping();
+}
+
+int
+ob_runtime_exit(const char *name, int code)
+{
+	ob_info("%s stopped (exit code %d)", name, code);
+	return code;
+}
+
+void
+ob_backoff_init(ob_backoff *b, int64_t first_ms, int64_t max_ms)
+{
+	b->first_ms = first_ms;
+	b->max_ms = max_ms;
+	b->next_ms = first_ms;
+}
+
+int64_t
+ob_backoff_next(ob_backoff *b)
+{
+	int64_t now = b->next_ms;
+
+	b->next_ms = now * 2 > b->max_ms ? b->max_ms : now * 2;
+	return now;
+}
+
+void
+ob_backoff_reset(ob_backoff *b)
+{
+	b->next_ms = b->first_ms;
+}
