@@ -12,6 +12,7 @@
  */
 #include "outboxd/delivery.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +36,20 @@ set_state(ob_deliveries *d, ob_delivery_state to, const char *why)
 		return;
 	ob_debug("delivery: %s -> %s (%s)", state_names[d->state], state_names[to], why);
 	d->state = to;
+}
+
+/* The producer must be recreated, for the reason fmt says (the first
+ * reason given is the one the recreation logs). */
+static void OB_PRINTF(2, 3) break_producer(ob_deliveries *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (d->broken_why[0] == '\0') {
+		va_start(ap, fmt);
+		vsnprintf(d->broken_why, sizeof(d->broken_why), fmt, ap);
+		va_end(ap);
+	}
+	set_state(d, OB_DELIVERY_BROKEN, d->broken_why);
 }
 
 /* Halt on the refusal rep of a record that confirms end_lsn: "<what>
@@ -121,12 +136,8 @@ on_delivery(void *ctx, const ob_delivery *rep)
 	/* Refused with its batch, which may hold the culprit: read the slot
 	 * again and produce this record alone when it comes. */
 	ob_replay_suspect(&d->replay, pos);
-	if (d->broken_why[0] == '\0') {
-		snprintf(d->broken_why, sizeof(d->broken_why),
-			 "the broker refused a batch for %.*s: %s", (int)rep->record.topic_len,
-			 rep->record.topic, rep->error);
-		set_state(d, OB_DELIVERY_BROKEN, d->broken_why);
-	}
+	break_producer(d, "the broker refused a batch for %.*s: %s", (int)rep->record.topic_len,
+		       rep->record.topic, rep->error);
 }
 
 /* The verdict after serving reports: false with *out set when the
@@ -340,10 +351,7 @@ publish_alone(ob_deliveries *d, const ob_event *ev, uint64_t seq, ob_event_pos p
 		 * the main client writes next: the producer is recreated, which
 		 * drops it, so that it is produced alone again first. */
 		if (*out != OB_OUTCOME_STOP && *out != OB_OUTCOME_HALT) {
-			if (d->broken_why[0] == '\0')
-				snprintf(d->broken_why, sizeof(d->broken_why),
-					 "the stream ended while a suspect was in flight alone");
-			set_state(d, OB_DELIVERY_BROKEN, d->broken_why);
+			break_producer(d, "the stream ended while a suspect was in flight alone");
 			*out = OB_OUTCOME_REPRODUCE;
 		}
 	}

@@ -28,7 +28,6 @@ typedef struct handle {
 
 struct ob_producer {
 	const ob_config *cfg;
-	ob_producer_order order;
 	/* Every record but those produced alone. With OB_PRODUCER_PIPELINED it
 	 * keeps librdkafka's enable.gapless.guarantee: a batch the broker
 	 * fails fails the producer, and nothing queued behind that batch is
@@ -321,7 +320,6 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 
 	*out = NULL;
 	p->cfg = cfg;
-	p->order = order;
 	p->on_delivery = on_delivery_fn;
 	p->ctx = ctx;
 	if (pipe2(p->wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -491,10 +489,6 @@ ob_send_result
 ob_producer_send_alone(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
 		       bool *too_large)
 {
-	*why = NULL;
-	*too_large = false;
-	if (p->order == OB_PRODUCER_AWAITED)
-		return send_on(p, p->main.rk, ev, tag, why, too_large);
 	if (p->alone.rk == NULL && !handle_start(p, &p->alone, false)) {
 		if (!p->failed) {
 			p->failed = true;

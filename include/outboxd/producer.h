@@ -83,7 +83,9 @@ ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag
 /* As ob_producer_send(), for a record produced alone: the caller has
  * nothing else in flight and waits for its report (and for the
  * dead-letter record that replaces it) before producing anything else.
- * Its refusal is the record's own and does not fail the producer. */
+ * It goes through a second client without the gapless guarantee, made on
+ * first use, so its refusal is the record's own and does not fail the
+ * producer. */
 ob_send_result ob_producer_send_alone(ob_producer *p, const ob_event *ev, uint64_t tag,
 				      const char **why, bool *too_large);
 

@@ -64,6 +64,31 @@ def test_refused_batch_holding_dead_letters_of_bad_events(
     assert d.running(), d.log_tail()
 
 
+def cut_stream_while_alone(pg, d, feed, slot_name):
+    """Commits one row, which the broker is set to refuse, waits until
+    outboxd produces it alone, then terminates the walsender and commits
+    five more transactions of the same key."""
+    n = d.log_text().count(ALONE)
+    feed.commit(1)
+    wait_until(lambda: d.log_text().count(ALONE) > n, 60, 0.005, "alone")
+    pid = pg.slot(slot_name)["active_pid"]
+    pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+    for _ in range(5):
+        feed.commit(2)
+        time.sleep(0.05)
+
+
+def check_order_after_cut(pg, consumer, d, dlq, port, feed, topic, slot_name):
+    """Everything arrived, first deliveries in commit order, the slot
+    confirmed to the end, nothing dead-lettered, the daemon running."""
+    records = collect_all(consumer, topic, feed.ids)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
+    assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
+
+
 def test_stream_cut_while_suspect_is_in_flight_alone(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """A batch of one key is refused (INVALID_RECORD), so its record is a
@@ -86,20 +111,8 @@ def test_stream_cut_while_suspect_is_in_flight_alone(
     # Five retriable refusals keep the record produced alone in flight
     # (with 3, 4, 6 or 30 the timing let the old code pass).
     assert broker.cmd("error 0 NOT_ENOUGH_REPLICAS 5") == "ok"
-    n = d.log_text().count(ALONE)
-    feed.commit(1)
-    wait_until(lambda: d.log_text().count(ALONE) > n, 60, 0.005, "alone")
-    pid = pg.slot(slot_name)["active_pid"]
-    pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
-    for _ in range(5):
-        feed.commit(2)
-        time.sleep(0.05)
-    records = collect_all(consumer, topic, feed.ids)
-    check_delivery(records, feed.ids, exactly_once=False)
-    check_first_deliveries_in_commit_order(records, feed)
-    wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
-    assert_nothing_dead_lettered(consumer, dlq, d, port)
-    assert d.running(), d.log_tail()
+    cut_stream_while_alone(pg, d, feed, slot_name)
+    check_order_after_cut(pg, consumer, d, dlq, port, feed, topic, slot_name)
 
 
 def test_stream_cut_while_suspect_alone_on_slow_broker(
@@ -122,20 +135,8 @@ def test_stream_cut_while_suspect_alone_on_slow_broker(
         feed.commit(1)  # the main client warm at the slow pace too
         wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=30)
         assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
-        n = d.log_text().count(ALONE)
-        feed.commit(1)
-        wait_until(lambda: d.log_text().count(ALONE) > n, 60, 0.005, "alone")
-        pid = pg.slot(slot_name)["active_pid"]
-        pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
-        for _ in range(5):
-            feed.commit(2)
-            time.sleep(0.05)
+        cut_stream_while_alone(pg, d, feed, slot_name)
         time.sleep(3)
     finally:
         broker.cmd("rtt all 0")
-    records = collect_all(consumer, topic, feed.ids)
-    check_delivery(records, feed.ids, exactly_once=False)
-    check_first_deliveries_in_commit_order(records, feed)
-    wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
-    assert_nothing_dead_lettered(consumer, dlq, d, port)
-    assert d.running(), d.log_tail()
+    check_order_after_cut(pg, consumer, d, dlq, port, feed, topic, slot_name)
