@@ -140,3 +140,36 @@ def test_stream_cut_while_suspect_alone_on_slow_broker(
     finally:
         broker.cmd("rtt all 0")
     check_order_after_cut(pg, consumer, d, dlq, port, feed, topic, slot_name)
+
+
+def test_refused_batch_while_the_producer_queue_is_full(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A producer queue of 20 kB (message.max.bytes 10000) and a burst of
+    2,000 rows of three keys: outboxd waits for queue room (the WAL is not
+    read meanwhile) when the broker refuses a batch. The producer fails
+    with records still waiting for room; the relay must leave that wait,
+    recreate the producer and publish everything, per key in commit order,
+    with nothing dead-lettered."""
+    feed = Feed(pg, "qfull_%s" % test_id, keys=3)
+    topic = make_topic(broker, feed.agg)
+    overrides, port = with_http({"kafka": {"message.max.bytes": "10000",
+                                           "queue.buffering.max.kbytes": "20"}})
+    d = outboxd_factory(overrides)
+    dlq = dlq_topic(broker, d)
+    wait_streaming(pg, slot_name)
+    warm(consumer, feed, topic)
+    assert broker.cmd("rtt all 20") == "ok"
+    try:
+        assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+        for _ in range(10):
+            feed.commit(200)
+        wait_until(lambda: "recreating the kafka producer" in d.log_text(), 60,
+                   0.05, "the producer was recreated")
+    finally:
+        broker.cmd("rtt all 0")
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
+    assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
