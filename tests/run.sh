@@ -325,32 +325,31 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
     # Kafka cluster: librdkafka names a mock cluster after its address,
     # which AddressSanitizer's allocator makes the same in every
     # instrumented broker process, so the two clusters look like one. For
-    # time (the whole run stays under 40 minutes on 2 cores): the attack
-    # scenarios of the inbox and the probes, the stall and flood tests of
-    # the probes, made of waits, and the Patroni failover (kill -9 of a
-    # leader; its point is Patroni's slot copies, not outboxd's memory).
-    # Also for time: test_faults.py, test_attack.py and test_failover.py,
-    # made of restarts, kills and promotions of Postgres, outboxd and the
-    # broker, and test_inbox_guards.py, test_regressions.py and
-    # test_partitions.py, made of waits for a guard, a past defect's
-    # timing or a partition watch (the code paths they reach run under the
-    # sanitizers in the stream, backlog, broker-error, position, inbox,
-    # pgoutput and CloudEvents tests).
+    # time (the whole run stays under 40 minutes on 2 cores): the stall
+    # and flood tests of the probes, made of waits, and the Patroni
+    # failover (kill -9 of a leader; its point is Patroni's slot copies,
+    # not outboxd's memory). Also for time: test_faults.py and
+    # test_failover.py, made of restarts, kills and promotions of
+    # Postgres, outboxd and the broker, and test_inbox_guards.py (with the
+    # attack probes of the inbox) and test_partitions.py, made of waits
+    # for a guard or a partition watch; and the tests marked
+    # no_sanitizers in other files: the batch-error attacks, past defects'
+    # timings and the CloudEvents attack probes (the code paths they reach
+    # run under the sanitizers in the stream, backlog, broker-error,
+    # position, inbox, pgoutput and CloudEvents tests).
     say "integration tests under sanitizers"
     OUTBOXD_TEST_DECODERS=wal2json run_integration "$BUILD_ASAN" \
         --deselect tests/integration/test_backlog_faults.py::test_backlog_of_150k_rows_in_bounded_memory \
         --deselect tests/integration/test_backlog_faults.py::test_backlog_pages_are_bounded_by_bytes \
         --deselect tests/integration/test_pgoutput_attack.py \
         --deselect tests/integration/test_inbox.py::test_inbox_kill9_twice_exactly_once \
-        --deselect tests/integration/test_attack_inbox_probes.py \
         --deselect tests/integration/test_probes.py \
         --deselect tests/integration/test_patroni.py \
         --deselect tests/integration/test_faults.py \
-        --deselect tests/integration/test_attack.py \
         --deselect tests/integration/test_failover.py \
         --deselect tests/integration/test_inbox_guards.py \
-        --deselect tests/integration/test_regressions.py \
-        --deselect tests/integration/test_partitions.py
+        --deselect tests/integration/test_partitions.py \
+        -m "not no_sanitizers"
     passed=$((passed + it_passed))
     failed=$((failed + it_failed))
     unset ASAN_OPTIONS UBSAN_OPTIONS

@@ -91,20 +91,66 @@ def slot_name(request, test_id):
     return ("it_%s_%s" % (test_id, base))[:63]
 
 
+def pytest_configure(config):
+    """The marks that keep a test out of a pass of tests/run.sh, and the
+    mark that narrows a test's decoders."""
+    config.addinivalue_line(
+        "markers", "no_sanitizers: left to the plain pass; tests/run.sh's "
+        "sanitizer pass runs -m 'not no_sanitizers' (for time: restarts, "
+        "kills, waits for a guard or a past defect's timing)")
+    config.addinivalue_line(
+        "markers", "no_version_matrix: left out of tests/versions.sh, "
+        "which runs -m 'not no_version_matrix' (it runs on 15 only)")
+    config.addinivalue_line(
+        "markers", "decoders(*names): the decoders the test runs with, "
+        "instead of its module's DECODERS")
+
+
 def pytest_generate_tests(metafunc):
-    """DECODERS of the module, less those $OUTBOXD_TEST_DECODERS (a comma
-    list) leaves out: the sanitizer pass runs the suites with wal2json
-    only (test_pgoutput.py still drives pgoutput there). When none is left
-    and wal2json is itself left out (the version matrix's servers have no
-    wal2json), the module's tests run with the decoders allowed instead,
-    so nothing silently falls back to wal2json there."""
+    """DECODERS of the module (or of the test's decoders mark), less those
+    $OUTBOXD_TEST_DECODERS (a comma list) leaves out: the sanitizer pass
+    runs the suites with wal2json only (test_pgoutput.py still drives
+    pgoutput there). When none is left and wal2json is itself left out
+    (the version matrix's servers have no wal2json), the module's tests
+    run with the decoders allowed instead, so nothing silently falls back
+    to wal2json there."""
     if "decoder" in metafunc.fixturenames:
         decoders = getattr(metafunc.module, "DECODERS", ("wal2json",))
+        mark = metafunc.definition.get_closest_marker("decoders")
+        if mark is not None:
+            decoders = mark.args
         only = harness.decoders_under_test()
         if only:
             decoders = [d for d in decoders if d in only] or \
                 (["wal2json"] if harness.wal2json_required() else only)
         metafunc.parametrize("decoder", decoders)
+
+
+@pytest.fixture
+def own_cluster(tmp_path):
+    """own_cluster(wal_level='logical', port=None, **conf) -> a started
+    PgCluster of the test's own with public.outbox (on port, or a free
+    one); destroyed at the end."""
+    made = []
+
+    def make(wal_level="logical", port=None, **conf):
+        c = harness.PgCluster(str(tmp_path / ("pg%d" % len(made))),
+                              wal_level=wal_level, port=port, extra_conf=conf)
+        made.append(c)
+        c.start()
+        c.run_file(str(OUTBOX_SQL))
+        return c
+    yield make
+    for c in made:
+        c.destroy()
+
+
+def own_db(pg, name):
+    """A database of the test's own in the session cluster, with the
+    shipped outbox table."""
+    pg.create_db(name)
+    pg.run_file(str(OUTBOX_SQL), dbname=name)
+    return name
 
 
 @pytest.fixture

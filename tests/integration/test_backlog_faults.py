@@ -5,15 +5,20 @@ made yet, a restart with the slot present, a predicate that tries to add a
 statement or to write, a slow predicate, and memory on a large backlog.
 
 Every test uses an outbox table of its own (test_backlog.make_table) and
-topics of its own."""
+topics of its own.
+
+Also here (marked no_sanitizers): a backlog that completes although the
+role's idle timeouts are 1 s and the broker acknowledges slowly."""
 
 import collections
 import re
 import time
 
+import pytest
+
 from harness import free_port, header, wait_until
 from test_backlog import config, ids_where, insert_range, make_table
-from test_faults import expect_exit, own_cluster, vm_hwm_kb  # noqa: F401
+from test_faults import expect_exit, vm_hwm_kb
 from test_ops import http_get, scrape
 
 KB_PER_MB = 1024  # /proc counts kB
@@ -45,7 +50,7 @@ def only_blocker_left(pg):
 
 
 def test_backlog_kill9_mid_publish_and_before_copy_loses_nothing(
-        own_cluster, broker, consumer, outboxd_factory, test_id):  # noqa: F811
+        own_cluster, broker, consumer, outboxd_factory, test_id):
     """kill -9 while the backlog is published (acknowledgements held back),
     then again once it is acknowledged but the permanent slot cannot be
     copied (no replication slot free): no slot is left behind either time.
@@ -296,3 +301,48 @@ def test_backlog_of_a_missing_table_names_the_table(pg, broker,
     log = expect_exit(d, 1, "%s_missing does not exist" % test_id, timeout=30)
     assert "backlog_where" not in log
     assert pg.slot(d.config["postgres"]["slot"]) is None
+
+
+@pytest.mark.no_sanitizers
+def test_backlog_with_role_idle_timeouts_completes(
+        pg, broker, consumer, outboxd_factory, test_id):
+    """The role outboxd logs in as has idle_in_transaction_session_timeout
+    and idle_session_timeout of 1 s (a DBA's guard against forgotten
+    sessions), and the broker acknowledges slowly. The backlog keeps a
+    transaction open (the cursor in the exported snapshot, and the
+    temporary slot's walsender that exported it) for as long as it is
+    published and acknowledged: it must still complete, every row once,
+    and the stream take over."""
+    role = "%s_role" % test_id
+    pg.sql("CREATE ROLE %s LOGIN SUPERUSER REPLICATION" % role)
+    pg.sql("ALTER ROLE %s SET idle_in_transaction_session_timeout = '1s'"
+           % role)
+    pg.sql("ALTER ROLE %s SET idle_session_timeout = '1s'" % role)
+    try:
+        table = make_table(pg, test_id)
+        atype = test_id + "_order"
+        topic = "outbox.event." + atype
+        broker.create_topic(topic, partitions=4)
+        insert_range(pg, table, atype, 1, 200)
+        broker.cmd("rtt all 1500")
+        cfg = config(table, "processed_on_utc IS NULL")
+        cfg["postgres"] = {"conninfo": pg.conninfo(user=role)}
+        try:
+            d = outboxd_factory(cfg)
+            # The temporary slot is copied only once every row is
+            # acknowledged, seconds after the transaction went idle.
+            d.wait_log(r"where the backlog ends", 40)
+        finally:
+            broker.cmd("rtt all 0")
+        d.wait_log(r"streaming from slot", 20)
+        insert_range(pg, table, atype, 201, 210, created="clock_timestamp()")
+        want = ids_where(pg, table, "true")
+        recs = consumer.collect(topic, len(want), timeout=40, settle=1.0)
+        got = [header(r, "id").decode() for r in recs]
+        assert set(got) == want
+        assert len(got) == len(want), "published more than once: %d of %d" % (
+            len(got) - len(want), len(want))
+        assert "could not end the backlog's transaction" not in d.log_text()
+        assert d.running(), d.log_tail()
+    finally:
+        pg.sql("DROP ROLE %s" % role)

@@ -1,11 +1,16 @@
 """Integration tests of outboxd's command line (deploy/README.md, "Command line" and "Configuration reference"): --version,
 --help, exit codes of usage and configuration errors (each naming the flag,
 key or variable at fault), OUTBOXD_CONFIG, ${NAME} expansion and the
-`slot create|status|drop` commands against the test cluster."""
+`slot create|status|drop` commands against the test cluster.
+
+Also here (marked no_sanitizers): an explicit producer queue too small
+for message.max.bytes is a configuration error."""
 
 import os
 import re
 import subprocess
+
+import pytest
 
 import harness
 from conftest import OUTBOXD_BIN, REPO_ROOT
@@ -287,3 +292,16 @@ def test_slot_create_status_drop(pg, broker, outboxd_factory, slot_name,
     r = run_outboxd(["slot", "drop"], env=env)
     assert r.returncode == 0, describe(r)
     assert pg.slot(slot_name) is None, describe(r)
+
+
+@pytest.mark.no_sanitizers
+def test_too_small_explicit_queue_is_a_config_error(outboxd_factory):
+    """A defect found in review: a record larger than the producer queue
+    waited forever for room and stalled the stream. outboxd sizes a queue
+    it was not given to the largest record; one set explicitly too small
+    for message.max.bytes is a configuration error (exit 2) naming
+    queue.buffering.max.kbytes."""
+    d = outboxd_factory({"kafka": {"message.max.bytes": "20000000",
+                                   "queue.buffering.max.kbytes": "4096"}})
+    assert d.wait(30) == 2, d.log_tail()
+    assert "queue.buffering.max.kbytes" in d.log_text()

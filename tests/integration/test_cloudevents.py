@@ -7,7 +7,11 @@ kafka-protocol-binding.md), and W3C Trace Context for traceparent.
 Each test runs with both decoders; rows, logical messages and the backlog
 must give byte-identical records. One check reads the records with
 kafka-python (Debian's python3-kafka, which does not use librdkafka) as an
-independent client."""
+independent client.
+
+Also here, with wal2json only and left to tests/run.sh's plain pass
+(no_sanitizers): attack probes of a source that must be a URI-reference
+and of the time of timestamps that cannot be written."""
 
 import base64
 import datetime
@@ -15,6 +19,8 @@ import json
 import re
 import urllib.request
 import uuid
+
+import pytest
 
 import harness
 from harness import header, wait_until
@@ -361,3 +367,67 @@ def test_inbox_stores_cloudevents_like_plain_records(request, pg, broker,
     assert rows[ids[3]][2:4] == (None, None)
     dlq = consumer.collect(env.dlq_topic, 1, timeout=20)
     assert len(dlq) == 1 and b"bad-cloudevent" in header(dlq[0], "error"), dlq
+
+
+# RFC 3986 URI-reference characters: unreserved, reserved, and %HH.
+_URI_REF = re.compile(
+    r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$")
+
+
+@pytest.mark.decoders("wal2json")
+@pytest.mark.no_sanitizers
+def test_cloudevents_source_is_a_uri_reference(pg, broker, consumer,
+                                               outboxd_factory, slot_name,
+                                               test_id):
+    """CloudEvents 1.0: source MUST be a non-empty URI-reference (RFC
+    3986). The README calls cloudevents_source "a URI-reference template";
+    a {column} whose text holds a space, a '%' or a '"' is put in as it is,
+    so the published ce_source is not a URI-reference. The substituted text
+    must be percent-encoded (or the event made bad), never published as an
+    invalid source."""
+    agg = "ce_src_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, 4)
+    outboxd_factory(ce_config("binary",
+                              cloudevents_source="/shop/{aggregate_id}"))
+    wait_slot_active(pg, slot_name)
+    eid = str(uuid.uuid4())
+    insert_row(pg, eid, agg, 'order 42 "50%"', '{"n": 1}', None)
+    records = consumer.collect(topic, 1, timeout=40)
+    if records:
+        src = header(records[0], "ce_source").decode()
+        assert _URI_REF.match(src), "ce_source %r is not a URI-reference" % src
+    else:  # made bad instead: it must be dead-lettered, not lost
+        dlq = consumer.collect("%s.outbox.dlq" % test_id, 1, timeout=20)
+        assert [header(r, "id") for r in dlq] == [eid.encode()], dlq
+
+
+@pytest.mark.decoders("wal2json")
+@pytest.mark.no_sanitizers
+def test_cloudevents_time_of_unwritable_timestamps(pg, broker, consumer,
+                                                   outboxd_factory, slot_name,
+                                                   test_id):
+    """README: the CloudEvents `time` is the record timestamp, from
+    timestamp_column (created_at), and only without one the commit time.
+    A created_at RFC 3339 cannot write ('infinity', year 12000) makes a
+    bigint timestamp a bad event (bad-cloudevent), but a timestamptz one is
+    silently replaced by the commit time: the published ce_time states a
+    time the event does not have. Such an event must be dead-lettered (as
+    for a bigint), not published with another time."""
+    agg = "ce_time_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, 4)
+    outboxd_factory(ce_config("binary"))
+    wait_slot_active(pg, slot_name)
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    for eid, when in zip(ids, ("infinity", "12000-01-01 00:00:00+00")):
+        pg.sql("INSERT INTO public.outbox (id, aggregate_type, aggregate_id, "
+               "event_type, payload, headers, created_at) VALUES "
+               "(%s, %s, 'o-1', 'order.paid', '{}', NULL, %s)",
+               (eid, agg, when))
+    published = consumer.collect(topic, 2, timeout=20)
+    assert published == [], [(header(r, "ce_id"), header(r, "ce_time"))
+                             for r in published]
+    dlq = consumer.collect("%s.outbox.dlq" % test_id, 2, timeout=20)
+    assert sorted(header(r, "id") for r in dlq) == sorted(
+        e.encode() for e in ids), dlq

@@ -6,9 +6,7 @@ import re
 
 import harness
 from conftest import OUTBOXD_BIN
-from test_faults import on_cluster, own_cluster, wait_streaming
-
-assert own_cluster  # a fixture, used by name
+from test_faults import on_cluster, wait_streaming
 
 
 def test_check_and_run_agree_on_http_listen(outboxd_factory):

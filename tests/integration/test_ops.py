@@ -1,12 +1,20 @@
 """Integration tests of outboxd's operational surface: Prometheus metrics,
 /healthz and /readyz (deploy/README.md, "Metrics and health"), JSON logs without secrets, `outboxd
 check`, the shipped SQL files (least-privilege role), the README's
-configuration reference against the code, and the deploy files (§7)."""
+configuration reference against the code, and the deploy files (§7).
+
+Also here: the metrics port under a flood of idle connections (the probes
+still answer), and the systemd watchdog pinged while outboxd waits for
+producer queue room (marked no_sanitizers: left to tests/run.sh's plain
+pass)."""
 
 import json
 import math
+import os
 import re
+import resource
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +28,7 @@ from conftest import REPO_ROOT
 from harness import free_port, header, lsn_to_int, wait_until
 from test_cli import (EXIT_USAGE, closed_port_conninfo, describe,
                       run_outboxd, wait_slot_active, write_config)
+from test_faults import Feed, make_topic, wait_streaming
 
 SQL_DIR = REPO_ROOT / "sql"
 DEPLOY_DIR = REPO_ROOT / "deploy"
@@ -754,3 +763,172 @@ def test_systemd_unit_verifies():
     complaints = [line for line in (r.stdout + r.stderr).splitlines()
                   if line.strip() and "/usr/bin/outboxd" not in line]
     assert not complaints, describe(r)
+
+
+@pytest.mark.no_sanitizers
+def test_watchdog_pinged_while_waiting_for_queue_room(
+        pg, broker, outboxd_factory, slot_name, test_id, tmp_path):
+    """Under systemd with WatchdogSec, a Kafka outage that fills the queue
+    must not starve the watchdog (systemd would kill outboxd)."""
+    sock_path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    os.chmod(sock_path, 0o777)
+    sock.settimeout(0.2)
+    agg = "wd_%s" % test_id
+    make_topic(broker, agg)
+    outboxd_factory({"kafka": {"queue.buffering.max.messages": "5"}},
+                    env={"NOTIFY_SOCKET": sock_path, "WATCHDOG_USEC": "2000000"})
+    wait_streaming(pg, slot_name)
+
+    def pings(seconds):
+        n, end = 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                n += sock.recv(4096).count(b"WATCHDOG=1")
+            except socket.timeout:
+                pass
+        return n
+
+    broker.cmd("down all")
+    try:
+        Feed(pg, agg).commit(30)
+        time.sleep(1.0)
+        assert pings(6) >= 3
+    finally:
+        broker.cmd("up all")
+        sock.close()
+
+
+# What src/http.c promises: one client address holds at most this many
+# connections, and a connection idle this long is closed.
+PER_CLIENT_LIMIT = 8
+
+
+IDLE_TIMEOUT_S = 5
+
+
+FLOOD = 1000
+
+
+# The flood comes from another loopback address than the probes, as an
+# attacker's connections come from another address than the kubelet's.
+FLOOD_SOURCE = "127.0.0.2"
+
+
+HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: outboxd\r\n"
+
+
+class Flood:
+    """Idle connections to 127.0.0.1:port from FLOOD_SOURCE, each sent half
+    a request; the ones the server closed are dropped by prune()."""
+
+    def __init__(self, port):
+        self.port = port
+        self.conns = []
+        self.opened = 0
+
+    def add(self, n):
+        """Opens n more connections (some may be refused or closed at
+        once: prune() finds those)."""
+        for _ in range(n):
+            self.opened += 1
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((FLOOD_SOURCE, 0))
+                s.settimeout(1.0)
+                s.connect(("127.0.0.1", self.port))
+                s.sendall(HALF_REQUEST)
+                s.setblocking(False)
+                self.conns.append(s)
+            except OSError:
+                s.close()
+
+    def prune(self):
+        """Closes the connections the server closed; returns how many it
+        still holds. The server never answers half a request, so a
+        connection that reads anything (EOF, a reset) was closed."""
+        alive = []
+        for s in self.conns:
+            try:
+                closed = s.recv(1, socket.MSG_PEEK) == b""
+            except BlockingIOError:
+                closed = False
+            except OSError:
+                closed = True
+            if closed:
+                s.close()
+            else:
+                alive.append(s)
+        self.conns = alive
+        return len(alive)
+
+    def close(self):
+        for s in self.conns:
+            s.close()
+        self.conns = []
+
+
+def test_metrics_port_answers_probes_under_idle_connection_flood(
+        pg, broker, consumer, outboxd_factory, test_id):
+    """1,000 connections from one address, each sent half a request, and
+    more coming: /healthz and /readyz (asked from another address) answer
+    200 within a second all along, the stream publishes, the server holds
+    at most PER_CLIENT_LIMIT of the flood's connections and closes those
+    after IDLE_TIMEOUT_S."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = FLOOD + 256
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise harness.HarnessError("the flood needs %d open files; the hard "
+                                   "limit is %d" % (need, hard))
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    port = free_port()
+    agg = "flood_%s" % test_id
+    d = outboxd_factory(http_overrides(port))
+    wait_http(port, "/readyz", 200, "ready", daemon=d)
+
+    flood = Flood(port)
+    try:
+        started = time.monotonic()
+        flood.add(FLOOD)
+        assert time.monotonic() - started < 60
+        # One address holds no more than its share: the rest are closed
+        # at once, well before the idle timeout could close them.
+        wait_until(lambda: flood.prune() <= PER_CLIENT_LIMIT,
+                   IDLE_TIMEOUT_S - 2, 0.1,
+                   "at most %d flood connections held" % PER_CLIENT_LIMIT)
+
+        # Probes all along while the flood goes on (50 more connections a
+        # round, 40 rounds at most), and the stream publishes meanwhile.
+        commit_events(pg, "postgres", agg, 5)
+        slowest = 0.0
+        deadline = time.monotonic() + IDLE_TIMEOUT_S + 3
+        rounds = 0
+        while time.monotonic() < deadline and rounds < 40:
+            rounds += 1
+            flood.add(50)
+            for path, word in (("/healthz", "ok"), ("/readyz", "ready")):
+                t0 = time.monotonic()
+                status, body = http_get(port, path, timeout=2.0)
+                slowest = max(slowest, time.monotonic() - t0)
+                assert status == 200 and word in body, (
+                    "%s answered %r %r during the flood (round %d, %d "
+                    "connections opened)" % (path, status, body, rounds,
+                                             flood.opened))
+            time.sleep(0.1)
+        # A kubelet probe's default timeoutSeconds is 1.
+        assert slowest < 1.0, "a probe took %.2fs during the flood" % slowest
+        got = consumer.collect("outbox.event.%s" % agg, min_count=5,
+                               timeout=30, settle=0.2)
+        assert len(got) == 5, got
+
+        # Connections left idle are closed by the server: none is held
+        # longer than the idle timeout.
+        wait_until(lambda: flood.prune() == 0, IDLE_TIMEOUT_S + 3, 0.2,
+                   "the server closed every idle flood connection")
+    finally:
+        flood.close()
+    status, body = http_get(port, "/readyz")
+    assert status == 200 and "ready" in body, (status, body)
+    assert d.stop() == 0, d.log_tail()

@@ -9,9 +9,13 @@ created_at, with the columns of sql/outbox.sql. created_at defaults to the
 setting outbox_test.day when a transaction sets it (SET LOCAL), else to
 now(), so a writer puts rows into the current partition and a transaction
 that sets the day puts them into that day's partition. The record timestamp
-is the commit time (timestamp_column empty): the days are in 2100."""
+is the commit time (timestamp_column empty): the days are in 2100.
+
+Also here: a partitioned outbox table with a default partition is not
+read as empty (a past defect)."""
 
 import random
+import re
 import time
 
 from harness import int_to_lsn, wait_until
@@ -305,3 +309,29 @@ def test_check_counts_partitions_of_an_empty_tree(pg, broker,
     d = outboxd_factory({"outbox": {"table": "public." + name}}, start=False)
     rc, out, err = d.run_cmd(["check"])
     assert "public.%s (partitioned, 0 partitions)" % name in out, (rc, out, err)
+
+
+def test_partitioned_outbox_table_is_not_read_as_empty(pg, broker, consumer,
+                                                        outboxd_factory, slot_name,
+                                                        test_id):
+    """wal2json reports rows under the partition's name, so a filter on the
+    partitioned table alone would read nothing: check passes it and counts
+    its partitions, and rows inserted into its (default) partition are
+    published (sql/README.md, "Partitioned outbox tables")."""
+    table = "obp_%s" % test_id
+    pg.sql("CREATE TABLE public.%s (id uuid NOT NULL DEFAULT gen_random_uuid(), "
+           "aggregate_type text, aggregate_id text, event_type text, payload jsonb, "
+           "headers jsonb, created_at timestamptz NOT NULL DEFAULT now()) "
+           "PARTITION BY RANGE (created_at)" % table)
+    pg.sql("CREATE TABLE public.%s_all PARTITION OF public.%s DEFAULT" % (table, table))
+    feed = Feed(pg, "obp_%s" % test_id, table="public.%s" % table)
+    topic = make_topic(broker, feed.agg)
+    d = outboxd_factory({"outbox": {"table": "public.%s" % table}}, start=False)
+    rc, out, err = d.run_cmd(["check"])
+    assert re.search(r"outbox table\s+ok.*\(partitioned, 1 partitions\)", out), out + err
+    d.start()
+    wait_streaming(pg, slot_name)
+    for _ in range(3):
+        feed.commit(5)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, exactly_once=True)
+    assert d.running(), d.log_tail()

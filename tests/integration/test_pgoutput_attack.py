@@ -15,8 +15,6 @@ import time
 
 import pytest
 
-import harness
-from conftest import OUTBOX_SQL
 from harness import header, wait_until
 from test_pgoutput import (assert_all_delivered, assert_key_order, ids_of,
                            insert, pgoutput)
@@ -240,24 +238,6 @@ def test_other_tables_truncate_and_messages_interleaved(
                for r in dlq), [r["headers"] for r in dlq]
     wait_slot_caught_up(pg, slot_name)
     assert d.running(), d.log_tail()
-
-
-@pytest.fixture
-def own_cluster(tmp_path):
-    """own_cluster(**conf) -> a started PgCluster of the test's own with
-    public.outbox; destroyed at the end."""
-    made = []
-
-    def make(**conf):
-        c = harness.PgCluster(str(tmp_path / ("pg%d" % len(made))),
-                              extra_conf=conf)
-        made.append(c)
-        c.start()
-        c.run_file(str(OUTBOX_SQL))
-        return c
-    yield make
-    for c in made:
-        c.destroy()
 
 
 def test_savepoints_and_two_phase_commit(own_cluster, broker, consumer,

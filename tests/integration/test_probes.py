@@ -17,11 +17,9 @@ import time
 
 import harness
 from harness import free_port, wait_until
-from test_edges import HALF_REQUEST, PER_CLIENT_LIMIT, Flood
-from test_faults import own_cluster  # noqa: F401 (a fixture)
 from test_inbox import Feed, inbox_env  # noqa: F401 (a fixture)
-from test_ops import (INBOX_FAMILIES, check_lines, commit_events, http_get, http_overrides,
-                      scrape, wait_http)
+from test_ops import (HALF_REQUEST, INBOX_FAMILIES, PER_CLIENT_LIMIT, Flood, check_lines,
+                      commit_events, http_get, http_overrides, scrape, wait_http)
 
 STALL_MS = 1500
 RULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",

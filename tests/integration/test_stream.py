@@ -6,9 +6,15 @@ the same records.
 
 Every test uses aggregate types of its own (so topics of its own,
 outbox.event.<type>) and a slot of its own, on the shared session cluster
-and broker."""
+and broker.
+
+Also here, with wal2json only and left out of the version matrix
+(no_version_matrix): values do not depend on the database's or the
+role's settings (bytea_output, datestyle), on a database of the test's
+own."""
 
 import collections
+import datetime
 import json
 import random
 import re
@@ -16,9 +22,12 @@ import time
 import uuid
 
 import psycopg2.extras
+import pytest
 
 import harness
+from conftest import own_db
 from harness import header, lsn_to_int, murmur2_partition, wait_until
+from test_faults import make_topic, wait_streaming
 
 MB = 1024 * 1024
 PARTITIONS = 4
@@ -693,3 +702,117 @@ def test_backlog_is_read_in_naps(pg, broker, consumer, outboxd_factory,
     assert len(records) == n and len(id_counts(records)) == n
     assert wakeups < n / 15, (
         "main thread slept %d times for %d events" % (wakeups, n))
+
+
+def bytea_outbox(pg, db):
+    """The shipped outbox table with a bytea payload column."""
+    own_db(pg, db)
+    pg.sql("ALTER TABLE public.outbox ALTER COLUMN payload TYPE bytea "
+           "USING convert_to(payload::text, 'UTF8')", dbname=db)
+    return db
+
+
+PAYLOADS = [
+    b"\x00\x01\x02\xff\xfe\x80 zero and high bytes",
+    "h\u00e9llo \u20ac \u00fc \U0001F600".encode("utf-8") + b"\x00tail",
+    b"\\x41 backslash, 'quote', \"dq\"\n\t\r",
+    b"",
+]
+
+
+STAMPS = [
+    datetime.datetime(2001, 2, 3, 4, 5, 6, 789000, datetime.timezone.utc),
+    datetime.datetime(2019, 12, 31, 23, 59, 59, 999000,
+                      datetime.timezone(datetime.timedelta(hours=5,
+                                                           minutes=30))),
+    datetime.datetime(1999, 7, 8, 9, 10, 11, 0,
+                      datetime.timezone(datetime.timedelta(hours=-7))),
+    datetime.datetime(2024, 2, 29, 12, 0, 0, 1000, datetime.timezone.utc),
+]
+
+
+@pytest.mark.decoders("wal2json")
+@pytest.mark.no_version_matrix
+@pytest.mark.parametrize("scope", ["database", "role"])
+def test_values_do_not_depend_on_server_settings(pg, broker, consumer,
+                                                 outboxd_factory, test_id,
+                                                 scope):
+    """bytea_output = 'escape' and datestyle = 'SQL, DMY' set on the
+    database (ALTER DATABASE ... SET) or on outboxd's role (ALTER ROLE ...
+    SET): a bytea payload is still published as its raw bytes (zero bytes,
+    non-ASCII, backslashes included) and the record timestamp is still
+    created_at in ms; nothing is dead-lettered."""
+    db = bytea_outbox(pg, "se_%s_%s" % (scope, test_id))
+    settings = "SET bytea_output = 'escape'", "SET datestyle = 'SQL, DMY'"
+    user = "postgres"
+    if scope == "database":
+        for s in settings:
+            pg.sql('ALTER DATABASE "%s" %s' % (db, s))
+    else:
+        user = "se_role_%s" % test_id
+        pg.sql('CREATE ROLE "%s" LOGIN REPLICATION' % user)
+        pg.sql('GRANT SELECT ON public.outbox TO "%s"' % user, dbname=db)
+        # What sql/role.sql grants on the slot marker table.
+        pg.sql('GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO "%s"'
+               % user, dbname=db)
+        for s in settings:
+            pg.sql('ALTER ROLE "%s" %s' % (user, s))
+    # The settings apply to the role in that database (psycopg2 itself
+    # sets datestyle ISO, so that one is read from the catalog):
+    conn = pg.connect(db, user=user)
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_setting('bytea_output'), "
+                    "(SELECT array_agg(c) FROM pg_db_role_setting, "
+                    "unnest(setconfig) c)")
+        output, configs = cur.fetchone()
+    conn.close()
+    assert output == "escape", output
+    assert "DateStyle=SQL, DMY" in configs, configs
+
+    agg = "settings_%s_%s" % (scope, test_id)
+    topic = make_topic(broker, agg)
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(db, user)}})
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, PARTITIONS)
+    wait_streaming(pg, d.config["postgres"]["slot"])
+    rows = []
+    conn = pg.connect(db)
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        for i, (payload, stamp) in enumerate(zip(PAYLOADS, STAMPS)):
+            eid = str(uuid.uuid4())
+            cur.execute("INSERT INTO public.outbox (id, aggregate_type, "
+                        "aggregate_id, event_type, payload, created_at) "
+                        "VALUES (%s, %s, %s, 'bin', %s, %s)",
+                        (eid, agg, "k%d" % i, psycopg2.Binary(payload),
+                         stamp))
+            rows.append((eid, payload, stamp))
+    conn.commit()
+    conn.close()
+
+    records = consumer.collect([topic, dlq], len(rows), timeout=30)
+    by_id = {}
+    for r in records:
+        by_id.setdefault((header(r, "id") or b"").decode(), []).append(r)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    problems = []
+    for i, (eid, payload, stamp) in enumerate(rows):
+        got = by_id.pop(eid, [])
+        if len(got) != 1:
+            problems.append("row %d: %d records" % (i, len(got)))
+            continue
+        r = got[0]
+        if r["topic"] != topic:
+            problems.append("row %d dead-lettered: %s" % (i, header(r, "error")))
+            continue
+        if r["value"] != payload:
+            problems.append("row %d: value %r, expected %r"
+                            % (i, r["value"], payload))
+        want = (stamp - epoch) // datetime.timedelta(milliseconds=1)
+        if r["timestamp"] != want:
+            problems.append("row %d: timestamp %d, expected %d (created_at "
+                            "%s)" % (i, r["timestamp"], want, stamp))
+    if by_id:
+        problems.append("unexpected records: %s" % sorted(by_id))
+    assert not problems, "; ".join(problems)
+    assert d.running(), d.log_tail()

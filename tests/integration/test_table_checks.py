@@ -10,14 +10,21 @@ streaming:
 - a role that may not SELECT the table the backlog reads is told the GRANT
   to run, not that its predicate is invalid.
 
-Every test has an outbox table of its own."""
+Every test has an outbox table of its own.
+
+Also here (marked no_sanitizers: left to tests/run.sh's plain pass):
+connections killed during the checks are retried, never an operator
+error, and SIGTERM during a check query that waits on a lock is a clean
+stop."""
 
 import re
+import time
 
 import pytest
 
 from harness import header
 from test_cli import EXIT_OPERATOR, EXIT_USAGE
+from test_faults import wait_streaming
 from test_ops import check_lines, failed_checks
 
 # The columns of sql/outbox.sql's table, by name, as (type and default).
@@ -222,3 +229,40 @@ def test_backlog_role_without_schema_usage_is_told_the_grant(
     assert d.wait(30) == EXIT_OPERATOR, d.log_tail()
     assert grant in d.log_text(), d.log_tail()
     assert pg.slot(slot_name) is None
+
+
+@pytest.mark.no_sanitizers
+def test_connection_killed_during_checks_is_retried(pg, broker, outboxd_factory,
+                                                   slot_name):
+    """Connections killed over and over (some during the checks before
+    streaming) make outboxd reconnect, never exit."""
+    d = outboxd_factory({"postgres": {"reconnect_max_backoff_ms": 100}})
+    wait_streaming(pg, slot_name)
+    conn = pg.connect()
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and d.running():
+            cur.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name = 'outboxd'")
+    conn.close()
+    assert d.running(), d.log_tail()
+    wait_streaming(pg, slot_name, 30)
+
+
+@pytest.mark.no_sanitizers
+def test_sigterm_during_a_slow_check_query_exits_0(pg, outboxd_factory):
+    """A check query waiting on a lock is cancelled by SIGTERM: a clean
+    stop (exit 0), not an operator error."""
+    conn = pg.connect()
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        cur.execute("LOCK TABLE pg_catalog.pg_namespace IN ACCESS EXCLUSIVE MODE")
+    try:
+        d = outboxd_factory()
+        d.wait_log(r"still waiting for the server", timeout=20)
+        d.terminate()
+        assert d.wait(15) == 0, d.log_tail()
+    finally:
+        conn.rollback()
+        conn.close()

@@ -1,27 +1,22 @@
 """Tests of what outboxd does when the Postgres server is not what it
 seemed: the slot it streamed from disappears, another server answers at
 the same address, the walsender fails at the same change on every attempt,
-the database or role carries settings that change how values are printed,
-and the server speaks German.
+and the server speaks German (errors are told by SQLSTATE, never by the
+server's wording).
 
 Each scenario runs on a cluster or database of the test's own, so the
 session cluster keeps its settings and its slots."""
 
-import datetime
-import json
 import re
 import subprocess
 import time
-import uuid
 
 import psycopg2
 import pytest
 
-from conftest import OUTBOX_SQL
-from harness import header, lsn_to_int, wait_until
-from test_faults import (PARTITIONS, Feed, check_delivery,
-                         collect_all, expect_exit, invalidate_slot,
-                         make_topic, on_cluster, own_cluster,  # noqa: F401
+from conftest import own_db
+from test_faults import (Feed, check_delivery, collect_all, expect_exit,
+                         invalidate_slot, make_topic, on_cluster,
                          wait_streaming)
 
 LSN_RE = r"\b[0-9A-F]{1,8}/[0-9A-F]{1,8}\b"
@@ -38,16 +33,8 @@ def log_after_last_stream(d):
     return log[nl + 1:] if nl >= 0 else ""
 
 
-def own_db(pg, name):
-    """A database of the test's own in the session cluster, with the
-    shipped outbox table."""
-    pg.create_db(name)
-    pg.run_file(str(OUTBOX_SQL), dbname=name)
-    return name
-
-
 # ---------------------------------------------------------------------------
-# 3. the slot outboxd streamed from is gone
+# the slot outboxd streamed from is gone
 
 
 def drop_slot_under(cluster, slot, timeout=30):
@@ -133,7 +120,7 @@ def test_other_server_at_same_address_exits_1(
 
 
 # ---------------------------------------------------------------------------
-# 4. an error the server repeats at the same position
+# an error the server repeats at the same position
 
 # A base type whose output function is enum_out: printing a value that is
 # no enum label's OID fails with SQLSTATE 22P03 ("invalid internal value
@@ -188,121 +175,7 @@ def test_error_repeated_at_same_lsn_exits_1(pg, broker, consumer,
 
 
 # ---------------------------------------------------------------------------
-# 7. server settings that change how values are printed
-
-
-def bytea_outbox(pg, db):
-    """The shipped outbox table with a bytea payload column."""
-    own_db(pg, db)
-    pg.sql("ALTER TABLE public.outbox ALTER COLUMN payload TYPE bytea "
-           "USING convert_to(payload::text, 'UTF8')", dbname=db)
-    return db
-
-
-PAYLOADS = [
-    b"\x00\x01\x02\xff\xfe\x80 zero and high bytes",
-    "h\u00e9llo \u20ac \u00fc \U0001F600".encode("utf-8") + b"\x00tail",
-    b"\\x41 backslash, 'quote', \"dq\"\n\t\r",
-    b"",
-]
-STAMPS = [
-    datetime.datetime(2001, 2, 3, 4, 5, 6, 789000, datetime.timezone.utc),
-    datetime.datetime(2019, 12, 31, 23, 59, 59, 999000,
-                      datetime.timezone(datetime.timedelta(hours=5,
-                                                           minutes=30))),
-    datetime.datetime(1999, 7, 8, 9, 10, 11, 0,
-                      datetime.timezone(datetime.timedelta(hours=-7))),
-    datetime.datetime(2024, 2, 29, 12, 0, 0, 1000, datetime.timezone.utc),
-]
-
-
-@pytest.mark.parametrize("scope", ["database", "role"])
-def test_values_do_not_depend_on_server_settings(pg, broker, consumer,
-                                                 outboxd_factory, test_id,
-                                                 scope):
-    """bytea_output = 'escape' and datestyle = 'SQL, DMY' set on the
-    database (ALTER DATABASE ... SET) or on outboxd's role (ALTER ROLE ...
-    SET): a bytea payload is still published as its raw bytes (zero bytes,
-    non-ASCII, backslashes included) and the record timestamp is still
-    created_at in ms; nothing is dead-lettered."""
-    db = bytea_outbox(pg, "se_%s_%s" % (scope, test_id))
-    settings = "SET bytea_output = 'escape'", "SET datestyle = 'SQL, DMY'"
-    user = "postgres"
-    if scope == "database":
-        for s in settings:
-            pg.sql('ALTER DATABASE "%s" %s' % (db, s))
-    else:
-        user = "se_role_%s" % test_id
-        pg.sql('CREATE ROLE "%s" LOGIN REPLICATION' % user)
-        pg.sql('GRANT SELECT ON public.outbox TO "%s"' % user, dbname=db)
-        # What sql/role.sql grants on the slot marker table.
-        pg.sql('GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO "%s"'
-               % user, dbname=db)
-        for s in settings:
-            pg.sql('ALTER ROLE "%s" %s' % (user, s))
-    # The settings apply to the role in that database (psycopg2 itself
-    # sets datestyle ISO, so that one is read from the catalog):
-    conn = pg.connect(db, user=user)
-    with conn.cursor() as cur:
-        cur.execute("SELECT current_setting('bytea_output'), "
-                    "(SELECT array_agg(c) FROM pg_db_role_setting, "
-                    "unnest(setconfig) c)")
-        output, configs = cur.fetchone()
-    conn.close()
-    assert output == "escape", output
-    assert "DateStyle=SQL, DMY" in configs, configs
-
-    agg = "settings_%s_%s" % (scope, test_id)
-    topic = make_topic(broker, agg)
-    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(db, user)}})
-    dlq = d.config["outbox"]["dlq_topic"]
-    broker.create_topic(dlq, PARTITIONS)
-    wait_streaming(pg, d.config["postgres"]["slot"])
-    rows = []
-    conn = pg.connect(db)
-    conn.autocommit = False
-    with conn.cursor() as cur:
-        for i, (payload, stamp) in enumerate(zip(PAYLOADS, STAMPS)):
-            eid = str(uuid.uuid4())
-            cur.execute("INSERT INTO public.outbox (id, aggregate_type, "
-                        "aggregate_id, event_type, payload, created_at) "
-                        "VALUES (%s, %s, %s, 'bin', %s, %s)",
-                        (eid, agg, "k%d" % i, psycopg2.Binary(payload),
-                         stamp))
-            rows.append((eid, payload, stamp))
-    conn.commit()
-    conn.close()
-
-    records = consumer.collect([topic, dlq], len(rows), timeout=30)
-    by_id = {}
-    for r in records:
-        by_id.setdefault((header(r, "id") or b"").decode(), []).append(r)
-    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-    problems = []
-    for i, (eid, payload, stamp) in enumerate(rows):
-        got = by_id.pop(eid, [])
-        if len(got) != 1:
-            problems.append("row %d: %d records" % (i, len(got)))
-            continue
-        r = got[0]
-        if r["topic"] != topic:
-            problems.append("row %d dead-lettered: %s" % (i, header(r, "error")))
-            continue
-        if r["value"] != payload:
-            problems.append("row %d: value %r, expected %r"
-                            % (i, r["value"], payload))
-        want = (stamp - epoch) // datetime.timedelta(milliseconds=1)
-        if r["timestamp"] != want:
-            problems.append("row %d: timestamp %d, expected %d (created_at "
-                            "%s)" % (i, r["timestamp"], want, stamp))
-    if by_id:
-        problems.append("unexpected records: %s" % sorted(by_id))
-    assert not problems, "; ".join(problems)
-    assert d.running(), d.log_tail()
-
-
-# ---------------------------------------------------------------------------
-# 8. a server that does not speak English
+# a server that does not speak English
 
 GERMAN = "de_DE.UTF-8"
 

@@ -1,22 +1,18 @@
-"""Integration tests of the operator's edges: a metrics port that a flood
-of idle connections cannot take from the probes, TLS to Postgres with
+"""Integration tests of outboxd's connections to Postgres: TLS with
 sslmode=verify-full (and a wrong root certificate as a clear, retried
 refusal), and refused connections (no REPLICATION, a wrong password, no
 pg_hba.conf line) that say once what to grant, on /readyz, in
 outboxd_postgres_refused{reason} and in `outboxd check`.
 
-The TLS and refusal tests share one Postgres cluster of this module, with
-TLS on and pg_hba.conf lines of its own; its CA and certificates are made
-here with the openssl command (a missing openssl fails the tests)."""
+The tests share one Postgres cluster of this module, with TLS on and
+pg_hba.conf lines of its own; its CA and certificates are made here with
+the openssl command (a missing openssl fails the tests)."""
 
 import os
 import pwd
 import re
-import resource
 import shutil
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,12 +23,7 @@ from conftest import OUTBOX_SQL
 from harness import free_port, wait_until
 from test_cli import EXIT_USAGE, wait_slot_active
 from test_ops import (assert_check_passes, commit_events, failed_checks,
-                      http_get, http_overrides, scrape, wait_http)
-
-# What src/http.c promises: one client address holds at most this many
-# connections, and a connection idle this long is closed.
-PER_CLIENT_LIMIT = 8
-IDLE_TIMEOUT_S = 5
+                      http_overrides, scrape, wait_http)
 
 REFUSAL_REASONS = ("pg_hba", "password", "privilege", "tls")
 
@@ -45,131 +36,6 @@ def refused_series(m):
 
 def postgres_reconnects(port):
     return scrape(port).value("outboxd_reconnects_total", target="postgres")
-
-
-# ---------------------------------------------------------------------------
-# the metrics port under a flood of idle connections
-
-FLOOD = 1000
-# The flood comes from another loopback address than the probes, as an
-# attacker's connections come from another address than the kubelet's.
-FLOOD_SOURCE = "127.0.0.2"
-HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: outboxd\r\n"
-
-
-class Flood:
-    """Idle connections to 127.0.0.1:port from FLOOD_SOURCE, each sent half
-    a request; the ones the server closed are dropped by prune()."""
-
-    def __init__(self, port):
-        self.port = port
-        self.conns = []
-        self.opened = 0
-
-    def add(self, n):
-        """Opens n more connections (some may be refused or closed at
-        once: prune() finds those)."""
-        for _ in range(n):
-            self.opened += 1
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind((FLOOD_SOURCE, 0))
-                s.settimeout(1.0)
-                s.connect(("127.0.0.1", self.port))
-                s.sendall(HALF_REQUEST)
-                s.setblocking(False)
-                self.conns.append(s)
-            except OSError:
-                s.close()
-
-    def prune(self):
-        """Closes the connections the server closed; returns how many it
-        still holds. The server never answers half a request, so a
-        connection that reads anything (EOF, a reset) was closed."""
-        alive = []
-        for s in self.conns:
-            try:
-                closed = s.recv(1, socket.MSG_PEEK) == b""
-            except BlockingIOError:
-                closed = False
-            except OSError:
-                closed = True
-            if closed:
-                s.close()
-            else:
-                alive.append(s)
-        self.conns = alive
-        return len(alive)
-
-    def close(self):
-        for s in self.conns:
-            s.close()
-        self.conns = []
-
-
-def test_metrics_port_answers_probes_under_idle_connection_flood(
-        pg, broker, consumer, outboxd_factory, test_id):
-    """1,000 connections from one address, each sent half a request, and
-    more coming: /healthz and /readyz (asked from another address) answer
-    200 within a second all along, the stream publishes, the server holds
-    at most PER_CLIENT_LIMIT of the flood's connections and closes those
-    after IDLE_TIMEOUT_S."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = FLOOD + 256
-    if hard != resource.RLIM_INFINITY and hard < need:
-        raise harness.HarnessError("the flood needs %d open files; the hard "
-                                   "limit is %d" % (need, hard))
-    if soft != resource.RLIM_INFINITY and soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-    port = free_port()
-    agg = "flood_%s" % test_id
-    d = outboxd_factory(http_overrides(port))
-    wait_http(port, "/readyz", 200, "ready", daemon=d)
-
-    flood = Flood(port)
-    try:
-        started = time.monotonic()
-        flood.add(FLOOD)
-        assert time.monotonic() - started < 60
-        # One address holds no more than its share: the rest are closed
-        # at once, well before the idle timeout could close them.
-        wait_until(lambda: flood.prune() <= PER_CLIENT_LIMIT,
-                   IDLE_TIMEOUT_S - 2, 0.1,
-                   "at most %d flood connections held" % PER_CLIENT_LIMIT)
-
-        # Probes all along while the flood goes on (50 more connections a
-        # round, 40 rounds at most), and the stream publishes meanwhile.
-        commit_events(pg, "postgres", agg, 5)
-        slowest = 0.0
-        deadline = time.monotonic() + IDLE_TIMEOUT_S + 3
-        rounds = 0
-        while time.monotonic() < deadline and rounds < 40:
-            rounds += 1
-            flood.add(50)
-            for path, word in (("/healthz", "ok"), ("/readyz", "ready")):
-                t0 = time.monotonic()
-                status, body = http_get(port, path, timeout=2.0)
-                slowest = max(slowest, time.monotonic() - t0)
-                assert status == 200 and word in body, (
-                    "%s answered %r %r during the flood (round %d, %d "
-                    "connections opened)" % (path, status, body, rounds,
-                                             flood.opened))
-            time.sleep(0.1)
-        # A kubelet probe's default timeoutSeconds is 1.
-        assert slowest < 1.0, "a probe took %.2fs during the flood" % slowest
-        got = consumer.collect("outbox.event.%s" % agg, min_count=5,
-                               timeout=30, settle=0.2)
-        assert len(got) == 5, got
-
-        # Connections left idle are closed by the server: none is held
-        # longer than the idle timeout.
-        wait_until(lambda: flood.prune() == 0, IDLE_TIMEOUT_S + 3, 0.2,
-                   "the server closed every idle flood connection")
-    finally:
-        flood.close()
-    status, body = http_get(port, "/readyz")
-    assert status == 200 and "ready" in body, (status, body)
-    assert d.stop() == 0, d.log_tail()
 
 
 # ---------------------------------------------------------------------------
