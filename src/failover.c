@@ -51,10 +51,9 @@ bool
 ob_failover_read(ob_pgconn *p, const ob_config *cfg, ob_failover_state *st)
 {
 	int v = ob_pgsql_server_version(p);
-	char *slot = NULL, *sql = NULL;
-	ob_pgres *res = NULL;
-	bool standby, ok = false;
-	char err[1024];
+	ob_pgres *res;
+	bool standby;
+	char what[256];
 
 	memset(st, 0, sizeof(*st));
 	st->verdict = OB_FAILOVER_NA;
@@ -80,33 +79,24 @@ ob_failover_read(ob_pgconn *p, const ob_config *cfg, ob_failover_state *st)
 			 "slots");
 		return true;
 	}
-	slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
-	sql = ob_xasprintf(
-	    "SELECT s.slot_name IS NOT NULL, coalesce(s.failover, false), "
-	    "coalesce(current_setting('synchronized_standby_slots', true), ''), EXISTS (SELECT 1 "
-	    "FROM pg_replication_slots ph WHERE ph.slot_type = 'physical' AND ph.active AND "
-	    "ph.slot_name = ANY (" STANDBY_SLOTS_ARRAY ")) "
-	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
-	    slot);
-	res = ob_pgsql_exec(p, sql);
-	ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) == 4;
-	if (!ok) {
-		ob_error("could not read the failover settings of replication slot %s: %s",
-			 cfg->pg.slot,
-			 ob_pgres_tuples(res) ? "unexpected answer"
-					      : ob_pgres_error(res, err, sizeof(err)));
-		goto done;
-	}
+	snprintf(what, sizeof(what), "read the failover settings of replication slot %s",
+		 cfg->pg.slot);
+	if (!ob_pgsql_query_row(
+		p, OB_LOG_ERROR, what, 4, &res,
+		"SELECT s.slot_name IS NOT NULL, coalesce(s.failover, false), "
+		"coalesce(current_setting('synchronized_standby_slots', true), ''), EXISTS (SELECT "
+		"1 FROM pg_replication_slots ph WHERE ph.slot_type = 'physical' AND ph.active AND "
+		"ph.slot_name = ANY (" STANDBY_SLOTS_ARRAY ")) "
+		"FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %L",
+		cfg->pg.slot))
+		return false;
 	st->slot_exists = ob_pgres_true(res, 0, 0);
 	st->flag = ob_pgres_true(res, 0, 1) || !st->slot_exists; /* created with it */
 	snprintf(st->standby_slots, sizeof(st->standby_slots), "%s", ob_pgres_value(res, 0, 2));
 	st->standby_streams = ob_pgres_true(res, 0, 3);
 	judge(cfg, st);
-done:
 	ob_pgres_free(res);
-	free(sql);
-	free(slot);
-	return ok;
+	return true;
 }
 
 /* The standby p has no copy of the slot: name the settings it lacks

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,136 @@ char *
 ob_pgsql_quote_ident(ob_pgconn *c, const char *s)
 {
 	return quote(c, s, PQescapeIdentifier);
+}
+
+/* ob_pgsql_format() with its arguments in ap. */
+static char *
+vformat(ob_pgconn *c, const char *template, va_list ap)
+{
+	size_t len = 0, cap = strlen(template) + 64;
+	char *out = ob_xmalloc(cap);
+
+	for (const char *t = template; *t != '\0'; t++) {
+		char *quoted = NULL;
+		const char *piece = t;
+		size_t n = 1;
+
+		if (t[0] == '%' && t[1] != '\0') {
+			t++;
+			if (*t == 'L' || *t == 'I' || *t == 's') {
+				const char *arg = va_arg(ap, const char *);
+
+				quoted = *t == 'L'   ? ob_pgsql_quote_literal(c, arg)
+					 : *t == 'I' ? ob_pgsql_quote_ident(c, arg)
+						     : NULL;
+				piece = quoted != NULL ? quoted : arg;
+				n = strlen(piece);
+			} else {
+				piece = t; /* %% and anything else: the character itself */
+			}
+		}
+		if (len + n + 1 > cap) {
+			cap = (len + n + 1) * 2;
+			out = ob_xrealloc(out, cap);
+		}
+		memcpy(out + len, piece, n);
+		len += n;
+		free(quoted);
+	}
+	out[len] = '\0';
+	return out;
+}
+
+char *
+ob_pgsql_format(ob_pgconn *c, const char *template, ...)
+{
+	va_list ap;
+	char *sql;
+
+	va_start(ap, template);
+	sql = vformat(c, template, ap);
+	va_end(ap);
+	return sql;
+}
+
+bool
+ob_pgsql_command(ob_pgconn *c, ob_log_level level, const char *what, const char *template, ...)
+{
+	va_list ap;
+	char *sql;
+	char err[1024];
+	ob_pgres *res;
+	bool ok;
+
+	va_start(ap, template);
+	sql = vformat(c, template, ap);
+	va_end(ap);
+	res = ob_pgsql_exec(c, sql);
+	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	if (!ok)
+		ob_log(level, "could not %s: %s", what, ob_pgres_error(res, err, sizeof(err)));
+	PQclear(res);
+	free(sql);
+	return ok;
+}
+
+bool
+ob_pgsql_query_valuef(ob_pgconn *c, char **out, const char *template, ...)
+{
+	va_list ap;
+	char *sql;
+	bool ok;
+
+	va_start(ap, template);
+	sql = vformat(c, template, ap);
+	va_end(ap);
+	ok = ob_pgsql_query_value(c, sql, out);
+	free(sql);
+	return ok;
+}
+
+bool
+ob_pgsql_query_true(ob_pgconn *c, bool *out, const char *template, ...)
+{
+	va_list ap;
+	char *sql, *value = NULL;
+	bool ok;
+
+	va_start(ap, template);
+	sql = vformat(c, template, ap);
+	va_end(ap);
+	ok = ob_pgsql_query_value(c, sql, &value);
+	*out = ok && value != NULL && strcmp(value, "t") == 0;
+	free(value);
+	free(sql);
+	return ok;
+}
+
+bool
+ob_pgsql_query_row(ob_pgconn *c, ob_log_level level, const char *what, int columns, ob_pgres **res,
+		   const char *template, ...)
+{
+	va_list ap;
+	char *sql;
+	char err[1024];
+	bool ok;
+
+	va_start(ap, template);
+	sql = vformat(c, template, ap);
+	va_end(ap);
+	*res = ob_pgsql_exec(c, sql);
+	ok = PQresultStatus(*res) == PGRES_TUPLES_OK && PQntuples(*res) == 1 &&
+	     PQnfields(*res) == columns;
+	if (!ok) {
+		ob_log(level, "could not %s: %s", what,
+		       PQresultStatus(*res) == PGRES_TUPLES_OK
+			   ? "unexpected answer"
+			   : ob_pgres_error(*res, err, sizeof(err)));
+		PQclear(*res);
+		*res = NULL;
+	}
+	free(sql);
+	return ok;
 }
 
 int

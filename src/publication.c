@@ -96,22 +96,17 @@ whole_table(ob_pgconn *pg)
 static ob_pgres *
 query_publication(ob_pgconn *pg, const ob_config *cfg, char *columns)
 {
-	char *pub = ob_pgsql_quote_literal(pg, cfg->pg.publication);
-	char *schema = ob_pgsql_quote_literal(pg, cfg->outbox.schema);
-	char *table = ob_pgsql_quote_literal(pg, cfg->outbox.table_name);
-	char *sql = ob_xasprintf(
+	char *sql = ob_pgsql_format(
+	    pg,
 	    "SELECT %s FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-	    "LEFT JOIN pg_publication p ON p.pubname = %s "
+	    "LEFT JOIN pg_publication p ON p.pubname = %L "
 	    "LEFT JOIN pg_publication_tables t ON t.pubname = p.pubname AND t.schemaname = "
-	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %s AND c.relname = %s",
-	    columns, pub, schema, table);
+	    "n.nspname AND t.tablename = c.relname WHERE n.nspname = %L AND c.relname = %L",
+	    columns, cfg->pg.publication, cfg->outbox.schema, cfg->outbox.table_name);
 	ob_pgres *res = ob_pgsql_exec(pg, sql);
 
 	free(sql);
 	free(columns);
-	free(table);
-	free(schema);
-	free(pub);
 	return res;
 }
 

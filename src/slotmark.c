@@ -10,47 +10,36 @@
 
 #include "outboxd/log.h"
 
-/* The marker table as SQL (schema.outboxd_slots), quoted; the caller frees. */
-static char *
-table_sql(ob_pgconn *p, const ob_config *cfg)
-{
-	char *schema = ob_pgsql_quote_ident(p, cfg->outbox.schema);
-	char *out = ob_xasprintf("%s." OB_SLOTMARK_TABLE, schema);
+/* The marker table in SQL: %I takes the schema's name. */
+#define TABLE_SQL  "%I." OB_SLOTMARK_TABLE
+/* A FROM item naming the marker table, quoted, as m.t: %L takes the
+ * schema's name. */
+#define TABLE_NAME "(SELECT quote_ident(%L) || '." OB_SLOTMARK_TABLE "' AS t) AS m"
+/* The marker table in messages, as ob_slotmark_setup_sql() writes it: %s
+ * takes the schema's name. */
+#define TABLE_TEXT "\"%s\"." OB_SLOTMARK_TABLE
 
-	free(schema);
-	return out;
+/* Whether the marker table exists, into *exists; false (logged) when the
+ * query failed. */
+static bool
+table_exists(ob_pgconn *p, const ob_config *cfg, bool *exists)
+{
+	return ob_pgsql_query_true(
+	    p, exists, "SELECT to_regclass(m.t) IS NOT NULL FROM " TABLE_NAME, cfg->outbox.schema);
 }
 
-/* Run the command sql; false (logged at level as what failed) unless it
- * succeeded. */
+/* Whether the marker table exists and this role may SELECT, INSERT and
+ * DELETE its rows, into *may; false (logged) when the query failed. */
 static bool
-run(ob_pgconn *p, const char *sql, const char *what, ob_log_level level)
+table_writable(ob_pgconn *p, const ob_config *cfg, bool *may)
 {
-	ob_pgres *res = ob_pgsql_exec(p, sql);
-	bool ok = ob_pgres_command(res);
-	char err[1024];
-
-	if (!ok)
-		ob_log(level, "could not %s: %s", what, ob_pgres_error(res, err, sizeof(err)));
-	ob_pgres_free(res);
-	return ok;
-}
-
-/* Whether table (quoted SQL) exists, into *exists; false (logged) when
- * the query failed. */
-static bool
-table_exists(ob_pgconn *p, const char *table, bool *exists)
-{
-	char *regclass = ob_pgsql_quote_literal(p, table);
-	char *sql = ob_xasprintf("SELECT to_regclass(%s) IS NOT NULL", regclass);
-	char *value = NULL;
-	bool ok = ob_pgsql_query_value(p, sql, &value);
-
-	*exists = ok && value != NULL && strcmp(value, "t") == 0;
-	free(value);
-	free(sql);
-	free(regclass);
-	return ok;
+	/* has_table_privilege() with a list asks for any one of them. */
+	return ob_pgsql_query_true(
+	    p, may,
+	    "SELECT to_regclass(m.t) IS NOT NULL AND has_table_privilege(m.t, 'SELECT') AND "
+	    "has_table_privilege(m.t, 'INSERT') AND has_table_privilege(m.t, 'DELETE') "
+	    "FROM " TABLE_NAME,
+	    cfg->outbox.schema);
 }
 
 char *
@@ -68,139 +57,100 @@ ob_slotmark_setup_sql(const ob_config *cfg, const char *role)
 ob_pg_status
 ob_slotmark_read(ob_pgconn *p, const ob_config *cfg, bool *marked, char *since, size_t since_len)
 {
-	char *table = table_sql(p, cfg);
-	char *slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
-	char *sql = NULL, *value = NULL;
-	ob_pg_status st = OB_PG_RETRY;
+	char *value = NULL;
 	bool exists;
 
 	*marked = false;
 	since[0] = '\0';
-	if (!table_exists(p, table, &exists))
-		goto done;
-	if (!exists) {
-		st = OB_PG_OK;
-		goto done;
-	}
-	sql = ob_xasprintf("SELECT created_at::text FROM %s WHERE slot_name = %s", table, slot);
-	if (!ob_pgsql_query_value(p, sql, &value))
-		goto done;
+	if (!table_exists(p, cfg, &exists))
+		return OB_PG_RETRY;
+	if (!exists)
+		return OB_PG_OK;
+	if (!ob_pgsql_query_valuef(
+		p, &value, "SELECT created_at::text FROM " TABLE_SQL " WHERE slot_name = %L",
+		cfg->outbox.schema, cfg->pg.slot))
+		return OB_PG_RETRY;
 	*marked = value != NULL;
 	snprintf(since, since_len, "%s", value ? value : "");
-	st = OB_PG_OK;
-done:
 	free(value);
-	free(sql);
-	free(slot);
-	free(table);
-	return st;
+	return OB_PG_OK;
 }
 
 ob_pg_status
 ob_slotmark_check(ob_pgconn *p, const ob_config *cfg, char *detail, size_t detail_len)
 {
-	char *table = table_sql(p, cfg);
-	char *regclass = ob_pgsql_quote_literal(p, table);
-	char *schema = ob_pgsql_quote_literal(p, cfg->outbox.schema);
-	char *sql = ob_xasprintf(
-	    "SELECT CASE WHEN to_regclass(%s) IS NULL THEN CASE WHEN "
-	    "has_schema_privilege(%s, 'CREATE') THEN 'create' ELSE 'missing' END WHEN "
-	    "has_table_privilege(%s, 'SELECT') AND has_table_privilege(%s, 'INSERT') AND "
-	    "has_table_privilege(%s, 'DELETE') THEN 'ok' ELSE 'denied' END",
-	    regclass, schema, regclass, regclass, regclass);
-	char *fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
 	char *value = NULL;
 	ob_pg_status st = OB_PG_RETRY;
 
-	if (!ob_pgsql_query_value(p, sql, &value) || value == NULL) {
-		snprintf(detail, detail_len, "could not read table %s (see the log)", table);
-	} else if (strcmp(value, "ok") == 0 || strcmp(value, "create") == 0) {
-		snprintf(detail, detail_len, "%s %s", table,
-			 value[0] == 'o' ? "is writable"
-					 : "does not exist yet; outboxd will create it");
-		st = OB_PG_OK;
-	} else {
+	if (!ob_pgsql_query_valuef(
+		p, &value,
+		"SELECT CASE WHEN to_regclass(m.t) IS NULL THEN CASE WHEN "
+		"has_schema_privilege(%L, 'CREATE') THEN 'create' ELSE 'missing' END WHEN "
+		"has_table_privilege(m.t, 'SELECT') AND has_table_privilege(m.t, 'INSERT') AND "
+		"has_table_privilege(m.t, 'DELETE') THEN 'ok' ELSE 'denied' END FROM " TABLE_NAME,
+		cfg->outbox.schema, cfg->outbox.schema) ||
+	    value == NULL) {
+		snprintf(detail, detail_len, "could not read table " TABLE_TEXT " (see the log)",
+			 cfg->outbox.schema);
+	} else if (strcmp(value, "missing") == 0 || strcmp(value, "denied") == 0) {
+		char *fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
+
 		snprintf(detail, detail_len,
-			 "%s %s, and outboxd creates no slot without its row there: have the "
-			 "schema's owner run %s",
-			 table,
+			 TABLE_TEXT " %s, and outboxd creates no slot without its row there: have "
+				    "the schema's owner run %s",
+			 cfg->outbox.schema,
 			 value[0] == 'm' ? "does not exist and this role may not create it"
 					 : "is not writable by this role",
 			 fix);
+		free(fix);
 		st = OB_PG_FATAL;
+	} else {
+		snprintf(detail, detail_len, TABLE_TEXT " %s", cfg->outbox.schema,
+			 value[0] == 'o' ? "is writable"
+					 : "does not exist yet; outboxd will create it");
+		st = OB_PG_OK;
 	}
 	free(value);
-	free(fix);
-	free(sql);
-	free(schema);
-	free(regclass);
-	free(table);
 	return st;
 }
 
 ob_pg_status
 ob_slotmark_ready(ob_pgconn *p, const ob_config *cfg)
 {
-	char *table = table_sql(p, cfg);
-	char *regclass = ob_pgsql_quote_literal(p, table);
-	char *create = ob_xasprintf("CREATE TABLE IF NOT EXISTS %s (slot_name text PRIMARY KEY, "
-				    "created_at timestamptz NOT NULL DEFAULT now())",
-				    table);
-	/* has_table_privilege() with a list asks for any one of them. */
-	char *check = ob_xasprintf("SELECT to_regclass(%s) IS NOT NULL AND has_table_privilege(%s, "
-				   "'SELECT') AND has_table_privilege(%s, 'INSERT') AND "
-				   "has_table_privilege(%s, 'DELETE')",
-				   regclass, regclass, regclass, regclass);
-	char *may = NULL;
-	ob_pg_status st = OB_PG_RETRY;
+	char *fix;
+	bool may;
 
-	if (!ob_pgsql_query_value(p, check, &may))
-		goto done;
-	if (may != NULL && strcmp(may, "t") == 0) {
-		st = OB_PG_OK;
-		goto done;
+	if (!table_writable(p, cfg, &may))
+		return OB_PG_RETRY;
+	if (may)
+		return OB_PG_OK;
+	if (ob_pgsql_command(p, OB_LOG_DEBUG, "create the slot marker table",
+			     "CREATE TABLE IF NOT EXISTS " TABLE_SQL
+			     " (slot_name text PRIMARY KEY, "
+			     "created_at timestamptz NOT NULL DEFAULT now())",
+			     cfg->outbox.schema) &&
+	    table_writable(p, cfg, &may) && may) {
+		ob_info("created table " TABLE_TEXT ", which marks the slots outboxd created",
+			cfg->outbox.schema);
+		return OB_PG_OK;
 	}
-	free(may);
-	may = NULL;
-	if (run(p, create, "create the slot marker table", OB_LOG_DEBUG) &&
-	    ob_pgsql_query_value(p, check, &may) && may != NULL && strcmp(may, "t") == 0) {
-		ob_info("created table %s, which marks the slots outboxd created", table);
-		st = OB_PG_OK;
-	} else {
-		char *fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
-
-		ob_error("could not make sure of table %s, whose row for slot %s tells a first "
-			 "start from a lost slot (deploy/README.md, \"Failover\"); outboxd creates "
-			 "no slot "
-			 "without it: have the schema's owner run %s (sql/outbox.sql and "
-			 "sql/role.sql do)",
-			 table, cfg->pg.slot, fix);
-		free(fix);
-		st = OB_PG_FATAL;
-	}
-done:
-	free(may);
-	free(check);
-	free(create);
-	free(regclass);
-	free(table);
-	return st;
+	fix = ob_slotmark_setup_sql(cfg, "<outboxd's role>");
+	ob_error("could not make sure of table " TABLE_TEXT ", whose row for slot %s tells a first "
+		 "start from a lost slot (deploy/README.md, \"Failover\"); outboxd creates no slot "
+		 "without it: have the schema's owner run %s (sql/outbox.sql and sql/role.sql do)",
+		 cfg->outbox.schema, cfg->pg.slot, fix);
+	free(fix);
+	return OB_PG_FATAL;
 }
 
 /* INSERT the row, logging a failure at level. */
 static bool
 write_row(ob_pgconn *p, const ob_config *cfg, ob_log_level level)
 {
-	char *table = table_sql(p, cfg);
-	char *slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
-	char *sql = ob_xasprintf("INSERT INTO %s (slot_name) VALUES (%s) ON CONFLICT DO NOTHING",
-				 table, slot);
-	bool ok = run(p, sql, "write the slot's row in the marker table", level);
-
-	free(sql);
-	free(slot);
-	free(table);
-	return ok;
+	return ob_pgsql_command(p, level, "write the slot's row in the marker table",
+				"INSERT INTO " TABLE_SQL
+				" (slot_name) VALUES (%L) ON CONFLICT DO NOTHING",
+				cfg->outbox.schema, cfg->pg.slot);
 }
 
 bool
@@ -226,17 +176,13 @@ ob_slotmark_keep(ob_pgconn *p, const ob_config *cfg)
 bool
 ob_slotmark_clear(ob_pgconn *p, const ob_config *cfg)
 {
-	char *table = table_sql(p, cfg);
-	char *slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
-	char *sql = ob_xasprintf("DELETE FROM %s WHERE slot_name = %s", table, slot);
 	bool exists = false;
-	bool ok = table_exists(p, table, &exists);
+	bool ok = table_exists(p, cfg, &exists);
 
 	if (ok && exists)
-		ok = run(p, sql, "delete the slot's row in the marker table", OB_LOG_ERROR);
-	free(sql);
-	free(slot);
-	free(table);
+		ok = ob_pgsql_command(p, OB_LOG_ERROR, "delete the slot's row in the marker table",
+				      "DELETE FROM " TABLE_SQL " WHERE slot_name = %L",
+				      cfg->outbox.schema, cfg->pg.slot);
 	return ok;
 }
 

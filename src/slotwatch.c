@@ -4,6 +4,7 @@
  */
 #include "outboxd/slotwatch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,40 +77,39 @@ poll_failover(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg)
 void
 ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn read_lsn)
 {
-	char *name = NULL, *slot = NULL, *sql = NULL;
-	ob_pgres *res = NULL;
+	char *name;
+	ob_pgres *res;
 	ob_lsn wal_lsn = 0, confirmed = 0;
-	char err[1024];
+	char what[512];
 	bool ok;
 
 	if (p == NULL || ob_mono_ms() < w->next_ms)
 		return;
 	w->next_ms = ob_mono_ms() + SLOTWATCH_INTERVAL_MS;
 	name = ob_partitions_table_name(p, cfg);
-	slot = ob_pgsql_quote_literal(p, cfg->pg.slot);
+	snprintf(what, sizeof(what), "read replication slot %s and the insert counter of %s.%s",
+		 cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name);
 	/* The counter (of the table and, when it is partitioned, of every
 	 * partition: pg_partition_tree() lists nothing for a plain table)
 	 * comes before the WAL position in the target list, so it is read
-	 * first. */
-	sql = ob_xasprintf(
+	 * first. A failure is told once, until a read succeeds again. */
+	ok = ob_pgsql_query_row(
+	    p, w->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, what, 5, &res,
 	    "SELECT (SELECT coalesce(sum(pg_stat_get_tuples_inserted(tree.r)), 0)::bigint "
 	    "FROM (SELECT to_regclass(%s) AS t) AS o, "
 	    "LATERAL (SELECT relid FROM pg_partition_tree(o.t) UNION SELECT o.t) AS "
 	    "tree(r)), " OB_SQL_WAL_LSN ", s.confirmed_flush_lsn, s.wal_status, "
 	    "coalesce(" OB_SQL_WAL_LSN " - s.restart_lsn, 0)::bigint "
-	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
-	    name, slot);
-	res = ob_pgsql_exec(p, sql);
-	ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) == 5 &&
-	     ob_lsn_parse(ob_pgres_value(res, 0, 1), &wal_lsn) &&
-	     (ob_pgres_null(res, 0, 2) || ob_lsn_parse(ob_pgres_value(res, 0, 2), &confirmed));
-	if (!ok) {
+	    "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = %L",
+	    name, cfg->pg.slot);
+	if (ok &&
+	    !(ob_lsn_parse(ob_pgres_value(res, 0, 1), &wal_lsn) &&
+	      (ob_pgres_null(res, 0, 2) || ob_lsn_parse(ob_pgres_value(res, 0, 2), &confirmed)))) {
 		if (!w->failing)
-			ob_warn("could not read replication slot %s and the insert counter of "
-				"%s.%s: %s",
-				cfg->pg.slot, cfg->outbox.schema, cfg->outbox.table_name,
-				ob_pgres_tuples(res) ? "unexpected answer"
-						     : ob_pgres_error(res, err, sizeof(err)));
+			ob_warn("could not %s: unexpected answer", what);
+		ok = false;
+	}
+	if (!ok) {
 		w->failing = true;
 		goto done;
 	}
@@ -124,7 +124,5 @@ ob_slotwatch_poll(ob_slotwatch *w, ob_pgconn *p, const ob_config *cfg, ob_lsn re
 	poll_failover(w, p, cfg);
 done:
 	ob_pgres_free(res);
-	free(sql);
-	free(slot);
 	free(name);
 }

@@ -18,6 +18,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/config.h"
+#include "outboxd/log.h"
 
 /* A connection: replication, plain or the inbox's. */
 typedef struct ob_pgconn ob_pgconn;
@@ -65,6 +66,34 @@ bool ob_pgsql_query_value(ob_pgconn *c, const char *sql, char **out) OB_MUST_CHE
 /* Quote s as an SQL literal or identifier; the caller frees. */
 char *ob_pgsql_quote_literal(ob_pgconn *c, const char *s);
 char *ob_pgsql_quote_ident(ob_pgconn *c, const char *s);
+/* The SQL of template, as PostgreSQL's format() makes it: each %L takes
+ * the next argument (a const char *) quoted as a literal, each %I quoted
+ * as an identifier, each %s as it is, and %% is a percent sign; the
+ * caller frees. Values go into the text quoted rather than as parameters
+ * so that the statement also runs on a replication connection, whose
+ * simple protocol takes none. */
+char *ob_pgsql_format(ob_pgconn *c, const char *template, ...);
+/* Run the query ob_pgsql_format() makes of template and its arguments
+ * and, when it answers exactly one row of columns columns, set *res to
+ * that result (the caller frees it) and return true. Otherwise *res is
+ * NULL, and the failure is logged at level as "could not <what>: <the
+ * server's error, or \"unexpected answer\">" (and nothing is kept as the
+ * connection's last error). */
+bool ob_pgsql_query_row(ob_pgconn *c, ob_log_level level, const char *what, int columns,
+			ob_pgres **res, const char *template, ...) OB_MUST_CHECK;
+/* Run the command ob_pgsql_format() makes of template and its arguments;
+ * false unless it succeeded, logged at level as "could not <what>: <the
+ * server's error>" (and not kept as the connection's last error). */
+bool ob_pgsql_command(ob_pgconn *c, ob_log_level level, const char *what, const char *template,
+		      ...) OB_MUST_CHECK;
+/* ob_pgsql_query_value() of the query ob_pgsql_format() makes of
+ * template and its arguments. */
+bool ob_pgsql_query_valuef(ob_pgconn *c, char **out, const char *template, ...) OB_MUST_CHECK;
+/* Run the query ob_pgsql_format() makes of template and its arguments as
+ * ob_pgsql_query_value() does (false, logged and kept as the
+ * connection's last error, on error), and set *out to whether its first
+ * value is boolean true (false for no row or SQL NULL). */
+bool ob_pgsql_query_true(ob_pgconn *c, bool *out, const char *template, ...) OB_MUST_CHECK;
 /* The server's version number (150005 for 15.5). */
 int ob_pgsql_server_version(const ob_pgconn *c);
 /* The database connected to. */
