@@ -36,17 +36,15 @@
 #include "outboxd/notify.h"
 #include "outboxd/outbox.h"
 #include "outboxd/pgrepl.h"
+#include "outboxd/policy.h"
 #include "outboxd/position.h"
 #include "outboxd/runtime.h"
-#include "outboxd/sqlstate.h"
 #include "outboxd/tableset.h"
 
 /* How long SIGTERM waits for in-flight events before giving up. */
 #define SHUTDOWN_FLUSH_MS       30000
 /* How long the last read of the stream's tables may take at shutdown. */
 #define FINAL_READ_MS           5000
-/* The fastest pace of status updates sent because the position moved. */
-#define STATUS_MIN_INTERVAL_MS  20
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
 /* A transaction read this long after its commit is part of a backlog. */
@@ -57,9 +55,6 @@
 #define BACKOFF_FIRST_MS        100
 /* How often a standby says it is still waiting. */
 #define STANDBY_LOG_INTERVAL_MS 60000
-/* A server error met this many times in a row at one position is not
- * going away by itself. */
-#define REPEATED_ERROR_LIMIT    5
 
 typedef struct relay {
 	const ob_config *cfg;
@@ -90,25 +85,22 @@ typedef struct relay {
 	/* The last server error, and how often it came at one position. */
 	char err_state[6];
 	char err_msg[256];
-	ob_lsn err_lsn;
-	int err_repeats;
+	ob_error_repeat err_repeat;
 
 	ob_backoff backoff; /* before the next connection attempt */
 	int64_t last_standby_log;
 	bool slot_created; /* `slot create` created it */
 } relay;
 
-/* Send a status update if one is due: always when forced or asked for,
- * at least every status_interval_ms, and when the confirmable position
- * moved, at most every STATUS_MIN_INTERVAL_MS. */
+/* Send a status update if one is due (ob_status_due(): forced, asked
+ * for, status_interval_ms passed, or the confirmable position moved). */
 static bool
 send_status(relay *r, bool force)
 {
 	ob_lsn flush = ob_tableset_confirmable(&r->tableset);
 	int64_t now = ob_mono_ms();
-	int64_t since = now - r->last_status_ms;
-	bool due = force || r->reply_due || since >= r->cfg->pg.status_interval_ms ||
-		   (flush != r->sent_flush && since >= STATUS_MIN_INTERVAL_MS);
+	bool due = ob_status_due(force, r->reply_due, flush != r->sent_flush,
+				 now - r->last_status_ms, r->cfg->pg.status_interval_ms);
 	ob_acktrack *ack = &r->d.ack;
 	ob_pos oldest_unit;
 	int64_t oldest_us = 0;
@@ -370,9 +362,9 @@ stream(relay *r)
 
 		fds[0] = (struct pollfd){ob_pgrepl_socket(r->pg), POLLIN, 0};
 		fds[1] = (struct pollfd){ob_producer_wake_fd(r->d.producer), POLLIN, 0};
-		wait_ms = r->cfg->pg.status_interval_ms - (ob_mono_ms() - r->last_status_ms);
-		if (ob_tableset_confirmable(&r->tableset) != r->sent_flush)
-			wait_ms = STATUS_MIN_INTERVAL_MS;
+		wait_ms = ob_status_wait_ms(ob_tableset_confirmable(&r->tableset) != r->sent_flush,
+					    ob_mono_ms() - r->last_status_ms,
+					    r->cfg->pg.status_interval_ms);
 		wait_ms = ob_tableset_wait_ms(&r->tableset, drained, wait_ms);
 		if (wait_ms > 1000)
 			wait_ms = 1000;
@@ -416,32 +408,22 @@ keep_error(relay *r)
 	snprintf(r->err_msg, sizeof(r->err_msg), "%s", ob_pgsql_error_message(r->pg));
 }
 
-/* Count the kept server error. Lost connections and server shutdowns
- * (SQLSTATE class 08, 57P01-57P03) never count; any other error met
- * REPEATED_ERROR_LIMIT times in a row with the stream no further on is
- * not going away: false, logged. */
+/* Count the kept server error (ob_error_repeat_note(): lost connections
+ * and server shutdowns never count); one met OB_ERROR_REPEAT_LIMIT times
+ * in a row with the stream no further on is not going away: false,
+ * logged. */
 static bool
 note_server_error(relay *r)
 {
-	const char *s = r->err_state;
+	int n = ob_error_repeat_note(&r->err_repeat, r->err_state, r->received);
 
-	if (s[0] == '\0' || ob_sqlstate_server_gone(s)) {
-		r->err_repeats = 0;
-		return true;
-	}
-	if (r->err_repeats > 0 && r->err_lsn == r->received)
-		r->err_repeats++;
-	else
-		r->err_repeats = 1;
-	r->err_lsn = r->received;
-	if (r->err_repeats < REPEATED_ERROR_LIMIT)
+	if (n < OB_ERROR_REPEAT_LIMIT)
 		return true;
 	ob_log_lsn(OB_LOG_ERROR, r->received, NULL, 0,
 		   "the server failed %d times in a row at " OB_LSN_FMT
 		   " with the same error: %s (SQLSTATE %s); stopping: replication slot %s cannot "
 		   "get past it",
-		   r->err_repeats, OB_LSN_ARGS(r->received), r->err_msg, r->err_state,
-		   r->cfg->pg.slot);
+		   n, OB_LSN_ARGS(r->received), r->err_msg, r->err_state, r->cfg->pg.slot);
 	return false;
 }
 
@@ -648,7 +630,7 @@ relay_free(relay *r)
 static bool
 wait_as_standby(relay *r)
 {
-	r->err_repeats = 0; /* losing a race for the slot is no server error */
+	ob_error_repeat_reset(&r->err_repeat); /* losing a race for the slot is no server error */
 	ob_metrics_set_connected(false, ob_delivery_connected(&r->d));
 	if (ob_mono_ms() - r->last_standby_log >= STANDBY_LOG_INTERVAL_MS) {
 		ob_info("replication slot %s is active in another process; waiting as a standby, "

@@ -1,6 +1,6 @@
 /*
- * runtime.c: start-up, the liveness tick, waiting, shutdown and backoff
- * for both daemons (see runtime.h).
+ * runtime.c: start-up, the liveness tick, waiting and shutdown for both
+ * daemons (see runtime.h).
  */
 #include "outboxd/runtime.h"
 
@@ -56,27 +56,4 @@ ob_runtime_exit(const char *name, int code)
 {
 	ob_info("%s stopped (exit code %d)", name, code);
 	return code;
-}
-
-void
-ob_backoff_init(ob_backoff *b, int64_t first_ms, int64_t max_ms)
-{
-	b->first_ms = first_ms;
-	b->max_ms = max_ms;
-	b->next_ms = first_ms;
-}
-
-int64_t
-ob_backoff_next(ob_backoff *b)
-{
-	int64_t now = b->next_ms;
-
-	b->next_ms = now * 2 > b->max_ms ? b->max_ms : now * 2;
-	return now;
-}
-
-void
-ob_backoff_reset(ob_backoff *b)
-{
-	b->next_ms = b->first_ms;
 }

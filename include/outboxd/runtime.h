@@ -1,7 +1,7 @@
 /*
  * runtime.h: what both daemons (the relay and the inbox) run on: exit
  * codes, start-up and shutdown, the liveness tick, waiting with it, and
- * one backoff.
+ * one backoff (policy.h).
  *
  * Not an event loop: each daemon keeps its own loop (it knows what to
  * wait on) and calls ob_runtime_tick() once per turn and while it waits,
@@ -13,6 +13,7 @@
 #define OUTBOXD_RUNTIME_H
 
 #include "outboxd/common.h"
+#include "outboxd/policy.h" /* the backoff */
 
 /* Exit codes (README, "Command line"). */
 #define OB_EXIT_OK       0 /* stopped cleanly */
@@ -36,18 +37,5 @@ bool ob_runtime_wait(int64_t ms, bool (*serve)(void *ctx, int timeout_ms), void 
 void ob_runtime_stopping(void);
 /* The daemon name stops with code: logged; returns code. */
 int ob_runtime_exit(const char *name, int code);
-
-/* A wait that doubles after each failure, from first_ms up to max_ms. */
-typedef struct ob_backoff {
-	int64_t first_ms;
-	int64_t max_ms;
-	int64_t next_ms;
-} ob_backoff;
-
-void ob_backoff_init(ob_backoff *b, int64_t first_ms, int64_t max_ms);
-/* The wait to take now; the one after is twice as long, up to max_ms. */
-int64_t ob_backoff_next(ob_backoff *b);
-/* Start again from first_ms (the thing waited for worked). */
-void ob_backoff_reset(ob_backoff *b);
 
 #endif
