@@ -319,7 +319,8 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
     # tests run in the plain pass above. The suites run with both decoders
     # above and with wal2json here, to keep the run short; test_pgoutput.py
     # still drives the pgoutput decoder under the sanitizers. Also left to
-    # the plain pass, for time: the pgoutput attack scenarios, and the
+    # the plain pass, for time: the pgoutput attack scenarios (marked
+    # no_sanitizers in test_pgoutput.py), and the
     # tests made of repeated kill -9 (a killed process never reaches the
     # exit-time leak check) or of long waits. And the test of a second
     # Kafka cluster: librdkafka names a mock cluster after its address,
@@ -341,7 +342,6 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
     OUTBOXD_TEST_DECODERS=wal2json run_integration "$BUILD_ASAN" \
         --deselect tests/integration/test_backlog_faults.py::test_backlog_of_150k_rows_in_bounded_memory \
         --deselect tests/integration/test_backlog_faults.py::test_backlog_pages_are_bounded_by_bytes \
-        --deselect tests/integration/test_pgoutput_attack.py \
         --deselect tests/integration/test_inbox.py::test_inbox_kill9_twice_exactly_once \
         --deselect tests/integration/test_probes.py \
         --deselect tests/integration/test_patroni.py \

@@ -56,8 +56,8 @@ TESTS=(
 # the others do (they run on 15): kill -9 five times (kill -9 is in
 # test_stream.py, test_backlog.py and the standby test), a long silence,
 # and a 300k-row transaction in bounded memory; and the tests marked
-# no_version_matrix: past defects' timings and settings of the server's
-# own (they run on 15).
+# no_version_matrix: the pgoutput attack scenarios, past defects' timings
+# and settings of the server's own (they run on 15).
 DESELECT=(
     "$IT/test_pgoutput.py::test_both_decoders_give_the_same_records"
     "$IT/test_pgoutput.py::test_slot_of_the_other_plugin_names_both[pgoutput-wal2json-pgoutput]"
