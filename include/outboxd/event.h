@@ -37,7 +37,7 @@ typedef struct ob_event {
 	ob_span key;
 	bool has_value; /* false: a tombstone */
 	ob_span value;
-	ob_event_header headers[OB_EVENT_MAX_HEADERS];
+	ob_event_header headers[OB_EVENT_MAX_HEADERS]; /* set up to headers_len only */
 	size_t headers_len;
 	int64_t timestamp_ms;
 
