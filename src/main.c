@@ -345,8 +345,8 @@ fixed_topic(const ob_config *cfg)
 }
 
 /* Turn glibc's fastbins off for the daemons. Every record the producer
- * queues is six or more small allocations of librdkafka's (the message, its
- * headers object and list, one per header), freed together when the
+ * queues is several small allocations of librdkafka's (the message, its
+ * headers object and their list, one per header), freed together when the
  * broker acknowledges them. In fastbins those freed chunks stay apart and
  * the next records' headers land scattered over them, each in a cache line
  * of its own, which the broker threads then read to serialize them; freed
