@@ -540,13 +540,15 @@ ob_topic_template_next(const char **cursor, ob_topic_piece *piece)
 bool
 ob_topic_name_valid(const char *name, size_t len, bool partial)
 {
-	static const char legal[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				    "0123456789._-";
-
 	if (len > OB_TOPIC_NAME_MAX || (!partial && len == 0))
 		return false;
+	/* Compared by range, not looked up in a string of the legal
+	 * characters: every record's topic comes through here. */
 	for (size_t i = 0; i < len; i++) {
-		if (name[i] == '\0' || strchr(legal, name[i]) == NULL)
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
 			return false;
 	}
 	return partial ||

@@ -17,12 +17,18 @@ ob_event_init(ob_event *ev)
 void
 ob_event_reset(ob_event *ev)
 {
-	char *buf = ev->buf;
-	size_t cap = ev->buf_cap;
-
-	memset(ev, 0, sizeof(*ev));
-	ev->buf = buf;
-	ev->buf_cap = cap;
+	/* Field by field, every field but the buffer and the header array,
+	 * which is read only up to headers_len: zeroing its 2 kB for every
+	 * record was a measurable share of mapping. */
+	ev->buf_len = 0;
+	ev->topic = (ob_span){0, 0};
+	ev->has_key = false;
+	ev->key = (ob_span){0, 0};
+	ev->has_value = false;
+	ev->value = (ob_span){0, 0};
+	ev->headers_len = 0;
+	ev->timestamp_ms = 0;
+	ev->dlq_reason = NULL;
 }
 
 char *

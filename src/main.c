@@ -5,6 +5,7 @@
  * configuration error (or `check` found problems).
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +344,25 @@ fixed_topic(const ob_config *cfg)
 	return strchr(cfg->outbox.topic, '{') == NULL ? cfg->outbox.topic : NULL;
 }
 
+/* Turn glibc's fastbins off for the daemons. Every record the producer
+ * queues is several small allocations of librdkafka's (the message, its
+ * headers object and their list, one per header), freed together when the
+ * broker acknowledges them. In fastbins those freed chunks stay apart and
+ * the next records' headers land scattered over them, each in a cache line
+ * of its own, which the broker threads then read to serialize them; freed
+ * into the ordinary bins they merge with their neighbours and the next
+ * records are carved from the merged runs in order. A producer benchmark
+ * of records with four headers at 100,000 a second spent about a tenth
+ * less CPU this way (tests/README.md, "Where the CPU goes"). Other C
+ * libraries have no fastbins to turn off. */
+static void
+tune_malloc(void)
+{
+#ifdef M_MXFAST
+	(void)mallopt(M_MXFAST, 0); /* only fails for a size out of range */
+#endif
+}
+
 /* Serve HTTP around the relay (run) or the inbox consumer (inbox). */
 static int
 run(const ob_config *cfg, bool inbox)
@@ -350,6 +370,7 @@ run(const ob_config *cfg, bool inbox)
 	ob_http *http = NULL;
 	int rc;
 
+	tune_malloc();
 	if (!inbox)
 		log_startup(cfg);
 	ob_metrics_init(cfg->http.stall_after_ms, inbox ? OB_METRICS_INBOX : OB_METRICS_PUBLISHER,

@@ -127,8 +127,11 @@ get_field(const field_source *src, const char *name, field_value *fv)
 	memset(fv, 0, sizeof(*fv));
 	fv->pg_type = "";
 	if (src->text_row != NULL) {
+		/* The first byte first: a few lookups per record, each over
+		 * every column. */
 		for (size_t i = 0; i < src->text_row->columns_len; i++) {
-			if (strcmp(src->text_row->names[i], name) == 0) {
+			if (src->text_row->names[i][0] == name[0] &&
+			    strcmp(src->text_row->names[i], name) == 0) {
 				get_text_column(src->text_row, i, fv);
 				return true;
 			}

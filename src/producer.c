@@ -20,10 +20,18 @@
 #include "outboxd/kafka.h"
 #include "outboxd/log.h"
 
-/* One librdkafka client and the queue its reports arrive on. */
+/* Topic handles a client keeps between records, one per slot of a
+ * table indexed by a hash of the topic's name. */
+#define TOPIC_SLOTS 64
+
+/* One librdkafka client, the queue its reports arrive on, and the topic
+ * handles it produced to last. Each non-NULL topics[i] holds one
+ * application reference of the client's topic, released when the slot is
+ * taken by another topic or the client is stopped. */
 typedef struct handle {
 	rd_kafka_t *rk;
 	rd_kafka_queue_t *main_queue;
+	rd_kafka_topic_t *topics[TOPIC_SLOTS];
 } handle;
 
 struct ob_producer {
@@ -236,7 +244,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	 * for them. */
 	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
 		return;
-	memset(&d, 0, sizeof(d));
+	/* Not zeroed whole: ob_kafka_record_view() sets every field of
+	 * d.record but the header arrays past its headers_len. */
 	d.tag = (uint64_t)(uintptr_t)m->_private;
 	/* A report carries its own batch's error even when that error then
 	 * failed the producer (the gapless guarantee): the records of the
@@ -304,6 +313,11 @@ handle_stop(handle *h)
 {
 	if (h->rk == NULL)
 		return;
+	for (size_t i = 0; i < TOPIC_SLOTS; i++) {
+		if (h->topics[i] != NULL)
+			rd_kafka_topic_destroy(h->topics[i]);
+		h->topics[i] = NULL;
+	}
 	rd_kafka_purge(h->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	rd_kafka_poll(h->rk, 0);
 	rd_kafka_queue_io_event_enable(h->main_queue, -1, NULL, 0);
@@ -407,9 +421,37 @@ produce_failed(ob_producer *p, rd_kafka_t *rk, rd_kafka_error_t *error, const ch
 	}
 }
 
-/* Queue ev on the client rk of p (ob_producer_send's contract). */
+/* The handle of h's topic name (NUL-terminated, len bytes), or NULL when
+ * librdkafka refuses to make one. The handle stays h's (see handle):
+ * the caller neither keeps nor destroys it past its produce call.
+ *
+ * Produce through a handle from rd_kafka_topic_new(): the call that
+ * creates a topic's handle asks the cluster for its metadata at once. A
+ * record produced by topic name alone waits in the unassigned partition
+ * for librdkafka's 1 s topic scan instead (librdkafka before 2.10.1, its
+ * issue #5032): up to a second for the first record to each topic after
+ * every start. Keeping the handle spares each later record the lookup
+ * under the client's lock and the reference taken and dropped around it. */
+static rd_kafka_topic_t *
+topic_handle(handle *h, const char *name, size_t len)
+{
+	uint32_t hash = 2166136261u; /* FNV-1a */
+	rd_kafka_topic_t **slot;
+
+	for (size_t i = 0; i < len; i++)
+		hash = (hash ^ (unsigned char)name[i]) * 16777619u;
+	slot = &h->topics[hash % TOPIC_SLOTS];
+	if (*slot != NULL && strcmp(rd_kafka_topic_name(*slot), name) == 0)
+		return *slot;
+	if (*slot != NULL)
+		rd_kafka_topic_destroy(*slot); /* queued records hold their own references */
+	*slot = rd_kafka_topic_new(h->rk, name, NULL);
+	return *slot;
+}
+
+/* Queue ev on the client h of p (ob_producer_send's contract). */
 static ob_send_result
-send_on(ob_producer *p, rd_kafka_t *rk, const ob_event *ev, uint64_t tag, const char **why,
+send_on(ob_producer *p, handle *h, const ob_event *ev, uint64_t tag, const char **why,
 	bool *too_large)
 {
 	rd_kafka_headers_t *hdrs;
@@ -431,13 +473,7 @@ send_on(ob_producer *p, rd_kafka_t *rk, const ob_event *ev, uint64_t tag, const 
 	memcpy(topic, ob_event_ptr(ev, ev->topic), ev->topic.len);
 	topic[ev->topic.len] = '\0';
 
-	/* Produce through a handle from rd_kafka_topic_new(): the call that
-	 * creates a topic's handle asks the cluster for its metadata at once.
-	 * A record produced by topic name alone waits in the unassigned
-	 * partition for librdkafka's 1 s topic scan instead (librdkafka before
-	 * 2.10.1, its issue #5032): up to a second for the first record to
-	 * each topic after every start. Later calls only find the handle. */
-	rkt = rd_kafka_topic_new(rk, topic, NULL);
+	rkt = topic_handle(h, topic, ev->topic.len);
 	if (rkt != NULL) {
 		vu[n].vtype = RD_KAFKA_VTYPE_RKT;
 		vu[n++].u.rkt = rkt;
@@ -466,23 +502,21 @@ send_on(ob_producer *p, rd_kafka_t *rk, const ob_event *ev, uint64_t tag, const 
 	vu[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
 	vu[n++].u.i32 = RD_KAFKA_MSG_F_COPY;
 
-	error = rd_kafka_produceva(rk, vu, n);
-	if (rkt != NULL)
-		rd_kafka_topic_destroy(rkt); /* a queued record holds its own reference */
+	error = rd_kafka_produceva(h->rk, vu, n);
 	if (error == NULL) {
 		/* librdkafka owns hdrs now. */
 		test_hook_sent(p);
 		return OB_SEND_OK;
 	}
 	rd_kafka_headers_destroy(hdrs);
-	return produce_failed(p, rk, error, topic, why, too_large);
+	return produce_failed(p, h->rk, error, topic, why, too_large);
 }
 
 ob_send_result
 ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
 		 bool *too_large)
 {
-	return send_on(p, p->main.rk, ev, tag, why, too_large);
+	return send_on(p, &p->main, ev, tag, why, too_large);
 }
 
 ob_send_result
@@ -497,7 +531,7 @@ ob_producer_send_alone(ob_producer *p, const ob_event *ev, uint64_t tag, const c
 		}
 		return OB_SEND_FATAL;
 	}
-	return send_on(p, p->alone.rk, ev, tag, why, too_large);
+	return send_on(p, &p->alone, ev, tag, why, too_large);
 }
 
 /* Empty the wake-up pipe: the reports it announced are about to be served. */

@@ -344,8 +344,9 @@ ob_pg_timestamp_to_ms(const char *s, int64_t *ms)
 	return true;
 }
 
-bool
-ob_pg_timestamp_to_us(const char *s, int64_t *us)
+/* ob_pg_timestamp_to_us() without its memo. */
+static bool
+parse_timestamp_us(const char *s, int64_t *us)
 {
 	const char *p = s;
 	int year, mon, day, hour, min, sec, off_h = 0, off_m = 0, off_s = 0;
@@ -395,5 +396,42 @@ ob_pg_timestamp_to_us(const char *s, int64_t *us)
 	total = days_from_civil(year, mon, day) * 86400 + hour * 3600 + min * 60 + sec;
 	total -= sign * (off_h * 3600 + off_m * 60 + off_s);
 	*us = total * 1000000 + frac_us;
+	return true;
+}
+
+/* The last two texts ob_pg_timestamp_to_us() read, per thread, and their
+ * values. The records of a transaction share its commit time, and a time
+ * column filled by its default (now()) holds the same text on every row,
+ * so almost every call asks for one of the two again. */
+typedef struct timestamp_memo {
+	char text[40]; /* len bytes; longer texts are not kept */
+	size_t len;
+	int64_t us;
+} timestamp_memo;
+
+static _Thread_local timestamp_memo memo[2];
+static _Thread_local unsigned memo_next; /* the slot a miss overwrites */
+
+bool
+ob_pg_timestamp_to_us(const char *s, int64_t *us)
+{
+	size_t len = strnlen(s, sizeof(memo[0].text));
+	timestamp_memo *m;
+
+	for (unsigned i = 0; i < 2; i++) {
+		if (memo[i].len == len && len > 0 && memcmp(memo[i].text, s, len) == 0) {
+			*us = memo[i].us;
+			return true;
+		}
+	}
+	if (!parse_timestamp_us(s, us))
+		return false;
+	if (len < sizeof(memo[0].text)) {
+		m = &memo[memo_next];
+		memo_next ^= 1;
+		memcpy(m->text, s, len);
+		m->len = len;
+		m->us = *us;
+	}
 	return true;
 }

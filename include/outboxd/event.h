@@ -37,7 +37,7 @@ typedef struct ob_event {
 	ob_span key;
 	bool has_value; /* false: a tombstone */
 	ob_span value;
-	ob_event_header headers[OB_EVENT_MAX_HEADERS];
+	ob_event_header headers[OB_EVENT_MAX_HEADERS]; /* set up to headers_len only */
 	size_t headers_len;
 	int64_t timestamp_ms;
 
@@ -54,7 +54,8 @@ void ob_event_begin_dlq(ob_event *ev, const char *dlq_topic, const char *reason,
 			ob_lsn source_lsn);
 
 /* A record seen from outside an ob_event: what a delivery report returns,
- * or an event's spans resolved. All pointers are borrowed. */
+ * or an event's spans resolved. All pointers are borrowed. The header
+ * arrays hold headers_len entries; those past them are not set. */
 typedef struct ob_record_view {
 	const char *topic;
 	size_t topic_len;

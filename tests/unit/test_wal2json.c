@@ -456,6 +456,33 @@ test_timestamp_us_table(void **state)
 	}
 }
 
+/* The parser keeps its last two texts: three texts asked for in turn,
+ * again and again, and texts that differ from a kept one in their last
+ * byte or in being a prefix of it, still get their own values. */
+static void
+test_timestamp_memo(void **state)
+{
+	static const us_case turn[] = {
+	    {"2026-11-22 03:07:11.206737+00", INT64_C(1795316831206737)},
+	    {"2026-11-22 03:07:11.206738+00", INT64_C(1795316831206738)},
+	    {"2026-11-22 03:07:11.206737", INT64_C(1795316831206737)},
+	    {"2026-11-22 03:07:11.206737+01", INT64_C(1795313231206737)},
+	};
+
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		for (size_t i = 0; i < OB_ARRAY_LEN(turn); i++) {
+			int64_t us = 0;
+
+			if (!ob_pg_timestamp_to_us(turn[i].text, &us) || us != turn[i].us)
+				fail_msg("round %d, \"%s\": %lld us, expected %lld", round,
+					 turn[i].text, (long long)us, (long long)turn[i].us);
+			/* A refused text is refused however often it comes. */
+			assert_false(ob_pg_timestamp_to_us("2026-11-22 03:07:11.+00", &us));
+		}
+	}
+}
+
 int
 main(void)
 {
@@ -463,7 +490,7 @@ main(void)
 	    cmocka_unit_test(test_records_table),       cmocka_unit_test(test_bad_records_table),
 	    cmocka_unit_test(test_record_timestamp_us), cmocka_unit_test(test_parse_uses_len),
 	    cmocka_unit_test(test_column_lookup_table), cmocka_unit_test(test_timestamp_table),
-	    cmocka_unit_test(test_timestamp_us_table),
+	    cmocka_unit_test(test_timestamp_us_table),  cmocka_unit_test(test_timestamp_memo),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
