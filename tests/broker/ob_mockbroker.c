@@ -25,6 +25,8 @@
  *                                   of ApiKey (Produce=0, Metadata=3,
  *                                   InitProducerId=22) with err
  *     clear <apikey>                drop the pending errors of ApiKey
+ *     refused                       `ok N`: the batches refused so far as
+ *                                   out of order (seqcheck.h)
  *     topic <name> [partitions]     create a topic (replication factor
  *                                   min(3, brokers))
  *     leader <topic> <partition> <broker_id>
@@ -32,6 +34,11 @@
  *     topicerr <name> <err>         make Metadata report err for the topic
  *                                   (0 clears it)
  *     quit                          exit
+ *
+ * Unlike librdkafka's mock cluster alone, the broker checks idempotent
+ * producers' sequence numbers as Kafka does (seqcheck.h): a batch sent
+ * behind one the broker refused is refused with
+ * OUT_OF_ORDER_SEQUENCE_NUMBER, never written ahead of it.
  *
  * An error code is a number (e.g. 6, -195) or a librdkafka error name with
  * or without its RD_KAFKA_RESP_ERR_ prefix (NOT_LEADER_FOR_PARTITION,
@@ -58,6 +65,8 @@
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+
+#include "seqcheck.h"
 
 #define LINE_MAX_LEN 4096
 #define MAX_ARGS     8
@@ -239,7 +248,14 @@ run_command(struct broker_state *st, char *line)
 			reply("err bad count '%s'", argv[3]);
 			return true;
 		}
-		{
+		if (n == 0) {
+			/* Produce: refused by seqcheck.c, so the batches behind
+			 * a refused one are refused as out of order. */
+			if (!ob_seqcheck_fail_produce((int16_t)err, cnt)) {
+				reply("err too many pending Produce errors");
+				return true;
+			}
+		} else {
 			rd_kafka_resp_err_t *errs = calloc((size_t)cnt, sizeof(*errs));
 
 			if (errs == NULL) {
@@ -258,8 +274,13 @@ run_command(struct broker_state *st, char *line)
 			reply("err bad apikey '%s'", argv[1]);
 			return true;
 		}
-		rd_kafka_mock_clear_request_errors(st->mcluster, (int16_t)n);
+		if (n == 0)
+			ob_seqcheck_clear_produce();
+		else
+			rd_kafka_mock_clear_request_errors(st->mcluster, (int16_t)n);
 		reply("ok");
+	} else if (strcmp(argv[0], "refused") == 0 && argc == 1) {
+		reply("ok %ld", ob_seqcheck_refused());
 	} else if (strcmp(argv[0], "topic") == 0 && (argc == 2 || argc == 3)) {
 		n = st->partitions;
 		if (argc == 3 && !parse_int(argv[2], 1, 100000, &n)) {
@@ -354,7 +375,7 @@ usage(FILE *f)
 		   "[--verbose]\n"
 		   "Runs a librdkafka mock Kafka cluster on loopback; prints "
 		   "BOOTSTRAP and READY,\nthen takes commands on stdin "
-		   "(down/up/rtt/error/clear/topic/topicerr/quit).\n");
+		   "(down/up/rtt/error/clear/refused/topic/topicerr/quit).\n");
 }
 
 /* Parses the options, starts the cluster, serves commands, tears down. */

@@ -131,10 +131,12 @@ def test_batch_refused_as_a_whole_retries_suspects_alone(
     is only a suspect. The producer is recreated, the slot read again and
     each suspect produced alone, where the broker takes it. Every event
     arrives in its own topic, per key first in commit order; nothing is
-    dead-lettered."""
+    dead-lettered. The refused request must hold a batch: linger.ms lets
+    one form behind the burst's first record, which the default (0) sends
+    alone."""
     feeds = [Feed(pg, "batch%d_%s" % (i, test_id), keys=5) for i in range(2)]
     topics = [make_topic(broker, f.agg) for f in feeds]
-    overrides, port = with_http()
+    overrides, port = with_http({"kafka": {"linger.ms": "5"}})
     d = outboxd_factory(overrides)
     dlq = dlq_topic(broker, d)
     wait_streaming(pg, slot_name)
@@ -625,6 +627,44 @@ def test_batch_error_while_the_stream_is_cut(
 def warm(consumer, feed, topic):
     feed.commit(2)
     check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+
+
+@pytest.mark.decoders("wal2json")
+@pytest.mark.parametrize("linger,bnm,rtt", [("0", "1", 0), ("5", "1", 0),
+                                            ("0", "5", 50)])
+def test_refused_batch_among_many_requests_in_flight_keeps_key_order(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id,
+        linger, bnm, rtt):
+    """Small batches (batch.num.messages 1 or 5) with as many requests in
+    flight as librdkafka allows an idempotent producer (5): one transaction
+    of 200 rows of one key fills many requests at once, the broker refuses
+    one (INVALID_RECORD) and, as Kafka does, refuses those sent behind it
+    as out of order. First deliveries follow commit order; nothing is
+    dead-lettered. These settings failed on librdkafka's mock cluster
+    alone, which wrote the requests behind a refused one (the test broker
+    now checks sequence numbers, tests/README.md)."""
+    feed = Feed(pg, "inflight_%s" % test_id, keys=1)
+    topic = make_topic(broker, feed.agg)
+    overrides, port = with_http({"kafka": {
+        "linger.ms": linger, "batch.num.messages": bnm,
+        "max.in.flight.requests.per.connection": "5"}})
+    d = outboxd_factory(overrides)
+    dlq = dlq_topic(broker, d)
+    wait_streaming(pg, slot_name)
+    warm(consumer, feed, topic)
+    assert broker.cmd("rtt all %d" % rtt) == "ok"
+    try:
+        assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+        feed.commit(200)
+        wait_until(lambda: RECREATED in d.log_text(), 60, 0.05,
+                   "the producer was recreated")
+    finally:
+        broker.cmd("rtt all 0")
+    records = collect_all(consumer, topic, feed.ids)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
+    assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
 
 
 def test_refused_batch_holding_dead_letters_of_bad_events(

@@ -90,6 +90,43 @@ def test_mockbroker_commands_and_faults(broker, consumer):
         [b"0"] + [b"%d" % i for i in range(10)])
 
 
+def test_mockbroker_refuses_batches_sent_behind_a_refused_one(broker, consumer):
+    """As a Kafka broker does, the test broker checks an idempotent
+    producer's sequence numbers: with one-record requests in flight on a
+    slow broker, the one refused with INVALID_RECORD and every one sent
+    behind it (OUT_OF_ORDER_SEQUENCE_NUMBER) are not written. A gapless
+    producer then fails, so nothing of the burst is written at all.
+    librdkafka's mock cluster alone writes the requests behind the refused
+    one (fails without tests/broker/seqcheck.c)."""
+    from confluent_kafka import Producer
+    topic = "harness.seq.%d" % time.time_ns()
+    assert broker.create_topic(topic, 1) == "ok"
+    p = Producer({"bootstrap.servers": broker.bootstraps,
+                  "enable.idempotence": True, "linger.ms": 0,
+                  "enable.gapless.guarantee": True,
+                  "batch.num.messages": 1, "log_level": 0})
+    p.produce(topic, value=b"warm")
+    assert p.flush(20) == 0
+    before = int(broker.cmd("refused").split()[1])
+    reports = []
+    assert broker.cmd("rtt all 100") == "ok"
+    try:
+        assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+        for i in range(20):
+            p.produce(topic, value=b"%d" % i,
+                      on_delivery=lambda e, m: reports.append(e))
+        with pytest.raises(Exception, match="gap-less"):
+            p.flush(20)
+    finally:
+        broker.cmd("rtt all 0")
+    refused = int(broker.cmd("refused").split()[1]) - before
+    assert refused >= 1, "no request was sent behind the refused one"
+    written = [r["value"] for r in
+               consumer.collect([topic], 1, timeout=10, settle=1.0)]
+    assert written == [b"warm"], (
+        "records sent behind the refused one were written: %s" % written)
+
+
 def test_pgcluster_wal2json_and_restart(pg):
     """The cluster runs with wal_level=logical, decodes with wal2json v2,
     reports slots and survives an immediate (crash) restart."""

@@ -1,0 +1,761 @@
+/*
+ * seqcheck.c: idempotent producers' sequence numbers checked as a Kafka
+ * broker checks them (seqcheck.h).
+ *
+ * ob-mockbroker defines accept, accept4, recv, recvmsg, sendmsg and close:
+ * librdkafka's mock cluster, a shared library, calls these definitions
+ * rather than libc's, which they call in turn (dlsym RTLD_NEXT). Only
+ * sockets returned by accept, the mock brokers' connections, are looked at.
+ *
+ * Requests: each read of the mock cluster goes to the socket as asked, cut
+ * at the end of the request being read (so what follows stays in the kernel
+ * and the mock cluster's poll still sees it), and what it got is copied
+ * aside. The read that completes a ProduceRequest (versions 3 to 8, the ones
+ * with record batch v2 and a non-flexible layout) looks at it batch by
+ * batch before it returns, and so before the mock cluster handles it; a
+ * byte to change is changed where the mock cluster holds it.
+ *
+ * Responses: the mock cluster writes each response whole with one sendmsg
+ * whose iovecs hold the rest of it. A ProduceResponse answering a request
+ * with refused batches is rewritten in place before it is sent.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "seqcheck.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define KAFKA_PRODUCE                    0
+#define ERR_OUT_OF_ORDER_SEQUENCE_NUMBER 45
+#define CONN_MAX                         65536
+#define FRAME_MAX                        (256 * 1024 * 1024)
+#define SEQ_BUCKETS                      4096
+#define FAIL_RUNS                        64
+#define TOPIC_MAX                        256
+
+/* Offsets in a v2 record batch (Kafka's DefaultRecordBatch). */
+#define BATCH_MAGIC             16
+#define BATCH_LAST_OFFSET_DELTA 23
+#define BATCH_PRODUCER_ID       43
+#define BATCH_PRODUCER_EPOCH    51
+#define BATCH_BASE_SEQUENCE     53
+#define BATCH_HEADER_LEN        61
+
+/* One refused partition of a request: its response's error becomes err. */
+struct refusal {
+	char topic[TOPIC_MAX];
+	int32_t partition;
+	int16_t err;
+};
+
+/* The refusals of one ProduceRequest, until its response is sent. */
+struct pending {
+	int32_t corr;
+	int16_t version;
+	int nrefusals;
+	struct refusal *refusals;
+	struct pending *next;
+};
+
+/* A piece of a request handed to the mock cluster: frame bytes from off
+ * on went to addr, which stays valid until the mock cluster has the whole
+ * request. */
+struct handed {
+	size_t off, len;
+	uint8_t *addr;
+};
+
+/* A mock broker's connection: the request being read and the responses
+ * to rewrite. */
+struct conn {
+	/* A copy of the request being read, and where in the mock cluster's
+	 * buffers each piece of it went. */
+	uint8_t *frame;
+	size_t cap, have, total;
+	struct handed *handed;
+	int nhanded, handed_cap;
+	struct pending *pending;
+	/* Outgoing: bytes of the current response not yet sent (0 at a
+	 * boundary), and the part of its size field sent so far. */
+	size_t out_left;
+	uint8_t out_hdr[4];
+	int out_hdr_have;
+};
+
+/* The next expected base sequence of a producer id, epoch and partition. */
+struct seq {
+	char topic[TOPIC_MAX];
+	int32_t partition;
+	int64_t pid;
+	int16_t epoch;
+	int64_t next;
+	struct seq *chain;
+};
+
+/* A run of injected Produce failures. */
+struct fail_run {
+	int16_t err;
+	long left;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct conn *conns[CONN_MAX];
+static struct seq *seqs[SEQ_BUCKETS];
+static struct fail_run fails[FAIL_RUNS];
+static int nfails;
+static long refused;
+
+static ssize_t (*real_recv)(int, void *, size_t, int);
+static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static int (*real_accept)(int, struct sockaddr *, socklen_t *);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+static int (*real_close)(int);
+
+static void *
+libc_symbol(const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+
+	if (f == NULL) {
+		fprintf(stderr, "ob-mockbroker: seqcheck: no %s in libc\n", name);
+		abort();
+	}
+	return f;
+}
+
+static void
+resolve(void)
+{
+	if (real_close != NULL)
+		return;
+	real_recv = libc_symbol("recv");
+	real_recvmsg = libc_symbol("recvmsg");
+	real_sendmsg = libc_symbol("sendmsg");
+	real_accept = libc_symbol("accept");
+	real_accept4 = libc_symbol("accept4");
+	real_close = libc_symbol("close");
+}
+
+static uint32_t
+be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int16_t
+be16s(const uint8_t *p)
+{
+	return (int16_t)((uint16_t)p[0] << 8 | p[1]);
+}
+
+static int64_t
+be64s(const uint8_t *p)
+{
+	return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4));
+}
+
+/* ---- a bounds-checked reader over one frame ---- */
+
+struct rd {
+	const uint8_t *p;
+	size_t len, off;
+	bool bad;
+};
+
+static const uint8_t *
+rd_take(struct rd *r, size_t n)
+{
+	const uint8_t *at;
+
+	if (r->bad || r->len - r->off < n) {
+		r->bad = true;
+		return NULL;
+	}
+	at = r->p + r->off;
+	r->off += n;
+	return at;
+}
+
+static int32_t
+rd_i32(struct rd *r)
+{
+	const uint8_t *p = rd_take(r, 4);
+
+	return p ? (int32_t)be32(p) : -1;
+}
+
+static int16_t
+rd_i16(struct rd *r)
+{
+	const uint8_t *p = rd_take(r, 2);
+
+	return p ? be16s(p) : -1;
+}
+
+/* A (nullable) string into out (TOPIC_MAX bytes, cut to fit). */
+static void
+rd_str(struct rd *r, char *out)
+{
+	int16_t n = rd_i16(r);
+	const uint8_t *p;
+
+	out[0] = '\0';
+	if (n <= 0)
+		return;
+	p = rd_take(r, (size_t)n);
+	if (p == NULL)
+		return;
+	snprintf(out, TOPIC_MAX, "%.*s", (int)n, (const char *)p);
+}
+
+/* ---- the sequence table ---- */
+
+static struct seq *
+seq_get(const char *topic, int32_t partition, int64_t pid, int16_t epoch)
+{
+	unsigned long h = 5381;
+	struct seq *s;
+
+	for (const char *c = topic; *c; c++)
+		h = h * 33 + (unsigned char)*c;
+	h = (h * 33 + (uint32_t)partition) * 33 + (uint64_t)pid;
+	h = (h * 33 + (uint16_t)epoch) % SEQ_BUCKETS;
+	for (s = seqs[h]; s != NULL; s = s->chain)
+		if (s->partition == partition && s->pid == pid && s->epoch == epoch &&
+		    strcmp(s->topic, topic) == 0)
+			return s;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		abort();
+	snprintf(s->topic, sizeof(s->topic), "%s", topic);
+	s->partition = partition;
+	s->pid = pid;
+	s->epoch = epoch;
+	s->next = -1;
+	s->chain = seqs[h];
+	seqs[h] = s;
+	return s;
+}
+
+/* The error of the next injected failure, 0 if none is pending. */
+static int16_t
+take_injected(void)
+{
+	int16_t err;
+
+	if (nfails == 0)
+		return 0;
+	err = fails[0].err;
+	if (--fails[0].left == 0) {
+		memmove(&fails[0], &fails[1], (size_t)(nfails - 1) * sizeof(fails[0]));
+		nfails--;
+	}
+	return err;
+}
+
+/* The error a batch gets (0: hand it to the mock cluster as it is). A
+ * batch that is not refused moves its sequence on, whatever the mock
+ * cluster then answers: a retry of it is then taken as a duplicate, as the
+ * mock cluster takes it, never as a gap. */
+static int16_t
+judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t injected)
+{
+	int64_t pid = be64s(b + BATCH_PRODUCER_ID);
+	int16_t epoch = be16s(b + BATCH_PRODUCER_EPOCH);
+	int32_t base = (int32_t)be32(b + BATCH_BASE_SEQUENCE);
+	int32_t count = (int32_t)be32(b + BATCH_LAST_OFFSET_DELTA) + 1;
+	struct seq *s;
+
+	if (injected != 0)
+		return injected;
+	if (pid < 0 || base < 0)
+		return 0;
+	s = seq_get(topic, partition, pid, epoch);
+	if (s->next >= 0 && base > s->next) {
+		refused++;
+		fprintf(stderr,
+			"ob-mockbroker: %s [%d]: producer %lld epoch %d sent base sequence %d, "
+			"expected %lld: OUT_OF_ORDER_SEQUENCE_NUMBER\n",
+			topic, partition, (long long)pid, epoch, base, (long long)s->next);
+		return ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+	}
+	if ((int64_t)base + count > s->next)
+		s->next = (int64_t)base + count;
+	return 0;
+}
+
+static void
+add_refusal(struct pending *pd, const char *topic, int32_t partition, int16_t err)
+{
+	struct refusal *r = realloc(pd->refusals, (size_t)(pd->nrefusals + 1) * sizeof(*r));
+
+	if (r == NULL)
+		abort();
+	pd->refusals = r;
+	r = &r[pd->nrefusals++];
+	snprintf(r->topic, sizeof(r->topic), "%s", topic);
+	r->partition = partition;
+	r->err = err;
+}
+
+/* Set the byte at frame offset off, where the mock cluster holds it. */
+static void
+spoil(struct conn *c, size_t off, uint8_t value)
+{
+	c->frame[off] = value;
+	for (int i = 0; i < c->nhanded; i++)
+		if (off >= c->handed[i].off && off - c->handed[i].off < c->handed[i].len)
+			c->handed[i].addr[off - c->handed[i].off] = value;
+}
+
+/* Judge every batch of a whole ProduceRequest frame; a refused batch's
+ * magic byte is spoiled so the mock cluster refuses it unwritten, and the
+ * refusal is kept for the response. */
+static void
+inspect_request(struct conn *c)
+{
+	struct rd r = {c->frame, c->total, 4, false};
+	struct pending pd = {0};
+	char topic[TOPIC_MAX], client[TOPIC_MAX];
+	int16_t key, injected;
+	int32_t ntopics;
+
+	key = rd_i16(&r);
+	pd.version = rd_i16(&r);
+	pd.corr = rd_i32(&r);
+	rd_str(&r, client);
+	if (r.bad || key != KAFKA_PRODUCE || pd.version < 3 || pd.version > 8)
+		return;
+	rd_str(&r, topic);  /* transactional id */
+	rd_take(&r, 2 + 4); /* acks, timeout */
+	injected = take_injected();
+	ntopics = rd_i32(&r);
+	for (int32_t t = 0; t < ntopics && !r.bad; t++) {
+		int32_t nparts;
+
+		rd_str(&r, topic);
+		nparts = rd_i32(&r);
+		for (int32_t i = 0; i < nparts && !r.bad; i++) {
+			int32_t partition = rd_i32(&r);
+			int32_t len = rd_i32(&r);
+			uint8_t *batch;
+			int16_t err;
+
+			if (len < 0)
+				continue;
+			batch = (uint8_t *)rd_take(&r, (size_t)len);
+			if (batch == NULL || len < BATCH_HEADER_LEN)
+				continue;
+			err = judge_batch(topic, partition, batch, injected);
+			if (err == 0)
+				continue;
+			spoil(c, (size_t)(batch - c->frame) + BATCH_MAGIC, 0x7f);
+			add_refusal(&pd, topic, partition, err);
+		}
+	}
+	if (pd.nrefusals > 0) {
+		struct pending *keep = malloc(sizeof(*keep));
+
+		if (keep == NULL)
+			abort();
+		*keep = pd;
+		keep->next = c->pending;
+		c->pending = keep;
+	}
+}
+
+/* Rewrite, in the copy of a whole ProduceResponse, the error code of each
+ * refused partition. */
+static void
+rewrite_response(uint8_t *frame, size_t len, const struct pending *pd)
+{
+	struct rd r = {frame, len, 8, false};
+	int32_t ntopics = rd_i32(&r);
+	char topic[TOPIC_MAX];
+
+	for (int32_t t = 0; t < ntopics && !r.bad; t++) {
+		int32_t nparts;
+
+		rd_str(&r, topic);
+		nparts = rd_i32(&r);
+		for (int32_t i = 0; i < nparts && !r.bad; i++) {
+			int32_t partition = rd_i32(&r);
+			uint8_t *err = (uint8_t *)rd_take(&r, 2);
+
+			rd_take(&r, 8 + (pd->version >= 2 ? 8 : 0) + (pd->version >= 5 ? 8 : 0));
+			if (pd->version >= 8) {
+				int32_t nerrs = rd_i32(&r);
+				char skip[TOPIC_MAX];
+
+				for (int32_t e = 0; e < nerrs && !r.bad; e++) {
+					rd_take(&r, 4);
+					rd_str(&r, skip);
+				}
+				rd_str(&r, skip);
+			}
+			for (int k = 0; err != NULL && k < pd->nrefusals; k++)
+				if (pd->refusals[k].partition == partition &&
+				    strcmp(pd->refusals[k].topic, topic) == 0) {
+					err[0] = (uint8_t)((uint16_t)pd->refusals[k].err >> 8);
+					err[1] = (uint8_t)pd->refusals[k].err;
+				}
+		}
+	}
+	if (r.bad)
+		fprintf(stderr, "ob-mockbroker: seqcheck: a ProduceResponse did not parse\n");
+}
+
+/* ---- iovec helpers ---- */
+
+static size_t
+iov_len(const struct msghdr *msg)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < msg->msg_iovlen; i++)
+		n += msg->msg_iov[i].iov_len;
+	return n;
+}
+
+/* Copy len bytes at offset off of the iovecs to out (to_iov false) or
+ * from out into them (to_iov true). */
+static void
+iov_copy(const struct msghdr *msg, size_t off, uint8_t *out, size_t len, bool to_iov)
+{
+	for (size_t i = 0; i < msg->msg_iovlen && len > 0; i++) {
+		uint8_t *base = msg->msg_iov[i].iov_base;
+		size_t n = msg->msg_iov[i].iov_len;
+
+		if (off >= n) {
+			off -= n;
+			continue;
+		}
+		n -= off;
+		if (n > len)
+			n = len;
+		if (to_iov)
+			memcpy(base + off, out, n);
+		else
+			memcpy(out, base + off, n);
+		out += n;
+		len -= n;
+		off = 0;
+	}
+}
+
+/* Rewrite the responses that start in these iovecs and have refusals
+ * pending; a response the iovecs do not hold whole is left as it is
+ * (logged: the mock cluster writes each response with one call). */
+static void
+edit_responses(struct conn *c, const struct msghdr *msg)
+{
+	size_t total = iov_len(msg), pos = c->out_left;
+
+	if (c->out_hdr_have != 0)
+		return;
+	while (c->pending != NULL && pos + 8 <= total) {
+		uint8_t head[8];
+		size_t len;
+		struct pending **pp;
+
+		iov_copy(msg, pos, head, 8, false);
+		len = 4 + be32(head);
+		for (pp = &c->pending; *pp != NULL; pp = &(*pp)->next)
+			if ((*pp)->corr == (int32_t)be32(head + 4))
+				break;
+		if (*pp != NULL) {
+			struct pending *pd = *pp;
+			uint8_t *copy;
+
+			if (pos + len > total) {
+				fprintf(stderr, "ob-mockbroker: seqcheck: a ProduceResponse "
+						"was split; left as it is\n");
+				return;
+			}
+			copy = malloc(len);
+			if (copy == NULL)
+				abort();
+			iov_copy(msg, pos, copy, len, false);
+			rewrite_response(copy, len, pd);
+			iov_copy(msg, pos, copy, len, true);
+			free(copy);
+			*pp = pd->next;
+			free(pd->refusals);
+			free(pd);
+		}
+		pos += len;
+	}
+}
+
+/* Follow the response boundaries over the sent bytes. */
+static void
+account_sent(struct conn *c, const struct msghdr *msg, size_t sent)
+{
+	size_t pos = 0;
+
+	while (pos < sent) {
+		if (c->out_left == 0) {
+			while (c->out_hdr_have < 4 && pos < sent) {
+				iov_copy(msg, pos++, &c->out_hdr[c->out_hdr_have], 1, false);
+				c->out_hdr_have++;
+			}
+			if (c->out_hdr_have < 4)
+				break;
+			c->out_left = be32(c->out_hdr);
+			c->out_hdr_have = 0;
+			continue;
+		}
+		size_t n = c->out_left < sent - pos ? c->out_left : sent - pos;
+
+		pos += n;
+		c->out_left -= n;
+	}
+}
+
+/* ---- reading requests ---- */
+
+static void
+note_handed(struct conn *c, size_t off, uint8_t *addr, size_t len)
+{
+	if (c->nhanded == c->handed_cap) {
+		int cap = c->handed_cap ? 2 * c->handed_cap : 8;
+		struct handed *h = realloc(c->handed, (size_t)cap * sizeof(*h));
+
+		if (h == NULL)
+			abort();
+		c->handed = h;
+		c->handed_cap = cap;
+	}
+	c->handed[c->nhanded++] = (struct handed){off, len, addr};
+	memcpy(c->frame + off, addr, len);
+}
+
+/* recvmsg for a mock broker's connection: read at most to the end of the
+ * request being read (its size field alone first), copy what came aside,
+ * and look at the request once it is whole. */
+static ssize_t
+read_request(int fd, struct conn *c, struct msghdr *msg, int flags)
+{
+	size_t limit = c->total ? c->total - c->have : 4 - c->have;
+	struct iovec iov[64];
+	struct msghdr cut = *msg;
+	size_t n = 0, left;
+	ssize_t r;
+
+	cut.msg_iov = iov;
+	cut.msg_iovlen = 0;
+	for (size_t i = 0; i < msg->msg_iovlen && n < limit && cut.msg_iovlen < 64; i++) {
+		size_t len = msg->msg_iov[i].iov_len;
+
+		if (len > limit - n)
+			len = limit - n;
+		iov[cut.msg_iovlen++] = (struct iovec){msg->msg_iov[i].iov_base, len};
+		n += len;
+	}
+	r = real_recvmsg(fd, &cut, flags);
+	if (r <= 0)
+		return r;
+	left = (size_t)r;
+	for (size_t i = 0; left > 0; i++) {
+		size_t len = iov[i].iov_len < left ? iov[i].iov_len : left;
+
+		note_handed(c, c->have, iov[i].iov_base, len);
+		c->have += len;
+		left -= len;
+	}
+	if (c->total == 0 && c->have == 4) {
+		c->total = 4 + (size_t)be32(c->frame);
+		if (c->total > FRAME_MAX) {
+			errno = EMSGSIZE;
+			return -1;
+		}
+		if (c->total > c->cap) {
+			uint8_t *f = realloc(c->frame, c->total);
+
+			if (f == NULL)
+				abort();
+			c->frame = f;
+			c->cap = c->total;
+		}
+	}
+	if (c->total != 0 && c->have == c->total) {
+		inspect_request(c);
+		c->have = c->total = 0;
+		c->nhanded = 0;
+	}
+	return r;
+}
+
+static struct conn *
+tracked(int fd)
+{
+	return fd >= 0 && fd < CONN_MAX ? conns[fd] : NULL;
+}
+
+static void
+untrack(int fd)
+{
+	struct conn *c = tracked(fd);
+
+	if (c == NULL)
+		return;
+	while (c->pending != NULL) {
+		struct pending *pd = c->pending;
+
+		c->pending = pd->next;
+		free(pd->refusals);
+		free(pd);
+	}
+	free(c->handed);
+	free(c->frame);
+	free(c);
+	conns[fd] = NULL;
+}
+
+static int
+track(int fd)
+{
+	if (fd < 0)
+		return fd;
+	if (fd >= CONN_MAX) {
+		fprintf(stderr, "ob-mockbroker: seqcheck: socket %d not checked\n", fd);
+		return fd;
+	}
+	pthread_mutex_lock(&lock);
+	untrack(fd);
+	conns[fd] = calloc(1, sizeof(struct conn));
+	if (conns[fd] == NULL)
+		abort();
+	conns[fd]->frame = malloc(4);
+	conns[fd]->cap = 4;
+	if (conns[fd]->frame == NULL)
+		abort();
+	pthread_mutex_unlock(&lock);
+	return fd;
+}
+
+/* ---- the wrapped calls ---- */
+
+int
+accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	resolve();
+	return track(real_accept(fd, addr, len));
+}
+
+int
+accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	resolve();
+	return track(real_accept4(fd, addr, len, flags));
+}
+
+int
+close(int fd)
+{
+	resolve();
+	if (tracked(fd) != NULL) {
+		pthread_mutex_lock(&lock);
+		untrack(fd);
+		pthread_mutex_unlock(&lock);
+	}
+	return real_close(fd);
+}
+
+ssize_t
+recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	struct conn *c;
+	ssize_t r;
+
+	resolve();
+	c = tracked(fd);
+	if (c == NULL || (flags & MSG_PEEK))
+		return real_recvmsg(fd, msg, flags);
+	pthread_mutex_lock(&lock);
+	r = read_request(fd, c, msg, flags);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+ssize_t
+recv(int fd, void *buf, size_t len, int flags)
+{
+	struct iovec iov = {buf, len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	resolve();
+	if (tracked(fd) == NULL || (flags & MSG_PEEK))
+		return real_recv(fd, buf, len, flags);
+	return recvmsg(fd, &msg, flags);
+}
+
+ssize_t
+sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct conn *c;
+	ssize_t r;
+
+	resolve();
+	c = tracked(fd);
+	if (c == NULL)
+		return real_sendmsg(fd, msg, flags);
+	pthread_mutex_lock(&lock);
+	edit_responses(c, msg);
+	r = real_sendmsg(fd, msg, flags);
+	if (r > 0)
+		account_sent(c, msg, (size_t)r);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+/* ---- commands ---- */
+
+bool
+ob_seqcheck_fail_produce(int16_t err, long count)
+{
+	bool room;
+
+	pthread_mutex_lock(&lock);
+	room = nfails < FAIL_RUNS;
+	if (room) {
+		fails[nfails].err = err;
+		fails[nfails].left = count;
+		nfails++;
+	}
+	pthread_mutex_unlock(&lock);
+	return room;
+}
+
+void
+ob_seqcheck_clear_produce(void)
+{
+	pthread_mutex_lock(&lock);
+	nfails = 0;
+	pthread_mutex_unlock(&lock);
+}
+
+long
+ob_seqcheck_refused(void)
+{
+	long n;
+
+	pthread_mutex_lock(&lock);
+	n = refused;
+	pthread_mutex_unlock(&lock);
+	return n;
+}

@@ -1,0 +1,38 @@
+/*
+ * seqcheck.h: the test broker's check of idempotent producers' sequence
+ * numbers, which librdkafka's mock cluster does not make for producers
+ * without a transactional id.
+ *
+ * seqcheck.c wraps the socket calls of the mock cluster's connections
+ * (accept, recvmsg, recv, sendmsg, close) in ob-mockbroker's process. It
+ * reads each ProduceRequest whole before the mock cluster sees it and, as a
+ * Kafka broker does, refuses a record batch whose base sequence lies past
+ * the next one expected for its producer id, epoch and partition with
+ * OUT_OF_ORDER_SEQUENCE_NUMBER. Such a batch arises only behind a batch the
+ * broker refused, when requests are pipelined: Kafka never writes it, and
+ * with this check neither does the test broker.
+ *
+ * A refusal is made by spoiling the batch's magic byte, so the mock cluster
+ * refuses the batch without writing it, and by rewriting the error code of
+ * that partition in the mock's ProduceResponse. Produce errors injected
+ * with `error 0 ...` are made the same way, so they count as refusals here.
+ */
+
+#ifndef OB_SEQCHECK_H
+#define OB_SEQCHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Refuse every batch of the next count ProduceRequests (on any broker)
+ * with the Kafka error code err, after those already pending. False when
+ * too many runs of failures are pending (64). */
+bool ob_seqcheck_fail_produce(int16_t err, long count);
+
+/* Drop the pending Produce failures. */
+void ob_seqcheck_clear_produce(void);
+
+/* Batches refused as out of order so far. */
+long ob_seqcheck_refused(void);
+
+#endif
