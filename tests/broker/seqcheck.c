@@ -322,6 +322,53 @@ spoil(struct conn *c, size_t off, uint8_t value)
 			c->handed[i].addr[off - c->handed[i].off] = value;
 }
 
+/* Call visit for each partition of a Produce request or response (topic
+ * array, partition array), r at the partition's fields; visit reads them. */
+static void
+for_each_partition(struct rd *r, void (*visit)(struct rd *, const char *, void *), void *arg)
+{
+	int32_t ntopics = rd_i32(r);
+	char topic[TOPIC_MAX];
+
+	for (int32_t t = 0; t < ntopics && !r->bad; t++) {
+		int32_t nparts;
+
+		rd_str(r, topic);
+		nparts = rd_i32(r);
+		for (int32_t i = 0; i < nparts && !r->bad; i++)
+			visit(r, topic, arg);
+	}
+}
+
+/* What judging a ProduceRequest's partitions needs. */
+struct request_walk {
+	struct conn *c;
+	struct pending *pd;
+	int16_t injected;
+};
+
+/* One partition of a ProduceRequest: judge its batch, refuse it if so. */
+static void
+judge_partition(struct rd *r, const char *topic, void *arg)
+{
+	struct request_walk *req = arg;
+	int32_t partition = rd_i32(r);
+	int32_t len = rd_i32(r);
+	uint8_t *batch;
+	int16_t err;
+
+	if (len < 0)
+		return;
+	batch = (uint8_t *)rd_take(r, (size_t)len);
+	if (batch == NULL || len < BATCH_HEADER_LEN)
+		return;
+	err = judge_batch(topic, partition, batch, req->injected);
+	if (err == 0)
+		return;
+	spoil(req->c, (size_t)(batch - req->c->frame) + BATCH_MAGIC, 0x7f);
+	add_refusal(req->pd, topic, partition, err);
+}
+
 /* Judge every batch of a whole ProduceRequest frame; a refused batch's
  * magic byte is spoiled so the mock cluster refuses it unwritten, and the
  * refusal is kept for the response. */
@@ -330,9 +377,9 @@ inspect_request(struct conn *c)
 {
 	struct rd r = {c->frame, c->total, 4, false};
 	struct pending pd = {0};
+	struct request_walk req;
 	char topic[TOPIC_MAX], client[TOPIC_MAX];
-	int16_t key, injected;
-	int32_t ntopics;
+	int16_t key;
 
 	key = rd_i16(&r);
 	pd.version = rd_i16(&r);
@@ -342,31 +389,10 @@ inspect_request(struct conn *c)
 		return;
 	rd_str(&r, topic);  /* transactional id */
 	rd_take(&r, 2 + 4); /* acks, timeout */
-	injected = take_injected();
-	ntopics = rd_i32(&r);
-	for (int32_t t = 0; t < ntopics && !r.bad; t++) {
-		int32_t nparts;
-
-		rd_str(&r, topic);
-		nparts = rd_i32(&r);
-		for (int32_t i = 0; i < nparts && !r.bad; i++) {
-			int32_t partition = rd_i32(&r);
-			int32_t len = rd_i32(&r);
-			uint8_t *batch;
-			int16_t err;
-
-			if (len < 0)
-				continue;
-			batch = (uint8_t *)rd_take(&r, (size_t)len);
-			if (batch == NULL || len < BATCH_HEADER_LEN)
-				continue;
-			err = judge_batch(topic, partition, batch, injected);
-			if (err == 0)
-				continue;
-			spoil(c, (size_t)(batch - c->frame) + BATCH_MAGIC, 0x7f);
-			add_refusal(&pd, topic, partition, err);
-		}
-	}
+	req.c = c;
+	req.pd = &pd;
+	req.injected = take_injected();
+	for_each_partition(&r, judge_partition, &req);
 	if (pd.nrefusals > 0) {
 		struct pending *keep = malloc(sizeof(*keep));
 
@@ -378,43 +404,42 @@ inspect_request(struct conn *c)
 	}
 }
 
+/* One partition of a ProduceResponse: set its error code if it was
+ * refused. */
+static void
+rewrite_partition(struct rd *r, const char *topic, void *arg)
+{
+	const struct pending *pd = arg;
+	int32_t partition = rd_i32(r);
+	uint8_t *err = (uint8_t *)rd_take(r, 2);
+	char skip[TOPIC_MAX];
+
+	rd_take(r, 8 + (pd->version >= 2 ? 8 : 0) + (pd->version >= 5 ? 8 : 0));
+	if (pd->version >= 8) {
+		int32_t nerrs = rd_i32(r);
+
+		for (int32_t e = 0; e < nerrs && !r->bad; e++) {
+			rd_take(r, 4);
+			rd_str(r, skip);
+		}
+		rd_str(r, skip);
+	}
+	for (int k = 0; err != NULL && k < pd->nrefusals; k++)
+		if (pd->refusals[k].partition == partition &&
+		    strcmp(pd->refusals[k].topic, topic) == 0) {
+			err[0] = (uint8_t)((uint16_t)pd->refusals[k].err >> 8);
+			err[1] = (uint8_t)pd->refusals[k].err;
+		}
+}
+
 /* Rewrite, in the copy of a whole ProduceResponse, the error code of each
  * refused partition. */
 static void
 rewrite_response(uint8_t *frame, size_t len, const struct pending *pd)
 {
 	struct rd r = {frame, len, 8, false};
-	int32_t ntopics = rd_i32(&r);
-	char topic[TOPIC_MAX];
 
-	for (int32_t t = 0; t < ntopics && !r.bad; t++) {
-		int32_t nparts;
-
-		rd_str(&r, topic);
-		nparts = rd_i32(&r);
-		for (int32_t i = 0; i < nparts && !r.bad; i++) {
-			int32_t partition = rd_i32(&r);
-			uint8_t *err = (uint8_t *)rd_take(&r, 2);
-
-			rd_take(&r, 8 + (pd->version >= 2 ? 8 : 0) + (pd->version >= 5 ? 8 : 0));
-			if (pd->version >= 8) {
-				int32_t nerrs = rd_i32(&r);
-				char skip[TOPIC_MAX];
-
-				for (int32_t e = 0; e < nerrs && !r.bad; e++) {
-					rd_take(&r, 4);
-					rd_str(&r, skip);
-				}
-				rd_str(&r, skip);
-			}
-			for (int k = 0; err != NULL && k < pd->nrefusals; k++)
-				if (pd->refusals[k].partition == partition &&
-				    strcmp(pd->refusals[k].topic, topic) == 0) {
-					err[0] = (uint8_t)((uint16_t)pd->refusals[k].err >> 8);
-					err[1] = (uint8_t)pd->refusals[k].err;
-				}
-		}
-	}
+	for_each_partition(&r, rewrite_partition, (void *)pd);
 	if (r.bad)
 		fprintf(stderr, "ob-mockbroker: seqcheck: a ProduceResponse did not parse\n");
 }
