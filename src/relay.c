@@ -55,6 +55,12 @@
 #define BACKOFF_FIRST_MS        100
 /* How often a standby says it is still waiting. */
 #define STANDBY_LOG_INTERVAL_MS 60000
+/* For OWN_WALSENDER_GRACE_MS after this process left a stream, the slot
+ * being active elsewhere most likely means that stream's walsender has not
+ * exited yet: retry after as long as it has been since leaving (at least
+ * OWN_WALSENDER_RETRY_MS), not after standby_retry_ms. */
+#define OWN_WALSENDER_GRACE_MS  3000
+#define OWN_WALSENDER_RETRY_MS  50
 
 typedef struct relay {
 	const ob_config *cfg;
@@ -89,7 +95,8 @@ typedef struct relay {
 
 	ob_backoff backoff; /* before the next connection attempt */
 	int64_t last_standby_log;
-	bool slot_created; /* `slot create` created it */
+	int64_t left_stream_ms; /* when disconnect() last left a stream */
+	bool slot_created;      /* `slot create` created it */
 } relay;
 
 /* Send a status update if one is due (ob_status_due(): forced, asked
@@ -395,6 +402,7 @@ disconnect(relay *r, bool graceful)
 	ob_delivery_cut(&r->d);
 	ob_pgrepl_close(r->pg, graceful);
 	r->pg = NULL;
+	r->left_stream_ms = ob_mono_ms();
 	ob_tableset_close(&r->tableset);
 	r->reply_due = false;
 	ob_metrics_set_connected(false, ob_delivery_connected(&r->d));
@@ -609,6 +617,7 @@ relay_init(relay *r, const ob_config *cfg, bool create_only)
 	ob_event_init(&r->ev);
 	ob_backoff_init(&r->backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);
 	r->last_standby_log = -STANDBY_LOG_INTERVAL_MS;
+	r->left_stream_ms = -OWN_WALSENDER_GRACE_MS;
 	ob_tableset_init(&r->tableset, cfg, &r->d, on_query_tick, r);
 	ob_cutover_init(&r->cutover, cfg, &r->d, create_only);
 	return ob_delivery_init(&r->d, cfg, hooks);
@@ -625,13 +634,25 @@ relay_free(relay *r)
 }
 
 /* The slot is active in another process: say so (at most every
- * STANDBY_LOG_INTERVAL_MS) and wait standby_retry_ms. False when a stop
- * was requested meanwhile. */
+ * STANDBY_LOG_INTERVAL_MS) and wait standby_retry_ms, or only
+ * OWN_WALSENDER_RETRY_MS just after this process left a stream. False when
+ * a stop was requested meanwhile. */
 static bool
 wait_as_standby(relay *r)
 {
+	int64_t since_left;
+
 	ob_error_repeat_reset(&r->err_repeat); /* losing a race for the slot is no server error */
 	ob_metrics_set_connected(false, ob_delivery_connected(&r->d));
+	since_left = ob_mono_ms() - r->left_stream_ms;
+	if (since_left < OWN_WALSENDER_GRACE_MS) {
+		if (since_left < OWN_WALSENDER_RETRY_MS)
+			since_left = OWN_WALSENDER_RETRY_MS;
+		ob_debug("replication slot %s is still active, most likely in the walsender of "
+			 "the stream this process just left; retrying in %lld ms",
+			 r->cfg->pg.slot, (long long)since_left);
+		return ob_delivery_pause(&r->d, since_left, OB_READY_CONNECTING);
+	}
 	if (ob_mono_ms() - r->last_standby_log >= STANDBY_LOG_INTERVAL_MS) {
 		ob_info("replication slot %s is active in another process; waiting as a standby, "
 			"retrying every %d ms",

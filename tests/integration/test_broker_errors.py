@@ -21,6 +21,8 @@ pass of tests/run.sh."""
 
 import collections
 import json
+import os
+import signal
 import threading
 import time
 
@@ -534,6 +536,50 @@ def fail_one_produce_request(broker, d, code):
     assert broker.cmd("error 0 %s 1" % code) == "ok"
     wait_until(lambda: d.log_text().count(RECREATED) > n, 60, 0.05,
                "a ProduceRequest failed with %s" % code)
+
+
+@pytest.mark.decoders("wal2json")
+def test_stream_resumes_at_once_when_its_old_walsender_is_slow_to_exit(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """After a failed ProduceRequest outboxd recreates its producer and
+    reads the slot again on a new replication connection, while the
+    walsender of the connection it left may not have released the slot
+    yet (seen in test logs: START_REPLICATION refused, "active for PID").
+    That is its own walsender, not another outboxd: it retries within
+    milliseconds instead of waiting postgres.standby_retry_ms (5 s) as a
+    standby would, which it did before. Here the old walsender is held
+    (SIGSTOP) until outboxd has left it and tried again; once it may exit,
+    the slot is streamed again within 2 s."""
+    feed = Feed(pg, "resume_%s" % test_id, keys=3)
+    topic = make_topic(broker, feed.agg)
+    d = outboxd_factory()
+    walsender = wait_streaming(pg, slot_name)
+    feed.commit(2)
+    check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+    n = d.log_text().count("streaming from slot")
+    assert broker.cmd("rtt all 1000") == "ok"
+    try:
+        assert broker.cmd("error 0 UNKNOWN 1") == "ok"
+        feed.commit(5)
+        time.sleep(0.3)  # outboxd has read the rows: its request waits
+        os.kill(walsender, signal.SIGSTOP)
+        try:
+            wait_until(lambda: RECREATED in d.log_text(), 30, 0.02,
+                       "the producer was recreated")
+            time.sleep(0.5)  # the new connection finds the slot held
+        finally:
+            os.kill(walsender, signal.SIGCONT)
+        resumed = time.monotonic()
+        wait_until(lambda: d.log_text().count("streaming from slot") > n,
+                   10, 0.02, "streaming again")
+        took = time.monotonic() - resumed
+    finally:
+        broker.cmd("rtt all 0")
+    assert took < 2.0, "streamed again %.1f s after the old walsender " \
+        "could exit:\n%s" % (took, d.log_tail())
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=False)
+    assert d.running(), d.log_tail()
 
 
 @pytest.mark.no_sanitizers
