@@ -133,9 +133,9 @@ def test_batch_refused_as_a_whole_retries_suspects_alone(
     is only a suspect. The producer is recreated, the slot read again and
     each suspect produced alone, where the broker takes it. Every event
     arrives in its own topic, per key first in commit order; nothing is
-    dead-lettered. The refused request must hold a batch: linger.ms lets
-    one form behind the burst's first record, which the default (0) sends
-    alone."""
+    dead-lettered. The refused request must hold a batch: linger.ms 5 lets
+    one form behind the burst's first record, which the default (1 ms, one
+    request in flight) may send nearly alone."""
     feeds = [Feed(pg, "batch%d_%s" % (i, test_id), keys=5) for i in range(2)]
     topics = [make_topic(broker, f.agg) for f in feeds]
     overrides, port = with_http({"kafka": {"linger.ms": "5"}})
