@@ -490,14 +490,6 @@ become_dead_letter(ob_mapper *m, ob_event *ev, const read_fields *f, const bad_e
 	m->scratch = swap;
 }
 
-/* True when header h of ev is called name. */
-static bool
-header_named(const ob_event *ev, const ob_event_header *h, const char *name)
-{
-	return h->name.len == strlen(name) &&
-	       memcmp(ob_event_ptr(ev, h->name), name, h->name.len) == 0;
-}
-
 /* Check that a CloudEvents attribute is a non-empty UTF-8 string without
  * NUL bytes; an empty one is allowed only when may_be_empty (the subject,
  * which is then left out). */
@@ -557,10 +549,10 @@ put_cloudevent(const ob_config *cfg, const field_source *src, const read_fields 
 				 name, cfg->outbox.headers_column);
 			return;
 		}
-		if (!e.has_traceparent && header_named(ev, &user[i], "traceparent")) {
+		if (!e.has_traceparent && ob_event_header_is(ev, &user[i], "traceparent")) {
 			e.has_traceparent = true;
 			e.traceparent = user[i].value;
-		} else if (!e.has_tracestate && header_named(ev, &user[i], "tracestate")) {
+		} else if (!e.has_tracestate && ob_event_header_is(ev, &user[i], "tracestate")) {
 			e.has_tracestate = true;
 			e.tracestate = user[i].value;
 		}

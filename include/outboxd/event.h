@@ -11,6 +11,8 @@
 #ifndef OUTBOXD_EVENT_H
 #define OUTBOXD_EVENT_H
 
+#include <string.h>
+
 #include "outboxd/common.h"
 #include "outboxd/lsn.h"
 
@@ -110,6 +112,14 @@ static inline const char *
 ob_event_ptr(const ob_event *ev, ob_span s)
 {
 	return ev->buf != NULL ? ev->buf + s.off : "";
+}
+
+/* True when header h of ev is called name. */
+static inline bool
+ob_event_header_is(const ob_event *ev, const ob_event_header *h, const char *name)
+{
+	return h->name.len == strlen(name) &&
+	       memcmp(ob_event_ptr(ev, h->name), name, h->name.len) == 0;
 }
 
 /* Append bytes to the event's buffer and return their span. */
