@@ -105,15 +105,14 @@ test_hook_sent(ob_producer *p)
 static const ob_kafka_setting default_props[] = {
     {"partitioner", "murmur2_random"},
     {"message.timeout.ms", "0"},
-    /* Batches come mostly from load: with one request in flight per
-     * broker, what arrives while it is out forms the next batch, and a
-     * record waits at most 1 ms for others when nothing is in flight
-     * (tests/README.md, "Benchmark"). At 5,000 events/s the commit -> ack
-     * p50 went from 8 ms (linger.ms 5, 5 requests in flight) to 2.5 ms at
-     * less CPU; linger.ms 0 gave 2 ms but cost a third more CPU on a
+    /* Batches come mostly from load: a record waits at most 1 ms for
+     * others, and what arrives while requests are in flight (up to 5 per
+     * broker, librdkafka's most with idempotence) forms the next batches
+     * (tests/README.md, "Latency: batches from load"). At 5,000 events/s
+     * the commit -> ack p50 went from 8 ms (linger.ms 5) to 2.6 ms at no
+     * more CPU; linger.ms 0 gave 2 ms but cost a third more CPU on a
      * backlog, in requests of a few records each. */
     {"linger.ms", "1"},
-    {"max.in.flight.requests.per.connection", "1"},
     {"compression.type", "lz4"},
     {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
     /* Bound what the producer buffers: the WAL is the real buffer. */

@@ -58,7 +58,8 @@
 /* For OWN_WALSENDER_GRACE_MS after this process left a stream, the slot
  * being active elsewhere most likely means that stream's walsender has not
  * exited yet: retry after as long as it has been since leaving (at least
- * OWN_WALSENDER_RETRY_MS), not after standby_retry_ms. */
+ * OWN_WALSENDER_RETRY_MS, at most standby_retry_ms), not after
+ * standby_retry_ms. */
 #define OWN_WALSENDER_GRACE_MS  3000
 #define OWN_WALSENDER_RETRY_MS  50
 
@@ -648,6 +649,8 @@ wait_as_standby(relay *r)
 	if (since_left < OWN_WALSENDER_GRACE_MS) {
 		if (since_left < OWN_WALSENDER_RETRY_MS)
 			since_left = OWN_WALSENDER_RETRY_MS;
+		if (since_left > r->cfg->pg.standby_retry_ms)
+			since_left = r->cfg->pg.standby_retry_ms;
 		ob_debug("replication slot %s is still active, most likely in the walsender of "
 			 "the stream this process just left; retrying in %lld ms",
 			 r->cfg->pg.slot, (long long)since_left);

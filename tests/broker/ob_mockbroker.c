@@ -248,9 +248,11 @@ run_command(struct broker_state *st, char *line)
 			reply("err bad count '%s'", argv[3]);
 			return true;
 		}
-		if (n == 0) {
+		if (n == 0 && err > 0) {
 			/* Produce: refused by seqcheck.c, so the batches behind
-			 * a refused one are refused as out of order. */
+			 * a refused one are refused as out of order. A local
+			 * error (negative, e.g. _TRANSPORT) is left to the mock
+			 * cluster, which acts it out. */
 			if (!ob_seqcheck_fail_produce((int16_t)err, cnt)) {
 				reply("err too many pending Produce errors");
 				return true;
@@ -276,8 +278,7 @@ run_command(struct broker_state *st, char *line)
 		}
 		if (n == 0)
 			ob_seqcheck_clear_produce();
-		else
-			rd_kafka_mock_clear_request_errors(st->mcluster, (int16_t)n);
+		rd_kafka_mock_clear_request_errors(st->mcluster, (int16_t)n);
 		reply("ok");
 	} else if (strcmp(argv[0], "refused") == 0 && argc == 1) {
 		reply("ok %ld", ob_seqcheck_refused());

@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -385,8 +387,13 @@ inspect_request(struct conn *c)
 	pd.version = rd_i16(&r);
 	pd.corr = rd_i32(&r);
 	rd_str(&r, client);
-	if (r.bad || key != KAFKA_PRODUCE || pd.version < 3 || pd.version > 8)
+	if (r.bad || key != KAFKA_PRODUCE)
 		return;
+	if (pd.version < 3 || pd.version > 8) {
+		fprintf(stderr, "ob-mockbroker: seqcheck: ProduceRequest v%d not checked\n",
+			pd.version);
+		return;
+	}
 	rd_str(&r, topic);  /* transactional id */
 	rd_take(&r, 2 + 4); /* acks, timeout */
 	req.c = c;
@@ -654,8 +661,13 @@ untrack(int fd)
 static int
 track(int fd)
 {
+	int one = 1;
+
 	if (fd < 0)
 		return fd;
+	/* As a Kafka broker does: a response written in two pieces must not
+	 * wait for the client's delayed ACK. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (fd >= CONN_MAX) {
 		fprintf(stderr, "ob-mockbroker: seqcheck: socket %d not checked\n", fd);
 		return fd;

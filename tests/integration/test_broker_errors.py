@@ -552,7 +552,8 @@ def test_stream_resumes_at_once_when_its_old_walsender_is_slow_to_exit(
     the slot is streamed again within 2 s."""
     feed = Feed(pg, "resume_%s" % test_id, keys=3)
     topic = make_topic(broker, feed.agg)
-    d = outboxd_factory()
+    overrides, port = with_http()
+    d = outboxd_factory(overrides)
     walsender = wait_streaming(pg, slot_name)
     feed.commit(2)
     check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
@@ -561,7 +562,9 @@ def test_stream_resumes_at_once_when_its_old_walsender_is_slow_to_exit(
     try:
         assert broker.cmd("error 0 UNKNOWN 1") == "ok"
         feed.commit(5)
-        time.sleep(0.3)  # outboxd has read the rows: its request waits
+        # outboxd has read the rows: their request waits for the broker.
+        wait_until(lambda: scrape(port).get("outboxd_inflight_events", 0) > 0,
+                   10, 0.01, "events in flight")
         os.kill(walsender, signal.SIGSTOP)
         try:
             wait_until(lambda: RECREATED in d.log_text(), 30, 0.02,
@@ -631,10 +634,11 @@ def test_batch_errors_under_steady_load_lose_nothing(
     assert d.running(), d.log_tail()
 
 
-# The test broker (librdkafka's mock cluster) does not set TCP_NODELAY on
-# its connections: a response written in two pieces waits for the client's
-# delayed ACK, so about half the suspects produced alone take 40-50 ms
-# whatever outboxd does, and the run takes 2 or 18 s depending on that.
+# The test broker sets TCP_NODELAY on its connections as Kafka does
+# (tests/broker/seqcheck.c); librdkafka's mock cluster alone did not, and a
+# response written in two pieces then waited for the client's delayed ACK:
+# about half the suspects produced alone took 40-50 ms whatever outboxd
+# did, and this test took 2 or 18 s depending on that.
 @pytest.mark.no_sanitizers
 def test_batch_error_while_the_stream_is_cut(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
