@@ -674,9 +674,20 @@ def test_batch_error_while_the_stream_is_cut(
     assert d.running(), d.log_tail()
 
 
-def warm(consumer, feed, topic):
+def start_warm(pg, broker, consumer, outboxd_factory, slot_name, feed,
+               overrides=None):
+    """Starts outboxd (overrides plus http.listen on a free port) on feed's
+    topic and warms it up: two events delivered, so the producer has its
+    id and the topic's leaders. Returns (daemon, dead-letter topic, http
+    port, topic)."""
+    topic = make_topic(broker, feed.agg)
+    overrides, port = with_http(overrides)
+    d = outboxd_factory(overrides)
+    dlq = dlq_topic(broker, d)
+    wait_streaming(pg, slot_name)
     feed.commit(2)
     check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, True)
+    return d, dlq, port, topic
 
 
 @pytest.mark.decoders("wal2json")
@@ -694,14 +705,10 @@ def test_refused_batch_among_many_requests_in_flight_keeps_key_order(
     alone, which wrote the requests behind a refused one (the test broker
     now checks sequence numbers, tests/README.md)."""
     feed = Feed(pg, "inflight_%s" % test_id, keys=1)
-    topic = make_topic(broker, feed.agg)
-    overrides, port = with_http({"kafka": {
-        "linger.ms": linger, "batch.num.messages": bnm,
-        "max.in.flight.requests.per.connection": "5"}})
-    d = outboxd_factory(overrides)
-    dlq = dlq_topic(broker, d)
-    wait_streaming(pg, slot_name)
-    warm(consumer, feed, topic)
+    d, dlq, port, topic = start_warm(
+        pg, broker, consumer, outboxd_factory, slot_name, feed,
+        {"kafka": {"linger.ms": linger, "batch.num.messages": bnm,
+                   "max.in.flight.requests.per.connection": "5"}})
     assert broker.cmd("rtt all %d" % rtt) == "ok"
     try:
         assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
@@ -726,12 +733,9 @@ def test_refused_batch_holding_dead_letters_of_bad_events(
     arrives and first deliveries keep commit order."""
     table = nullable_outbox(pg, "nb_%s" % test_id)
     feed = Feed(pg, "nb_%s" % test_id, keys=2, table=table)
-    topic = make_topic(broker, feed.agg)
-    overrides, port = with_http({"outbox": {"table": table}})
-    d = outboxd_factory(overrides)
-    dlq = dlq_topic(broker, d)
-    wait_streaming(pg, slot_name)
-    warm(consumer, feed, topic)
+    d, dlq, port, topic = start_warm(
+        pg, broker, consumer, outboxd_factory, slot_name, feed,
+        {"outbox": {"table": table}})
     bad_ids = []
 
     def bad(cur):
@@ -799,12 +803,9 @@ def test_stream_cut_while_suspect_is_in_flight_alone(
     failed 13 of 13 runs, and test_stream_cut_while_suspect_alone_on_slow_broker
     8 of 10."""
     feed = Feed(pg, "cut_%s" % test_id, keys=1)
-    topic = make_topic(broker, feed.agg)
-    overrides, port = with_http({"postgres": {"status_interval_ms": 100}})
-    d = outboxd_factory(overrides)
-    dlq = dlq_topic(broker, d)
-    wait_streaming(pg, slot_name)
-    warm(consumer, feed, topic)
+    d, dlq, port, topic = start_warm(
+        pg, broker, consumer, outboxd_factory, slot_name, feed,
+        {"postgres": {"status_interval_ms": 100}})
     assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
     # Five retriable refusals keep the record produced alone in flight
     # (with 3, 4, 6 or 30 the timing let the old code pass).
@@ -822,12 +823,9 @@ def test_stream_cut_while_suspect_alone_on_slow_broker(
     after the replication connection is cut and re-made, writes the events
     after it in one."""
     feed = Feed(pg, "cuts_%s" % test_id, keys=1)
-    topic = make_topic(broker, feed.agg)
-    overrides, port = with_http({"postgres": {"status_interval_ms": 100}})
-    d = outboxd_factory(overrides)
-    dlq = dlq_topic(broker, d)
-    wait_streaming(pg, slot_name)
-    warm(consumer, feed, topic)
+    d, dlq, port, topic = start_warm(
+        pg, broker, consumer, outboxd_factory, slot_name, feed,
+        {"postgres": {"status_interval_ms": 100}})
     assert broker.cmd("rtt all 300") == "ok"
     try:
         feed.commit(1)  # the main client warm at the slow pace too
@@ -849,13 +847,10 @@ def test_refused_batch_while_the_producer_queue_is_full(
     recreate the producer and publish everything, per key in commit order,
     with nothing dead-lettered."""
     feed = Feed(pg, "qfull_%s" % test_id, keys=3)
-    topic = make_topic(broker, feed.agg)
-    overrides, port = with_http({"kafka": {"message.max.bytes": "10000",
-                                           "queue.buffering.max.kbytes": "20"}})
-    d = outboxd_factory(overrides)
-    dlq = dlq_topic(broker, d)
-    wait_streaming(pg, slot_name)
-    warm(consumer, feed, topic)
+    d, dlq, port, topic = start_warm(
+        pg, broker, consumer, outboxd_factory, slot_name, feed,
+        {"kafka": {"message.max.bytes": "10000",
+                   "queue.buffering.max.kbytes": "20"}})
     assert broker.cmd("rtt all 20") == "ok"
     try:
         assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
