@@ -248,11 +248,12 @@ run_command(struct broker_state *st, char *line)
 			reply("err bad count '%s'", argv[3]);
 			return true;
 		}
-		if (n == 0 && err > 0) {
+		if (n == 0 && err >= RD_KAFKA_RESP_ERR_UNKNOWN) {
 			/* Produce: refused by seqcheck.c, so the batches behind
 			 * a refused one are refused as out of order. A local
-			 * error (negative, e.g. _TRANSPORT) is left to the mock
-			 * cluster, which acts it out. */
+			 * error (below -1, e.g. _TRANSPORT) is left to the mock
+			 * cluster, which acts it out; UNKNOWN (-1) is Kafka's
+			 * UNKNOWN_SERVER_ERROR, a broker's answer. */
 			if (!ob_seqcheck_fail_produce((int16_t)err, cnt)) {
 				reply("err too many pending Produce errors");
 				return true;

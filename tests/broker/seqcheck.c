@@ -247,7 +247,7 @@ seq_get(const char *topic, int32_t partition, int64_t pid, int16_t epoch)
 	s->partition = partition;
 	s->pid = pid;
 	s->epoch = epoch;
-	s->next = -1;
+	s->next = 0; /* a producer's first batch on a partition starts at 0 */
 	s->chain = seqs[h];
 	seqs[h] = s;
 	return s;
@@ -269,8 +269,11 @@ take_injected(void)
 	return err;
 }
 
-/* The error a batch gets (0: hand it to the mock cluster as it is). A
- * batch that is not refused moves its sequence on, whatever the mock
+/* The error a batch gets (0: hand it to the mock cluster as it is). The
+ * first batch of a producer id and epoch on a partition is expected at
+ * sequence 0, as Kafka expects it (else a refused first batch would let
+ * those sent behind it through). A batch that is not refused moves its
+ * sequence on, whatever the mock
  * cluster then answers: a retry of it is then taken as a duplicate, as the
  * mock cluster takes it, never as a gap. */
 static int16_t
@@ -287,7 +290,7 @@ judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t inje
 	if (pid < 0 || base < 0)
 		return 0;
 	s = seq_get(topic, partition, pid, epoch);
-	if (s->next >= 0 && base > s->next) {
+	if (base > s->next) {
 		refused++;
 		fprintf(stderr,
 			"ob-mockbroker: %s [%d]: producer %lld epoch %d sent base sequence %d, "
