@@ -3,7 +3,7 @@
 # integration tests against PostgreSQL 16, 17 and 18 (the suite itself runs
 # against Debian's 15 in tests/run.sh).
 #
-#   bash tests/versions.sh            # 16, 17 and 18 in turn
+#   bash tests/versions.sh            # 16, 17 and 18, side by side
 #   bash tests/versions.sh 17         # one version (or several: 16 18)
 #   OUTBOXD_PG_VERSIONS="17 18" bash tests/versions.sh
 #
@@ -13,14 +13,16 @@
 # so the tests run with postgres.plugin = pgoutput only
 # (OUTBOXD_TEST_DECODERS=pgoutput); client tools come from Debian's 15.
 #
-# The tests (TESTS below; about two minutes a version on 2 cores): the
-# streaming suite (exactly once, order, kill -9 and SIGTERM restarts,
-# Kafka down), pgoutput's own suite, the position model, the faults that
-# restart Postgres (fast and immediate), kill the walsender or outboxd, or
-# take the brokers away, the backlog (rows written while outboxd is
-# down, then drained), and failover (crash and promote under writes: on 17
-# and 18 nothing may be lost; a lost slot's marker; decoding on a standby;
-# two instances started at once).
+# The tests (TESTS below): the streaming suite (exactly once, order,
+# kill -9 and SIGTERM restarts, Kafka down), pgoutput's own suite, the
+# position model, the faults that restart Postgres (fast and immediate),
+# kill the walsender or outboxd, or take the brokers away, the backlog
+# (rows written while outboxd is down, then drained), and failover (crash
+# and promote under writes: on 17 and 18 nothing may be lost; a lost
+# slot's marker; decoding on a standby; two instances started at once).
+# The versions run side by side, each with its own log in $BUILD: about
+# two and a half minutes for all three on 2 cores, against seven and a
+# half one after another.
 #
 # Binaries from $OUTBOXD_BUILD (default build/), built already. PYTEST_ARGS
 # adds pytest arguments. Prints "pg<N>: ..." per version and last
@@ -68,19 +70,14 @@ DESELECT=(
 deselect=()
 for t in "${DESELECT[@]}"; do deselect+=(--deselect "$t"); done
 
-total_passed=0
-total_failed=0
-
-for m in "${MAJORS[@]}"; do
-    start=$SECONDS
-    printf '\n=== PostgreSQL %s: pgoutput only (this server has no wal2json)\n' "$m"
-    if ! bash deploy/pgversions.sh "$m"; then
-        echo "pg$m: the server could not be fetched: 0 passed, 1 failed" >&2
-        total_failed=$((total_failed + 1))
-        continue
-    fi
+# Runs the chosen tests against PostgreSQL $1 (fetched already), writing
+# pytest's output to $BUILD/versions-pg$1.log and "passed failed seconds"
+# to $BUILD/versions-pg$1.result.
+run_version() {
+    local m=$1 bin junit log start=$SECONDS rc p f
     bin=$(bash deploy/pgversions.sh --bin "$m")
     junit="$BUILD/versions-pg$m-junit.xml"
+    log="$BUILD/versions-pg$m.log"
     rm -f "$junit"
     # shellcheck disable=SC2086
     OUTBOXD_PG_BIN="$bin" OUTBOXD_PG_LIB="$bin/../lib" OUTBOXD_PG_MAJOR="$m" \
@@ -88,7 +85,7 @@ for m in "${MAJORS[@]}"; do
         timeout --signal=INT --kill-after=60 900 \
         "$PY" -m pytest "${TESTS[@]}" "${deselect[@]}" -m "not no_version_matrix" \
         -q -p no:cacheprovider -rfEs \
-        --junitxml="$junit" ${PYTEST_ARGS:-}
+        --junitxml="$junit" ${PYTEST_ARGS:-} >"$log" 2>&1
     rc=$?
     read -r p f < <("$PY" - "$junit" <<'PYEOF'
 import sys
@@ -112,7 +109,35 @@ PYEOF
     if ((rc != 0 && f == 0)); then
         f=1  # pytest crashed, timed out, or collected nothing (rc 5)
     fi
-    echo "pg$m: $p passed, $f failed in $((SECONDS - start)) s"
+    echo "$p $f $((SECONDS - start))" >"$BUILD/versions-pg$m.result"
+}
+
+total_passed=0
+total_failed=0
+
+# The servers are fetched one at a time (npm shares its cache), then the
+# versions run side by side: their tests mostly wait on servers and timers,
+# so on 2 cores three at once take little longer than one (each has its own
+# clusters and broker on free ports).
+ready=()
+for m in "${MAJORS[@]}"; do
+    if bash deploy/pgversions.sh "$m"; then
+        ready+=("$m")
+    else
+        echo "pg$m: the server could not be fetched: 0 passed, 1 failed" >&2
+        total_failed=$((total_failed + 1))
+    fi
+done
+for m in "${ready[@]}"; do
+    rm -f "$BUILD/versions-pg$m.result"
+    run_version "$m" &
+done
+wait
+for m in "${ready[@]}"; do
+    printf '\n=== PostgreSQL %s: pgoutput only (this server has no wal2json)\n' "$m"
+    cat "$BUILD/versions-pg$m.log"
+    read -r p f secs <"$BUILD/versions-pg$m.result" 2>/dev/null || { p=0; f=1; secs=0; }
+    echo "pg$m: $p passed, $f failed in $secs s"
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))
 done
