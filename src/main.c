@@ -113,7 +113,8 @@ static const struct command_help {
      "acknowledged them.\n"
      "\n"
      "      --if-not-exists      exit 0 when the slot exists already (with the\n"
-     "                           configured plugin), as pg_recvlogical does\n" COMMON_OPTIONS "\n"
+     "                           configured plugin), as pg_recvlogical does; with\n"
+     "                           postgres.slot_failover, turn its FAILOVER on\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 created (or there), 1 refused (the log says why), 2 usage or\n"
      "configuration error.\n"},
     {"slot", "drop",
@@ -406,6 +407,41 @@ print_failover(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
 	return true;
 }
 
+/* slot create --if-not-exists found the slot info (of the configured
+ * plugin): it stays, and with postgres.slot_failover it gets FAILOVER as
+ * when outboxd takes it, unless a process holds it (that process turns it
+ * on when it next takes the slot). Returns the exit code. */
+static int
+keep_existing_slot(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
+{
+	bool standby;
+
+	if (!ob_pgrepl_in_recovery(pg, &standby))
+		return OB_EXIT_OPERATOR;
+	if (info->failover || info->synced || !ob_pgrepl_failover_wanted(pg, cfg, standby)) {
+		ob_info("replication slot %s exists already; nothing to do", cfg->pg.slot);
+		return OB_EXIT_OK;
+	}
+	if (info->active_pid != 0) {
+		ob_info("replication slot %s exists already, without FAILOVER; process %d holds "
+			"it, and outboxd turns FAILOVER on when it next takes the slot",
+			cfg->pg.slot, info->active_pid);
+		return OB_EXIT_OK;
+	}
+	switch (ob_pgrepl_set_failover(pg, cfg->pg.slot)) {
+	case OB_PG_OK:
+		return OB_EXIT_OK;
+	case OB_PG_STANDBY:
+		ob_info(
+		    "replication slot %s exists already, without FAILOVER; another process "
+		    "took it meanwhile, and outboxd turns FAILOVER on when it next takes the slot",
+		    cfg->pg.slot);
+		return OB_EXIT_OK;
+	default:
+		return OB_EXIT_OPERATOR;
+	}
+}
+
 /* slot create|drop|status; with if_not_exists, create finds a slot of
  * the configured plugin there and leaves it (as pg_recvlogical does). */
 static int
@@ -427,8 +463,7 @@ slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 			goto out;
 		}
 		if (info.exists) {
-			ob_info("replication slot %s exists already; nothing to do", cfg->pg.slot);
-			rc = 0;
+			rc = keep_existing_slot(pg, cfg, &info);
 			goto out;
 		}
 	}

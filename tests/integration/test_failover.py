@@ -349,6 +349,37 @@ def test_failover_flag_on_existing_and_copied_slots(pg, outboxd_factory,
     assert copied.stop() == 0, copied.log_tail()
 
 
+def test_slot_create_if_not_exists_turns_on_failover(pg, outboxd_factory,
+                                                     test_id, slot_name):
+    """`slot create --if-not-exists` on a slot made by hand without
+    FAILOVER: on 17+ it turns FAILOVER on (as `run` does when it takes the
+    slot), so a deployment script that runs it every time leaves the slot
+    failover-ready; with slot_failover = false the slot is left as it is.
+    15 and 16: it exits 0 and says the setting does nothing there."""
+    pub = "pub_%s" % test_id
+    pg.sql("CREATE PUBLICATION %s FOR TABLE public.outbox WITH (publish = "
+           "'insert', publish_via_partition_root = true)" % pub)
+    pg.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+           (slot_name,))
+    d = outboxd_factory({"postgres": {"plugin": "pgoutput"}}, start=False)
+    rc, out, err = d.run_cmd(["slot", "create", "--if-not-exists",
+                              "-s", "postgres.slot_failover=false"], timeout=30)
+    assert rc == 0, err
+    assert "exists already; nothing to do" in err, err
+    if major() >= 17:
+        assert pg.slot(slot_name)["failover"] is False
+    rc, out, err = d.run_cmd(["slot", "create", "--if-not-exists"], timeout=30)
+    assert rc == 0, err
+    if major() >= 17:
+        assert "has FAILOVER now" in err, err
+        assert pg.slot(slot_name)["failover"] is True
+        rc, out, err = d.run_cmd(["slot", "create", "--if-not-exists"],
+                                 timeout=30)
+        assert rc == 0 and "exists already; nothing to do" in err, err
+    else:
+        assert "has no failover slots" in err, err
+
+
 # ---------------------------------------------------------------------------
 # the marker: a first start or a lost slot
 
