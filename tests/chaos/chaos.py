@@ -294,15 +294,19 @@ def drain(pg, slot, end, injector):
         time.sleep(0.2)
 
 
-def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True):
+def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
+             broker_faults=True):
     """Runs one seed end to end (its workload lacking the features in
-    without; with `outboxd inbox` unless inbox is False); returns its
+    without; with `outboxd inbox` unless inbox is False; with the
+    broker-side faults unless broker_faults is False); returns its
     Result."""
     res = Result(seed)
     res.inbox = inbox
     # The inbox's draws come from a generator of their own, so a seed's
     # workload and publisher faults are the same with and without it.
     irng = random.Random("inbox-%d" % seed)
+    # So do the broker-side faults' (leader moves, retriable errors).
+    brng = random.Random("broker-%d" % seed)
     clock = Clock()
     started = time.monotonic()
     rng = random.Random(seed)
@@ -347,8 +351,12 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True):
         schedule = faults.plan(rng, seconds)
         if inbox:
             schedule = sorted(schedule + faults.inbox_plan(irng, seconds))
+        topics = [(topic, PARTITIONS), (cfg["outbox"]["dlq_topic"], 2)]
+        if broker_faults:
+            schedule = sorted(schedule + faults.broker_plan(brng, seconds,
+                                                            topics))
         injector = faults.Injector(schedule, pg, broker, daemon, "chaos",
-                                   clock, rtt, ibx, INBOX_DB)
+                                   clock, rtt, ibx, INBOX_DB, topics)
         res.faults = injector.log
         res.wall0 = clock.wall0
         driver.on_commit = injector.commit_seen
@@ -498,6 +506,10 @@ def main(argv=None):
     ap.add_argument("--no-inbox", action="store_true",
                     help="leave out `outboxd inbox` and its faults (the "
                     "publisher's draws stay the same)")
+    ap.add_argument("--no-broker-faults", action="store_true",
+                    help="leave out the broker-side faults (leader moves, "
+                    "retriable errors, one slow broker; the other draws "
+                    "stay the same)")
     ap.add_argument("--keep", default="/tmp/outboxd-chaos",
                     help="where failed runs' logs are kept")
     args = ap.parse_args(argv)
@@ -539,7 +551,7 @@ def main(argv=None):
             res.error = err
         else:
             res = run_seed(parts, seed, args.seconds, args.keep, without,
-                           not args.no_inbox)
+                           not args.no_inbox, not args.no_broker_faults)
         print_result(res)
         sys.stdout.flush()
         results.append(res)

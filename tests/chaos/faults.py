@@ -7,13 +7,26 @@ outboxd: an exit nobody asked for is logged (kind 'exit') with its code
 and the daemon is started again, so the run goes on and the checker can
 judge the exit.
 
-Produce errors (apikey 0) are only ever ones the test broker handles like
-a real one: UNKNOWN_SERVER_ERROR for a failed batch, INVALID_RECORD and
-MSG_SIZE_TOO_LARGE for a record's own error. Retriable codes
-(NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS) are never
-injected: ob-mockbroker does not check idempotent sequence numbers, so a
-retried batch it already stored would be lost or duplicated by the broker
-itself, not by outboxd.
+The publisher's produce errors (apikey 0) are UNKNOWN_SERVER_ERROR for a
+failed batch, INVALID_RECORD and MSG_SIZE_TOO_LARGE for a record's own
+error.
+
+A third schedule, drawn from a generator of its own (broker_plan, seeded
+with "broker-N"), is merged in the same way, so the publisher's and the
+inbox's draws stay what they were: broker-side faults while requests are
+in flight (librdkafka's default of 5 a broker, linger.ms 1). leader_move
+moves the leadership of some partitions of the event topic and the
+dead-letter topic, one to three times in a burst; retriable_errors fails
+the next 1 to 5 ProduceRequests with a retriable code
+(NOT_LEADER_FOR_PARTITION, NOT_ENOUGH_REPLICAS,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT); broker_rtt slows one
+broker for a while. Both wait (at most 5 s) for a commit of at least 100
+events, so the stream is busy. ob-mockbroker refuses such a batch unwritten
+and every batch sent behind it as out of order (tests/broker/seqcheck.h),
+as Kafka does; on Kafka a REQUEST_TIMED_OUT or
+NOT_ENOUGH_REPLICAS_AFTER_APPEND batch may also have been written, and the
+idempotent producer's retry of it is then answered as a duplicate and not
+written again: neither outcome allows a duplicate or a reorder.
 
 With an inbox (`outboxd inbox` consuming the event topic into a second
 database of the cluster), a second schedule drawn from the inbox's own
@@ -51,6 +64,14 @@ INBOX_KINDS = {
     "broker_down": 1,
     "pg_immediate": 1,
 }
+BROKER_KINDS = {
+    "leader_move": 3,
+    "retriable_errors": 3,
+    "broker_rtt": 1,
+}
+RETRIABLE_CODES = ("NOT_LEADER_FOR_PARTITION", "NOT_ENOUGH_REPLICAS",
+                   "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT")
+BROKERS = 3
 BATCH_CODES = ("UNKNOWN", "INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 # Which commit a kill9_after_commit waits for: any, one of at least 100
@@ -105,6 +126,36 @@ def inbox_plan(rng, duration):
     return sorted(out)
 
 
+def broker_plan(rng, duration, topics):
+    """The broker-side schedule [(at seconds, kind, arg)]: 1 to 3 faults
+    of BROKER_KINDS. topics: [(topic, partitions)] whose leaders may move.
+    arg is, for leader_move, a burst [(delay s, [(topic, partition,
+    broker)])] (each move to another broker than the one the burst left
+    it on; leaders start at partition mod 3 + 1, ob-mockbroker's `topic`);
+    for retriable_errors (code, count); for broker_rtt (broker, ms,
+    seconds)."""
+    out = []
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.choices(list(BROKER_KINDS),
+                           list(BROKER_KINDS.values()))[0]
+        if kind == "leader_move":
+            parts = [(t, p) for t, n in topics for p in range(n)]
+            burst = []
+            for _ in range(rng.randint(1, 3)):
+                picked = rng.sample(parts, rng.randint(1, len(parts)))
+                burst.append((rng.uniform(0.0, 0.3),
+                              [(t, p, rng.randint(1, BROKERS - 1))
+                               for t, p in picked]))
+            arg = burst
+        elif kind == "retriable_errors":
+            arg = (rng.choice(RETRIABLE_CODES), rng.randint(1, 5))
+        else:
+            arg = (rng.randint(1, BROKERS), rng.choice([50, 200, 500]),
+                   rng.uniform(0.5, 3.0))
+        out.append((rng.uniform(0.3, duration), kind, arg))
+    return sorted(out)
+
+
 class FaultLog:
     """Every fault injected and every unexpected exit: entries (t_start,
     t_end, kind, detail, arg), thread-safe."""
@@ -144,8 +195,11 @@ class Injector(threading.Thread):
     delay (ms) between faults. heal() afterwards leaves everything up."""
 
     def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0,
-                 inbox=None, inbox_db=None):
+                 inbox=None, inbox_db=None, topics=()):
         super().__init__(daemon=True)
+        # {(topic, partition): broker} as ob-mockbroker's `topic` made them
+        self.leaders = {(t, p): p % BROKERS + 1
+                        for t, n in topics for p in range(n)}
         self.schedule = list(schedule)
         self.inbox = inbox          # harness.Outboxd of `outboxd inbox`
         self.inbox_db = inbox_db    # the inbox's database name
@@ -226,11 +280,9 @@ class Injector(threading.Thread):
         time.sleep(delay)
         self.daemon.start()
 
-    def _kill9_after_commit(self, arg):
-        """kill -9 delay seconds after the next commit the trigger picks
-        (waiting for one at most 5 s): a moment when that transaction is
-        being published."""
-        trigger, delay = arg
+    def _await_commit(self, trigger):
+        """The next commit the trigger picks (TRIGGERS), waiting for one
+        at most 5 s; None when none came."""
         picks = TRIGGERS[trigger]
         deadline = time.monotonic() + 5
         with self._committed:
@@ -238,9 +290,18 @@ class Injector(threading.Thread):
             while not any(picks(t) for t in self._commits):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._halt.is_set():
-                    return "no %s commit came" % trigger
+                    return None
                 self._committed.wait(min(left, 0.2))
-            txn = next(t for t in self._commits if picks(t))
+            return next(t for t in self._commits if picks(t))
+
+    def _kill9_after_commit(self, arg):
+        """kill -9 delay seconds after the next commit the trigger picks
+        (waiting for one at most 5 s): a moment when that transaction is
+        being published."""
+        trigger, delay = arg
+        txn = self._await_commit(trigger)
+        if txn is None:
+            return "no %s commit came" % trigger
         time.sleep(delay)
         self._kill9(0)
         return "%.0f ms after %s committed (%s, %d events)" % (
@@ -371,3 +432,46 @@ class Injector(threading.Thread):
         time.sleep(seconds / 2)
         self.broker.cmd("up all")
         return "%.1f s" % seconds
+
+    # -- the broker-side faults ---------------------------------------------
+
+    def _busy(self):
+        """Waits for a commit of at least 100 events (at most 5 s): the
+        producer then has many requests in flight. Says what it saw."""
+        txn = self._await_commit("large")
+        return "after %s (%d events)" % (txn.name, len(txn.events)) \
+            if txn is not None else "no large commit came"
+
+    def _leader_move(self, burst):
+        """Moves partition leaders, a burst of moves delay seconds apart,
+        while a large transaction is being published. A move names the
+        broker by its rank among the two that do not lead the partition
+        now (1 or 2), so it always moves."""
+        seen = self._busy()
+        moved = []
+        for delay, moves in burst:
+            time.sleep(delay)
+            for t, p, rank in moves:
+                now = self.leaders[(t, p)]
+                to = [b for b in range(1, BROKERS + 1) if b != now][rank - 1]
+                self.broker.cmd("leader %s %d %d" % (t, p, to))
+                self.leaders[(t, p)] = to
+            moved.append(len(moves))
+        return "%s partitions moved, %s" % ("+".join(map(str, moved)), seen)
+
+    def _retriable_errors(self, arg):
+        """The next count ProduceRequests fail with a retriable code while
+        a large transaction is being published."""
+        code, count = arg
+        seen = self._busy()
+        self.broker.cmd("error 0 %s %d" % (code, count))
+        return "%s x%d %s" % (code, count, seen)
+
+    def _broker_rtt(self, arg):
+        """One broker answers ms late for a while."""
+        b, ms, seconds = arg
+        seen = self._busy()
+        self.broker.cmd("rtt %d %d" % (b, ms))
+        time.sleep(seconds)
+        self.broker.cmd("rtt %d %d" % (b, self.rtt))
+        return "broker %d %d ms for %.1f s, %s" % (b, ms, seconds, seen)
