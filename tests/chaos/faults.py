@@ -484,7 +484,7 @@ class Injector(threading.Thread):
             try:
                 seen = self._busy()
                 what = strike()
-                time.sleep(1.0)
+                self._halt.wait(1.0)   # cut short when the workload ends
             finally:
                 if ms:
                     self.broker.cmd("rtt all %d" % self.rtt)
@@ -528,6 +528,6 @@ class Injector(threading.Thread):
         seen = self._busy()
         with SLOW:
             self.broker.cmd("rtt %d %d" % (b, ms))
-            time.sleep(seconds)
+            self._halt.wait(seconds)
             self.broker.cmd("rtt %d %d" % (b, self.rtt))
         return "broker %d %d ms for %.1f s, %s" % (b, ms, seconds, seen)
