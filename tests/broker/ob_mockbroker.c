@@ -30,7 +30,9 @@
  *     topic <name> [partitions]     create a topic (replication factor
  *                                   min(3, brokers))
  *     leader <topic> <partition> <broker_id>
- *                                   move the partition's leadership
+ *                                   move the partition's leadership (a
+ *                                   topic made with `topic` starts with
+ *                                   partition p led by broker p mod N + 1)
  *     topicerr <name> <err>         make Metadata report err for the topic
  *                                   (0 clears it)
  *     quit                          exit
@@ -193,6 +195,43 @@ reply_result(rd_kafka_resp_err_t err)
 		reply("err %s", rd_kafka_err2str(err));
 }
 
+/* Moves the leadership of topic's partition to broker and tells the
+ * sequence check (seqcheck.h), which takes the leader as unknown while it
+ * moves: a request the mock cluster reads meanwhile may be answered by
+ * either broker. */
+static rd_kafka_resp_err_t
+set_leader(struct broker_state *st, const char *topic, int32_t partition, int32_t broker)
+{
+	rd_kafka_resp_err_t err;
+
+	ob_seqcheck_set_leader(topic, partition, 0);
+	err = rd_kafka_mock_partition_set_leader(st->mcluster, topic, partition, broker);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		ob_seqcheck_set_leader(topic, partition, broker);
+	return err;
+}
+
+/* Tells the sequence check each broker's port, from the bootstrap list
+ * (host:port,... in broker id order). */
+static void
+note_ports(const struct broker_state *st, const char *bootstraps)
+{
+	int ports[64];
+	int n = 0;
+
+	for (const char *s = bootstraps; s != NULL && n < 64 && n < st->broker_cnt;) {
+		const char *colon = strchr(s, ':');
+		const char *comma;
+
+		if (colon == NULL)
+			break;
+		ports[n++] = atoi(colon + 1);
+		comma = strchr(colon, ',');
+		s = comma != NULL ? comma + 1 : NULL;
+	}
+	ob_seqcheck_set_ports(ports, n);
+}
+
 /* Runs one command line and prints its one-line answer; returns false when
  * the command was `quit`. */
 static bool
@@ -289,16 +328,21 @@ run_command(struct broker_state *st, char *line)
 			reply("err bad partition count '%s'", argv[2]);
 			return true;
 		}
-		reply_result(rd_kafka_mock_topic_create(st->mcluster, argv[1], (int)n,
-							st->broker_cnt < 3 ? st->broker_cnt : 3));
+		err = rd_kafka_mock_topic_create(st->mcluster, argv[1], (int)n,
+						 st->broker_cnt < 3 ? st->broker_cnt : 3);
+		/* Partition p led by broker p mod n + 1 (the mock cluster
+		 * picks at random), so the sequence check knows the leaders. */
+		for (long p = 0; p < n && err == RD_KAFKA_RESP_ERR_NO_ERROR; p++)
+			err =
+			    set_leader(st, argv[1], (int32_t)p, (int32_t)(p % st->broker_cnt) + 1);
+		reply_result(err);
 	} else if (strcmp(argv[0], "leader") == 0 && argc == 4) {
 		if (!parse_int(argv[2], 0, INT32_MAX, &n) || !parse_broker(st, argv[3], &broker) ||
 		    broker < 0) {
 			reply("err bad partition '%s' or broker '%s'", argv[2], argv[3]);
 			return true;
 		}
-		reply_result(
-		    rd_kafka_mock_partition_set_leader(st->mcluster, argv[1], (int32_t)n, broker));
+		reply_result(set_leader(st, argv[1], (int32_t)n, broker));
 	} else if (strcmp(argv[0], "topicerr") == 0 && argc == 3) {
 		if (!parse_err(argv[2], &err)) {
 			reply("err bad error code '%s'", argv[2]);
@@ -441,6 +485,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 
+	note_ports(&st, rd_kafka_mock_cluster_bootstraps(st.mcluster));
 	printf("BOOTSTRAP %s\n", rd_kafka_mock_cluster_bootstraps(st.mcluster));
 	printf("READY\n");
 	fflush(stdout);

@@ -47,6 +47,7 @@
 #define SEQ_BUCKETS                      4096
 #define FAIL_RUNS                        64
 #define TOPIC_MAX                        256
+#define BROKERS_MAX                      64
 
 /* Offsets in a v2 record batch (Kafka's DefaultRecordBatch). */
 #define BATCH_MAGIC             16
@@ -90,6 +91,8 @@ struct conn {
 	struct handed *handed;
 	int nhanded, handed_cap;
 	struct pending *pending;
+	/* The broker the connection reached (1..n), 0 when not known. */
+	int32_t broker;
 	/* Outgoing: bytes of the current response not yet sent (0 at a
 	 * boundary), and the part of its size field sent so far. */
 	size_t out_left;
@@ -97,14 +100,26 @@ struct conn {
 	int out_hdr_have;
 };
 
-/* The next expected base sequence of a producer id, epoch and partition. */
-struct seq {
+/* A topic's partition: the key of the tables below. */
+struct tp {
 	char topic[TOPIC_MAX];
 	int32_t partition;
+};
+
+/* The next expected base sequence of a producer id, epoch and partition. */
+struct seq {
+	struct tp tp;
 	int64_t pid;
 	int16_t epoch;
 	int64_t next;
 	struct seq *chain;
+};
+
+/* The leader of a partition (0: not known, or moving). */
+struct lead {
+	struct tp tp;
+	int32_t broker;
+	struct lead *chain;
 };
 
 /* A run of injected Produce failures. */
@@ -116,6 +131,9 @@ struct fail_run {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct conn *conns[CONN_MAX];
 static struct seq *seqs[SEQ_BUCKETS];
+static struct lead *leads[SEQ_BUCKETS];
+static int ports[BROKERS_MAX];
+static int nports;
 static struct fail_run fails[FAIL_RUNS];
 static int nfails;
 static long refused;
@@ -226,31 +244,72 @@ rd_str(struct rd *r, char *out)
 
 /* ---- the sequence table ---- */
 
-static struct seq *
-seq_get(const char *topic, int32_t partition, int64_t pid, int16_t epoch)
+/* A hash of topic's partition (not yet reduced to a bucket). */
+static unsigned long
+tp_hash(const char *topic, int32_t partition)
 {
 	unsigned long h = 5381;
-	struct seq *s;
 
 	for (const char *c = topic; *c; c++)
 		h = h * 33 + (unsigned char)*c;
-	h = (h * 33 + (uint32_t)partition) * 33 + (uint64_t)pid;
+	return h * 33 + (uint32_t)partition;
+}
+
+static bool
+tp_is(const struct tp *tp, const char *topic, int32_t partition)
+{
+	return tp->partition == partition && strcmp(tp->topic, topic) == 0;
+}
+
+/* A zeroed table entry of size bytes whose first member, a struct tp, is
+ * topic's partition. */
+static void *
+tp_new(size_t size, const char *topic, int32_t partition)
+{
+	struct tp *tp = calloc(1, size);
+
+	if (tp == NULL)
+		abort();
+	snprintf(tp->topic, sizeof(tp->topic), "%s", topic);
+	tp->partition = partition;
+	return tp;
+}
+
+static struct seq *
+seq_get(const char *topic, int32_t partition, int64_t pid, int16_t epoch)
+{
+	unsigned long h = tp_hash(topic, partition) * 33 + (uint64_t)pid;
+	struct seq *s;
+
 	h = (h * 33 + (uint16_t)epoch) % SEQ_BUCKETS;
 	for (s = seqs[h]; s != NULL; s = s->chain)
-		if (s->partition == partition && s->pid == pid && s->epoch == epoch &&
-		    strcmp(s->topic, topic) == 0)
+		if (s->pid == pid && s->epoch == epoch && tp_is(&s->tp, topic, partition))
 			return s;
-	s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		abort();
-	snprintf(s->topic, sizeof(s->topic), "%s", topic);
-	s->partition = partition;
+	s = tp_new(sizeof(*s), topic, partition);
 	s->pid = pid;
 	s->epoch = epoch;
 	s->next = 0; /* a producer's first batch on a partition starts at 0 */
 	s->chain = seqs[h];
 	seqs[h] = s;
 	return s;
+}
+
+/* The leader entry of a partition; created (leader not known) when make. */
+static struct lead *
+lead_get(const char *topic, int32_t partition, bool make)
+{
+	unsigned long h = tp_hash(topic, partition) % SEQ_BUCKETS;
+	struct lead *l;
+
+	for (l = leads[h]; l != NULL; l = l->chain)
+		if (tp_is(&l->tp, topic, partition))
+			return l;
+	if (!make)
+		return NULL;
+	l = tp_new(sizeof(*l), topic, partition);
+	l->chain = leads[h];
+	leads[h] = l;
+	return l;
 }
 
 /* The error of the next injected failure, 0 if none is pending. */
@@ -269,7 +328,13 @@ take_injected(void)
 	return err;
 }
 
-/* The error a batch gets (0: hand it to the mock cluster as it is). The
+/* The error a batch gets (0: hand it to the mock cluster as it is). A
+ * batch sent to a broker known not to lead its partition is left to the
+ * mock cluster, which refuses it unwritten (NOT_LEADER_FOR_PARTITION), and
+ * does not move the sequence on: a batch behind it is then out of order,
+ * as on Kafka, where only the leader appends. An injected error is taken
+ * by the first batch to reach any broker (the mock cluster's own leader
+ * check comes after it). The
  * first batch of a producer id and epoch on a partition is expected at
  * sequence 0, as Kafka expects it (else a refused first batch would let
  * those sent behind it through). A batch that is not refused moves its
@@ -277,17 +342,22 @@ take_injected(void)
  * cluster then answers: a retry of it is then taken as a duplicate, as the
  * mock cluster takes it, never as a gap. */
 static int16_t
-judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t injected)
+judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t injected,
+	    int32_t broker)
 {
 	int64_t pid = be64s(b + BATCH_PRODUCER_ID);
 	int16_t epoch = be16s(b + BATCH_PRODUCER_EPOCH);
 	int32_t base = (int32_t)be32(b + BATCH_BASE_SEQUENCE);
 	int32_t count = (int32_t)be32(b + BATCH_LAST_OFFSET_DELTA) + 1;
 	struct seq *s;
+	const struct lead *l;
 
 	if (injected != 0)
 		return injected;
 	if (pid < 0 || base < 0)
+		return 0;
+	l = lead_get(topic, partition, false);
+	if (broker != 0 && l != NULL && l->broker != 0 && l->broker != broker)
 		return 0;
 	s = seq_get(topic, partition, pid, epoch);
 	if (base > s->next) {
@@ -367,7 +437,7 @@ judge_partition(struct rd *r, const char *topic, void *arg)
 	batch = (uint8_t *)rd_take(r, (size_t)len);
 	if (batch == NULL || len < BATCH_HEADER_LEN)
 		return;
-	err = judge_batch(topic, partition, batch, req->injected);
+	err = judge_batch(topic, partition, batch, req->injected, req->c->broker);
 	if (err == 0)
 		return;
 	spoil(req->c, (size_t)(batch - req->c->frame) + BATCH_MAGIC, 0x7f);
@@ -661,6 +731,29 @@ untrack(int fd)
 	conns[fd] = NULL;
 }
 
+/* The broker whose listener accepted fd (by its local port), 0 if not
+ * known. */
+static int32_t
+broker_of(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int port;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+		return 0;
+	if (ss.ss_family == AF_INET)
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	else if (ss.ss_family == AF_INET6)
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	else
+		return 0;
+	for (int i = 0; i < nports; i++)
+		if (ports[i] == port)
+			return i + 1;
+	return 0;
+}
+
 static int
 track(int fd)
 {
@@ -682,6 +775,7 @@ track(int fd)
 		abort();
 	conns[fd]->frame = malloc(4);
 	conns[fd]->cap = 4;
+	conns[fd]->broker = broker_of(fd);
 	if (conns[fd]->frame == NULL)
 		abort();
 	pthread_mutex_unlock(&lock);
@@ -786,6 +880,23 @@ ob_seqcheck_clear_produce(void)
 {
 	pthread_mutex_lock(&lock);
 	nfails = 0;
+	pthread_mutex_unlock(&lock);
+}
+
+void
+ob_seqcheck_set_ports(const int *p, int n)
+{
+	pthread_mutex_lock(&lock);
+	nports = n < BROKERS_MAX ? n : BROKERS_MAX;
+	memcpy(ports, p, (size_t)nports * sizeof(*ports));
+	pthread_mutex_unlock(&lock);
+}
+
+void
+ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker)
+{
+	pthread_mutex_lock(&lock);
+	lead_get(topic, partition, true)->broker = broker;
 	pthread_mutex_unlock(&lock);
 }
 

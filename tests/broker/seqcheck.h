@@ -16,6 +16,14 @@
  * refuses the batch without writing it, and by rewriting the error code of
  * that partition in the mock's ProduceResponse. Produce errors injected
  * with `error 0 ...` are made the same way, so they count as refusals here.
+ *
+ * A batch the mock cluster itself refuses unwritten must not move the
+ * sequence on either, or a batch sent behind it would be written ahead of
+ * its retry. The one such answer a run provokes is NOT_LEADER_FOR_PARTITION
+ * after a leadership move: the check knows each partition's leader (set
+ * with ob_seqcheck_set_leader) and the broker behind each connection (by
+ * its port, ob_seqcheck_set_ports), and leaves a batch sent to a broker
+ * that does not lead its partition to the mock cluster unjudged.
  */
 
 #ifndef OB_SEQCHECK_H
@@ -31,6 +39,14 @@ bool ob_seqcheck_fail_produce(int16_t err, long count);
 
 /* Drop the pending Produce failures. */
 void ob_seqcheck_clear_produce(void);
+
+/* The listening port of each broker: ports[i] is broker i + 1's. */
+void ob_seqcheck_set_ports(const int *ports, int n);
+
+/* The leader of topic's partition is broker (1..n); 0 while it is moving
+ * (then the mock cluster's answer is not foreseen: a batch is judged as if
+ * it reached the leader). */
+void ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker);
 
 /* Batches refused as out of order so far. */
 long ob_seqcheck_refused(void);

@@ -294,15 +294,19 @@ def drain(pg, slot, end, injector):
         time.sleep(0.2)
 
 
-def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True):
+def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
+             broker_faults=True):
     """Runs one seed end to end (its workload lacking the features in
-    without; with `outboxd inbox` unless inbox is False); returns its
+    without; with `outboxd inbox` unless inbox is False; with the
+    broker-side faults unless broker_faults is False); returns its
     Result."""
     res = Result(seed)
     res.inbox = inbox
     # The inbox's draws come from a generator of their own, so a seed's
     # workload and publisher faults are the same with and without it.
     irng = random.Random("inbox-%d" % seed)
+    # So do the broker-side faults' (leader moves, retriable errors).
+    brng = random.Random("broker-%d" % seed)
     clock = Clock()
     started = time.monotonic()
     rng = random.Random(seed)
@@ -347,20 +351,34 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True):
         schedule = faults.plan(rng, seconds)
         if inbox:
             schedule = sorted(schedule + faults.inbox_plan(irng, seconds))
+        topics = [(topic, PARTITIONS), (cfg["outbox"]["dlq_topic"], 2)]
         injector = faults.Injector(schedule, pg, broker, daemon, "chaos",
                                    clock, rtt, ibx, INBOX_DB)
+        # The broker-side faults on a thread of their own, beside the
+        # others (faults.py).
+        side = faults.Injector(faults.broker_plan(brng, seconds, topics)
+                               if broker_faults else [], pg, broker, daemon,
+                               "chaos", clock, rtt, topics=topics,
+                               log=injector.log, watching=False)
         res.faults = injector.log
         res.wall0 = clock.wall0
-        driver.on_commit = injector.commit_seen
+
+        def on_commit(txn):
+            injector.commit_seen(txn)
+            side.commit_seen(txn)
+        driver.on_commit = on_commit
         injector.start()
+        side.start()
         try:
             while clock() < seconds:
                 driver.step()
                 time.sleep(rng.expovariate(50))
         finally:
+            side.stop()
             injector.stop()
-        if injector.error is not None:
-            raise injector.error
+        for inj in (injector, side):
+            if inj.error is not None:
+                raise inj.error
         injector.heal()
         driver.finish()
         end = driver.fence()
@@ -410,9 +428,9 @@ def _keep_or_remove(res, pg, workdir, keep):
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def print_result(res):
+def print_result(res, fault_log=False):
     """One line per seed; a failure adds its findings, fault log and the
-    command that replays it."""
+    command that replays it; a pass its fault log when fault_log."""
     decoder, table = dims(res.seed)
     head = "seed %d (%s, %s)" % (res.seed, decoder, table)
     if res.error is not None:
@@ -431,6 +449,8 @@ def print_result(res):
               ", ".join("%s x%d" % kv for kv in sorted(kinds.items()))
               or "none"))
     if res.passed:
+        if fault_log:
+            print("\n".join(res.faults.lines()))
         return
     for f in res.report.findings:
         print(f.render())
@@ -498,6 +518,12 @@ def main(argv=None):
     ap.add_argument("--no-inbox", action="store_true",
                     help="leave out `outboxd inbox` and its faults (the "
                     "publisher's draws stay the same)")
+    ap.add_argument("--no-broker-faults", action="store_true",
+                    help="leave out the broker-side faults (leader moves, "
+                    "retriable errors, one slow broker; the other draws "
+                    "stay the same)")
+    ap.add_argument("--fault-log", action="store_true",
+                    help="print the fault log of passing seeds too")
     ap.add_argument("--keep", default="/tmp/outboxd-chaos",
                     help="where failed runs' logs are kept")
     args = ap.parse_args(argv)
@@ -539,8 +565,8 @@ def main(argv=None):
             res.error = err
         else:
             res = run_seed(parts, seed, args.seconds, args.keep, without,
-                           not args.no_inbox)
-        print_result(res)
+                           not args.no_inbox, not args.no_broker_faults)
+        print_result(res, args.fault_log)
         sys.stdout.flush()
         results.append(res)
     if parts is not None:

@@ -22,7 +22,9 @@ The rules:
   MSG_SIZE_TOO_LARGE) allow; any other dead letter is a finding;
 - duplicates: counted; allowed only after what README names (a process
   crash, an exit, a Postgres crash, a recreated producer, a re-read for a
-  new wal2json partition); otherwise a finding;
+  new wal2json partition) or the test broker's outage (it does not
+  deduplicate retries); otherwise a finding (leader moves, retriable
+  produce errors and a slow broker allow none);
 - the slot is confirmed up to the WAL end once the run is drained; every
   exit of outboxd nobody asked for is a finding, except exit 1 on a failed
   dead-letter publish when record errors were injected (README); a fast
@@ -358,6 +360,14 @@ def _check_duplicates(rep, ctx, delivered):
     # broker_down: the test broker drops its connections with requests in
     # flight, and unlike Kafka it does not deduplicate the idempotent
     # producer's retry of a request it had already written (seed 100096).
+    # leader_move, retriable_errors and broker_rtt are no reason: the test
+    # broker answers a request it did not write (NOT_LEADER_FOR_PARTITION
+    # from a broker that no longer leads, an injected retriable code, and
+    # OUT_OF_ORDER_SEQUENCE_NUMBER for every batch behind one of those),
+    # and Kafka, which may have written a REQUEST_TIMED_OUT or
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND batch, answers the idempotent
+    # producer's retry of it as a duplicate without writing it again; a
+    # slow broker only delays. Nothing is written twice either way.
     reasons = [k for k in ("kill9", "kill9_after_commit", "outage_kill9",
                            "pg_immediate", "exit", "broker_down")
                if ctx.faults.count(k)]
@@ -409,7 +419,8 @@ def _check_daemon(rep, ctx, drained):
 
 INBOX_KINDS = ("inbox_kill9", "inbox_sigterm", "inbox_conn",
                "inbox_outage_kill9", "inbox-exit", "broker_down",
-               "outage_kill9", "pg_fast", "pg_immediate")
+               "outage_kill9", "pg_fast", "pg_immediate", "leader_move",
+               "broker_rtt")
 
 
 def _inbox_faults(ctx):

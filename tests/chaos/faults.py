@@ -7,13 +7,32 @@ outboxd: an exit nobody asked for is logged (kind 'exit') with its code
 and the daemon is started again, so the run goes on and the checker can
 judge the exit.
 
-Produce errors (apikey 0) are only ever ones the test broker handles like
-a real one: UNKNOWN_SERVER_ERROR for a failed batch, INVALID_RECORD and
-MSG_SIZE_TOO_LARGE for a record's own error. Retriable codes
-(NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS) are never
-injected: ob-mockbroker does not check idempotent sequence numbers, so a
-retried batch it already stored would be lost or duplicated by the broker
-itself, not by outboxd.
+The publisher's produce errors (apikey 0) are UNKNOWN_SERVER_ERROR for a
+failed batch, INVALID_RECORD and MSG_SIZE_TOO_LARGE for a record's own
+error.
+
+A third schedule, drawn from a generator of its own (broker_plan, seeded
+with "broker-N"), so the publisher's and the inbox's draws stay what they
+were, runs on an injector thread of its own beside the first, so it holds
+none of their faults back (merged, its faults were mostly crowded out by
+outages and the inbox's waits): broker-side faults while requests are in
+flight (librdkafka's default of 5 a broker, linger.ms 1), which the system
+rides out by itself, so it stays one fault of the first schedule away from
+healthy. leader_move
+moves the leadership of some partitions of the event topic and the
+dead-letter topic, one to three times in a burst; retriable_errors fails
+the next 1 to 5 ProduceRequests with a retriable code
+(NOT_LEADER_FOR_PARTITION, NOT_ENOUGH_REPLICAS,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT); broker_rtt slows one
+broker for a while. Each waits (at most 2 s) for a commit of at least 100
+events, so the stream is busy; leader_move and retriable_errors may make
+every broker 20 to 100 ms slow meanwhile and 1 s after, so requests pile
+up in flight. ob-mockbroker refuses such a batch unwritten
+and every batch sent behind it as out of order (tests/broker/seqcheck.h),
+as Kafka does; on Kafka a REQUEST_TIMED_OUT or
+NOT_ENOUGH_REPLICAS_AFTER_APPEND batch may also have been written, and the
+idempotent producer's retry of it is then answered as a duplicate and not
+written again: neither outcome allows a duplicate or a reorder.
 
 With an inbox (`outboxd inbox` consuming the event topic into a second
 database of the cluster), a second schedule drawn from the inbox's own
@@ -51,6 +70,21 @@ INBOX_KINDS = {
     "broker_down": 1,
     "pg_immediate": 1,
 }
+BROKER_KINDS = {
+    "leader_move": 3,
+    "retriable_errors": 3,
+    "broker_rtt": 1,
+}
+RETRIABLE_CODES = ("NOT_LEADER_FOR_PARTITION", "NOT_ENOUGH_REPLICAS",
+                   "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT")
+BROKERS = 3
+# The brokers' response delay (ms) while a leader_move or retriable_errors
+# strikes (and 1 s after), so requests pile up in flight (up to 5 a broker):
+# with a quick broker a request is mostly answered before the next is sent.
+# (An idempotent producer sending a steady stream of 2,000 records/s, 3
+# requests failed: 3 to 5 batches behind them refused as out of order at
+# 5 to 50 ms, none at 0 or 100 ms.)
+PILE_UP_MS = (0, 5, 20, 50)
 BATCH_CODES = ("UNKNOWN", "INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 # Which commit a kill9_after_commit waits for: any, one of at least 100
@@ -105,6 +139,43 @@ def inbox_plan(rng, duration):
     return sorted(out)
 
 
+def broker_plan(rng, duration, topics):
+    """The broker-side schedule [(at seconds, kind, arg)]: 1 to 3 faults
+    of BROKER_KINDS. topics: [(topic, partitions)] whose leaders may move.
+    arg is, for leader_move, (burst, ms): a burst [(delay s, [(topic,
+    partition, rank)])] (each move to another broker than the one the
+    burst left it on; leaders start at partition mod 3 + 1, ob-mockbroker's
+    `topic`) while every broker answers ms late; for retriable_errors
+    (code, count, ms); for broker_rtt (broker, ms, seconds)."""
+    out = []
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.choices(list(BROKER_KINDS),
+                           list(BROKER_KINDS.values()))[0]
+        if kind == "leader_move":
+            parts = [(t, p) for t, n in topics for p in range(n)]
+            burst = []
+            for _ in range(rng.randint(1, 3)):
+                picked = rng.sample(parts, rng.randint(1, len(parts)))
+                burst.append((rng.uniform(0.0, 0.3),
+                              [(t, p, rng.randint(1, BROKERS - 1))
+                               for t, p in picked]))
+            arg = (burst, rng.choice(PILE_UP_MS))
+        elif kind == "retriable_errors":
+            arg = (rng.choice(RETRIABLE_CODES), rng.randint(1, 5),
+                   rng.choice(PILE_UP_MS))
+        else:
+            arg = (rng.randint(1, BROKERS), rng.choice([50, 200, 500]),
+                   rng.uniform(0.5, 2.0))
+        out.append((rng.uniform(0.3, duration), kind, arg))
+    return sorted(out)
+
+
+# Held while a fault sets the brokers' response delays (broker_slow, and
+# the broker-side faults on their own thread), so one does not undo
+# another's.
+SLOW = threading.Lock()
+
+
 class FaultLog:
     """Every fault injected and every unexpected exit: entries (t_start,
     t_end, kind, detail, arg), thread-safe."""
@@ -124,7 +195,8 @@ class FaultLog:
         return sum(1 for k in self.kinds() if k == kind)
 
     def lines(self):
-        return ["  %7.2f..%7.2f  %-13s %s" % e[:4] for e in self.entries]
+        return ["  %7.2f..%7.2f  %-13s %s" % e[:4]
+                for e in sorted(self.entries, key=lambda e: e[0])]
 
     def near(self, t0, t1):
         """Entries that overlap [t0, t1]."""
@@ -144,8 +216,15 @@ class Injector(threading.Thread):
     delay (ms) between faults. heal() afterwards leaves everything up."""
 
     def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0,
-                 inbox=None, inbox_db=None):
+                 inbox=None, inbox_db=None, topics=(), log=None,
+                 watching=True):
         super().__init__(daemon=True)
+        # A second injector beside the first (the broker-side schedule)
+        # shares its log and leaves the daemons to it (watching False).
+        self.watching = watching
+        # {(topic, partition): broker} as ob-mockbroker's `topic` made them
+        self.leaders = {(t, p): p % BROKERS + 1
+                        for t, n in topics for p in range(n)}
         self.schedule = list(schedule)
         self.inbox = inbox          # harness.Outboxd of `outboxd inbox`
         self.inbox_db = inbox_db    # the inbox's database name
@@ -155,7 +234,7 @@ class Injector(threading.Thread):
         self.slot = slot
         self.clock = clock
         self.rtt = rtt
-        self.log = FaultLog()
+        self.log = log if log is not None else FaultLog()
         self.error = None
         self._halt = threading.Event()
         self._commits = []
@@ -191,14 +270,16 @@ class Injector(threading.Thread):
 
     def watch(self):
         """Logs and restarts an outboxd (or inbox) that exited by
-        itself."""
+        itself (unless not watching)."""
+        if not self.watching:
+            return
         self._watch(self.daemon, "exit")
         self.watch_inbox()
 
     def watch_inbox(self):
         """Logs ('inbox-exit') and restarts an inbox that exited by
         itself."""
-        if self.inbox is not None:
+        if self.inbox is not None and self.watching:
             self._watch(self.inbox, "inbox-exit")
 
     def _watch(self, d, kind):
@@ -226,21 +307,28 @@ class Injector(threading.Thread):
         time.sleep(delay)
         self.daemon.start()
 
-    def _kill9_after_commit(self, arg):
-        """kill -9 delay seconds after the next commit the trigger picks
-        (waiting for one at most 5 s): a moment when that transaction is
-        being published."""
-        trigger, delay = arg
+    def _await_commit(self, trigger, within=5.0):
+        """The next commit the trigger picks (TRIGGERS), waiting for one
+        at most within seconds; None when none came."""
         picks = TRIGGERS[trigger]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + within
         with self._committed:
             self._commits.clear()
             while not any(picks(t) for t in self._commits):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._halt.is_set():
-                    return "no %s commit came" % trigger
+                    return None
                 self._committed.wait(min(left, 0.2))
-            txn = next(t for t in self._commits if picks(t))
+            return next(t for t in self._commits if picks(t))
+
+    def _kill9_after_commit(self, arg):
+        """kill -9 delay seconds after the next commit the trigger picks
+        (waiting for one at most 5 s): a moment when that transaction is
+        being published."""
+        trigger, delay = arg
+        txn = self._await_commit(trigger)
+        if txn is None:
+            return "no %s commit came" % trigger
         time.sleep(delay)
         self._kill9(0)
         return "%.0f ms after %s committed (%s, %d events)" % (
@@ -303,9 +391,10 @@ class Injector(threading.Thread):
         """Every broker answers ms late for a while: acknowledgements lag
         far behind the stream."""
         ms, seconds = arg
-        self.broker.cmd("rtt all %d" % ms)
-        time.sleep(seconds)
-        self.broker.cmd("rtt all %d" % self.rtt)
+        with SLOW:
+            self.broker.cmd("rtt all %d" % ms)
+            time.sleep(seconds)
+            self.broker.cmd("rtt all %d" % self.rtt)
         return "%d ms for %.1f s" % (ms, seconds)
 
     def _batch_error(self, arg):
@@ -371,3 +460,74 @@ class Injector(threading.Thread):
         time.sleep(seconds / 2)
         self.broker.cmd("up all")
         return "%.1f s" % seconds
+
+    # -- the broker-side faults ---------------------------------------------
+
+    def _busy(self):
+        """Waits for a commit of at least 100 events (at most 2 s, so
+        the schedule's later faults still come before the workload ends):
+        the producer then has many requests in flight. Says what it
+        saw."""
+        txn = self._await_commit("large", 2.0)
+        return "after %s (%d events)" % (txn.name, len(txn.events)) \
+            if txn is not None else "no large commit came"
+
+    def _piled_up(self, ms, strike):
+        """Every broker ms late (when ms), then a wait for a busy stream,
+        strike(), 1 s more of it, the usual delay again. Says what it saw
+        and how many batches the broker refused as out of order meanwhile
+        (sent behind a failed one)."""
+        before = int(self.broker.cmd("refused").split()[1])
+        with SLOW:   # not while broker_slow sets the delays
+            if ms:
+                self.broker.cmd("rtt all %d" % ms)
+            try:
+                seen = self._busy()
+                what = strike()
+                self._halt.wait(1.0)   # cut short when the workload ends
+            finally:
+                if ms:
+                    self.broker.cmd("rtt all %d" % self.rtt)
+        after = int(self.broker.cmd("refused").split()[1])
+        return "%s, %s, rtt %d ms, %d refused out of order" % (
+            what, seen, ms, after - before)
+
+    def _leader_move(self, arg):
+        """Moves partition leaders, a burst of moves delay seconds apart,
+        while a large transaction is being published. A move names the
+        broker by its rank among the two that do not lead the partition
+        now (1 or 2), so it always moves."""
+        burst, ms = arg
+
+        def strike():
+            moved = []
+            for delay, moves in burst:
+                time.sleep(delay)
+                for t, p, rank in moves:
+                    now = self.leaders[(t, p)]
+                    to = [b for b in range(1, BROKERS + 1) if b != now]
+                    self.broker.cmd("leader %s %d %d" % (t, p, to[rank - 1]))
+                    self.leaders[(t, p)] = to[rank - 1]
+                moved.append(len(moves))
+            return "%s partitions moved" % "+".join(map(str, moved))
+        return self._piled_up(ms, strike)
+
+    def _retriable_errors(self, arg):
+        """The next count ProduceRequests fail with a retriable code while
+        a large transaction is being published."""
+        code, count, ms = arg
+
+        def strike():
+            self.broker.cmd("error 0 %s %d" % (code, count))
+            return "%s x%d" % (code, count)
+        return self._piled_up(ms, strike)
+
+    def _broker_rtt(self, arg):
+        """One broker answers ms late for a while."""
+        b, ms, seconds = arg
+        seen = self._busy()
+        with SLOW:
+            self.broker.cmd("rtt %d %d" % (b, ms))
+            self._halt.wait(seconds)
+            self.broker.cmd("rtt %d %d" % (b, self.rtt))
+        return "broker %d %d ms for %.1f s, %s" % (b, ms, seconds, seen)

@@ -690,6 +690,35 @@ def start_warm(pg, broker, consumer, outboxd_factory, slot_name, feed,
     return d, dlq, port, topic
 
 
+def one_record_requests_in_flight(pg, broker, consumer, outboxd_factory,
+                                  slot_name, feed, before=None, after=None,
+                                  exactly_once=False):
+    """outboxd with one-record requests (batch.num.messages 1) on a slow
+    broker (50 ms), so five are in flight per partition: before(topic),
+    two transactions of 150 rows of feed's keys, after(topic), then the
+    checks: every event published (once if exactly_once), first deliveries
+    per key in commit order, nothing dead-lettered, outboxd running."""
+    d, dlq, port, topic = start_warm(
+        pg, broker, consumer, outboxd_factory, slot_name, feed,
+        {"kafka": {"batch.num.messages": "1"}})
+    assert broker.cmd("rtt all 50") == "ok"
+    try:
+        if before is not None:
+            before(topic)
+        feed.commit(150)
+        feed.commit(150)
+        if after is not None:
+            after(topic)
+        wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
+    finally:
+        broker.cmd("rtt all 0")
+    records = collect_all(consumer, topic, feed.ids, timeout=60)
+    check_delivery(records, feed.ids, exactly_once=exactly_once)
+    check_first_deliveries_in_commit_order(records, feed)
+    assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
+
+
 @pytest.mark.decoders("wal2json")
 @pytest.mark.parametrize("linger,bnm,rtt", [("0", "1", 0), ("5", "1", 0),
                                             ("0", "5", 50)])
@@ -746,23 +775,43 @@ def test_broker_errors_with_requests_in_flight_keep_key_order(
     and, for a while, left UNKNOWN to librdkafka's mock cluster, which
     checks no sequence: first deliveries [1, 2, 4, 5, 6, 7, 3, ...] and
     [5, 6, 1, 2, 3, 4, ...]."""
-    feed = Feed(pg, "errfl_%s" % test_id, keys=2)
-    d, dlq, port, topic = start_warm(
-        pg, broker, consumer, outboxd_factory, slot_name, feed,
-        {"kafka": {"batch.num.messages": "1"}})
-    assert broker.cmd("rtt all 50") == "ok"
-    try:
+    def fail(topic):
         assert broker.cmd("error 0 %s %d" % (code, count)) == "ok"
-        feed.commit(150)
-        feed.commit(150)
-        wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
-    finally:
-        broker.cmd("rtt all 0")
-    records = collect_all(consumer, topic, feed.ids, timeout=60)
-    check_delivery(records, feed.ids, exactly_once=False)
-    check_first_deliveries_in_commit_order(records, feed)
-    assert_nothing_dead_lettered(consumer, dlq, d, port)
-    assert d.running(), d.log_tail()
+    one_record_requests_in_flight(
+        pg, broker, consumer, outboxd_factory, slot_name,
+        Feed(pg, "errfl_%s" % test_id, keys=2), before=fail)
+
+
+@pytest.mark.no_sanitizers
+@pytest.mark.decoders("wal2json")
+@pytest.mark.parametrize("rounds,gap", [(1, 0.0), (4, 0.02), (6, 0.0)])
+def test_leader_moves_with_requests_in_flight_keep_key_order(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id, rounds,
+        gap):
+    """One-record requests on a slow broker (50 ms), five in flight per
+    partition, while every partition's leadership moves to the next broker,
+    rounds times gap seconds apart (6 x 0: round the three brokers twice
+    while requests are still in flight to the old leaders). An old leader
+    answers
+    NOT_LEADER_FOR_PARTITION without writing, and the test broker refuses
+    a batch sent behind an unwritten one as out of order, as Kafka does.
+    Per key, first deliveries follow commit order; each event is published
+    once (Kafka keeps the producer's state with the partition, so a leader
+    move writes nothing twice); nothing is dead-lettered."""
+    leaders = {p: p % 3 + 1 for p in range(PARTITIONS)}  # as `topic` made
+
+    def move(topic):
+        time.sleep(0.2)
+        for _ in range(rounds):
+            for p in range(PARTITIONS):
+                leaders[p] = leaders[p] % 3 + 1
+                assert broker.cmd("leader %s %d %d"
+                                  % (topic, p, leaders[p])) == "ok"
+            time.sleep(gap)
+    one_record_requests_in_flight(
+        pg, broker, consumer, outboxd_factory, slot_name,
+        Feed(pg, "lead_%s" % test_id, keys=2), after=move,
+        exactly_once=True)
 
 
 def test_refused_batch_holding_dead_letters_of_bad_events(
