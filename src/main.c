@@ -418,10 +418,12 @@ keep_existing_slot(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info
 
 	if (!ob_pgrepl_in_recovery(pg, &standby))
 		return OB_EXIT_OPERATOR;
-	if (info->failover || info->synced || !ob_pgrepl_failover_wanted(pg, cfg, standby)) {
+	if (!ob_pgrepl_lacks_failover(pg, cfg, info, standby)) {
 		ob_info("replication slot %s exists already; nothing to do", cfg->pg.slot);
 		return OB_EXIT_OK;
 	}
+	/* PostgreSQL 17's ALTER_REPLICATION_SLOT waits for a slot in use to
+	 * be released: leave a held slot to its holder. */
 	if (info->active_pid != 0) {
 		ob_info("replication slot %s exists already, without FAILOVER; process %d holds "
 			"it, and outboxd turns FAILOVER on when it next takes the slot",
@@ -432,10 +434,9 @@ keep_existing_slot(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info
 	case OB_PG_OK:
 		return OB_EXIT_OK;
 	case OB_PG_STANDBY:
-		ob_info(
-		    "replication slot %s exists already, without FAILOVER; another process "
-		    "took it meanwhile, and outboxd turns FAILOVER on when it next takes the slot",
-		    cfg->pg.slot);
+		ob_info("replication slot %s exists already, without FAILOVER; another process "
+			"holds it, and outboxd turns FAILOVER on when it next takes the slot",
+			cfg->pg.slot);
 		return OB_EXIT_OK;
 	default:
 		return OB_EXIT_OPERATOR;

@@ -365,6 +365,12 @@ ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby)
 	return false;
 }
 
+bool
+ob_pgrepl_lacks_failover(ob_pgconn *p, const ob_config *cfg, const ob_slot_info *info, bool standby)
+{
+	return !info->failover && !info->synced && ob_pgrepl_failover_wanted(p, cfg, standby);
+}
+
 ob_pg_status
 ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost)
 {
@@ -473,7 +479,7 @@ ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn
 	 * not write the table is told by `outboxd check`). */
 	if (!standby)
 		ob_slotmark_keep(p, cfg);
-	if (!info.failover && !info.synced && ob_pgrepl_failover_wanted(p, cfg, standby))
+	if (ob_pgrepl_lacks_failover(p, cfg, &info, standby))
 		return ob_pgrepl_set_failover(p, slot);
 	return OB_PG_OK;
 }

@@ -121,6 +121,10 @@ bool ob_pgrepl_drop_slot(ob_pgconn *p, const char *slot) OB_MUST_CHECK;
  * standby (whose own slots cannot be failover slots). Below 17 the
  * setting is said, once, to do nothing. */
 bool ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby);
+/* The existing slot info should get FAILOVER (ob_pgrepl_failover_wanted())
+ * and has not got it, nor is it a standby's synced copy. */
+bool ob_pgrepl_lacks_failover(ob_pgconn *p, const ob_config *cfg, const ob_slot_info *info,
+			      bool standby);
 
 /* Create the missing slot (with FAILOVER when ob_pgrepl_failover_wanted()
  * says so) and, on a primary, its marker (slotmark.h). A marker already

@@ -328,19 +328,19 @@ take_injected(void)
 	return err;
 }
 
-/* The error a batch gets (0: hand it to the mock cluster as it is). A
- * batch sent to a broker known not to lead its partition is left to the
- * mock cluster, which refuses it unwritten (NOT_LEADER_FOR_PARTITION), and
- * does not move the sequence on: a batch behind it is then out of order,
- * as on Kafka, where only the leader appends. An injected error is taken
- * by the first batch to reach any broker (the mock cluster's own leader
- * check comes after it). The
- * first batch of a producer id and epoch on a partition is expected at
- * sequence 0, as Kafka expects it (else a refused first batch would let
- * those sent behind it through). A batch that is not refused moves its
- * sequence on, whatever the mock
- * cluster then answers: a retry of it is then taken as a duplicate, as the
- * mock cluster takes it, never as a gap. */
+/* The error a batch gets (0: hand it to the mock cluster as it is).
+ * - An injected error is taken by the first batch to reach any broker (the
+ *   mock cluster's own leader check comes after it).
+ * - A batch sent to a broker known not to lead its partition is left to the
+ *   mock cluster, which refuses it unwritten (NOT_LEADER_FOR_PARTITION), and
+ *   does not move the sequence on: a batch behind it is then out of order,
+ *   as on Kafka, where only the leader appends.
+ * - The first batch of a producer id and epoch on a partition is expected
+ *   at sequence 0, as Kafka expects it (else a refused first batch would let
+ *   those sent behind it through).
+ * - A batch that is not refused moves its sequence on, whatever the mock
+ *   cluster then answers: a retry of it is then taken as a duplicate, as the
+ *   mock cluster takes it, never as a gap. */
 static int16_t
 judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t injected,
 	    int32_t broker)

@@ -380,6 +380,31 @@ def test_slot_create_if_not_exists_turns_on_failover(pg, outboxd_factory,
         assert "has no failover slots" in err, err
 
 
+def test_slot_create_if_not_exists_leaves_a_held_slot(pg, outboxd_factory,
+                                                      test_id, slot_name):
+    """17+: `slot create --if-not-exists` while another outboxd streams
+    the slot (without FAILOVER, slot_failover = false there): the server's
+    ALTER_REPLICATION_SLOT would wait until the slot is released (the
+    command hung), so the command leaves it, exits 0 saying the holder
+    turns FAILOVER on when it next takes the slot, and the stream goes on.
+    15 and 16: nothing to alter, exit 0."""
+    pub = "pub_%s" % test_id
+    pg.sql("CREATE PUBLICATION %s FOR TABLE public.outbox WITH (publish = "
+           "'insert', publish_via_partition_root = true)" % pub)
+    held = outboxd_factory({"postgres": {"plugin": "pgoutput",
+                                         "slot_failover": False}})
+    held.wait_log(r"streaming from slot", 30)
+    rc, out, err = held.run_cmd(["slot", "create", "--if-not-exists",
+                                 "-s", "postgres.slot_failover=true"],
+                                timeout=30)
+    assert rc == 0, err
+    if major() >= 17:
+        assert "holds it, and outboxd turns FAILOVER on" in err, err
+        assert pg.slot(slot_name)["failover"] is False
+    assert held.running(), held.log_tail()
+    assert held.stop() == 0, held.log_tail()
+
+
 # ---------------------------------------------------------------------------
 # the marker: a first start or a lost slot
 
