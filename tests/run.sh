@@ -28,7 +28,9 @@
 #    AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer,
 #    build-asan/ (gcc, -Db_sanitize=address,undefined); every sanitizer
 #    report written by any process of that build is a failure,
-# 8. prints one last line "N passed, N failed" over unit test cases,
+# 8. lists what failed (build/failures.txt: a line per failed test, seed
+#    or part), then prints one last line "N passed, N failed" over unit
+#    test cases,
 #    integration tests, chaos seeds, fuzz targets and the sanitizer report
 #    check, and
 #    exits non-zero if anything failed, was skipped (a missing part must
@@ -55,9 +57,23 @@ FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-20}
 # Starts a section, saying how long the run has taken so far.
 say() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
-# Prints the final line and exits: $1 passed, $2 failed.
+# Every part that fails writes a line naming what failed to FAILURES;
+# finish prints them above the final line, so the end of the run says
+# which tests to look at.
+FAILURES="$BUILD/failures.txt"
+mkdir -p "$BUILD"
+: >"$FAILURES"
+
+# Adds the line $* to FAILURES.
+note_failure() { echo "$*" >>"$FAILURES"; }
+
+# Prints what failed and the final line, and exits: $1 passed, $2 failed.
 finish() {
     local passed=$1 failed=$2
+    if [[ -s "$FAILURES" ]]; then
+        say "what failed"
+        cat "$FAILURES"
+    fi
     echo
     echo "tests/run.sh took $SECONDS s"
     echo "$passed passed, $failed failed"
@@ -93,18 +109,21 @@ setup_and_build() {
 }
 
 # Runs the unit suite of build directory $1 and sets unit_passed and
-# unit_failed: cmocka cases counted from meson's test log.
+# unit_failed: cmocka cases counted from meson's test log (failed ones, or
+# failed tests without cmocka cases, go to FAILURES).
 run_unit() {
     local dir=$1 rc
     rm -f "$dir/meson-logs/testlog.json"
     meson test -C "$dir" --suite unit --print-errorlogs
     rc=$?
-    read -r unit_passed unit_failed < <("$PY" - "$dir/meson-logs/testlog.json" <<'PYEOF'
+    read -r unit_passed unit_failed < <("$PY" - "$dir/meson-logs/testlog.json" \
+        "unit ($dir)" "$FAILURES" <<'PYEOF'
 # Counts cmocka cases by their "[       OK ] name" and "[  FAILED  ] name"
 # lines on stdout (CMOCKA_MESSAGE_OUTPUT=stdout); the "N test(s)" summaries
 # go to stderr and count only when stdout has no case lines.
 import json, re, sys
 passed = failed = 0
+names = []
 try:
     lines = open(sys.argv[1]).read().splitlines()
 except OSError:
@@ -116,7 +135,8 @@ for line in lines:
     out = t.get("stdout") or ""
     err = t.get("stderr") or ""
     p = len(re.findall(r"^\[       OK \] ", out, re.M))
-    f = len(re.findall(r"^\[  (?:FAILED|ERROR)\s*\] (?!\d+ test)", out, re.M))
+    cases = re.findall(r"^\[  (?:FAILED|ERROR)\s*\] (?!\d+ test)(.*)$", out, re.M)
+    f = len(cases)
     if p == 0 and f == 0:
         both = out + err
         p = sum(int(n) for n in re.findall(r"\[  PASSED  \] (\d+) test", both))
@@ -124,10 +144,15 @@ for line in lines:
     ok = t.get("result") in ("OK", "EXPECTEDFAIL")
     if not ok and f == 0:
         f = 1      # crashed, timed out or failed without a cmocka case line
+        cases = [t.get("result", "failed").lower()]
+    names += ["%s: %s: %s" % (sys.argv[2], t.get("name"), c.strip()) for c in cases]
     if ok and p == 0 and f == 0:
         p = 1      # a test that is not cmocka
     passed += p
     failed += f
+if names:
+    with open(sys.argv[3], "a") as out:
+        out.write("\n".join(names) + "\n")
 print(passed, failed)
 PYEOF
     )
@@ -135,13 +160,14 @@ PYEOF
     unit_failed=${unit_failed:-0}
     if ((rc != 0 && unit_failed == 0)); then
         unit_failed=1  # meson itself failed
+        note_failure "unit ($dir): meson test exited $rc"
     fi
     echo "unit ($dir): $unit_passed passed, $unit_failed failed"
 }
 
 # Runs the integration suite against the binaries of build directory $1,
 # with further pytest arguments $2..., and sets it_passed and it_failed
-# from pytest's JUnit report.
+# from pytest's JUnit report (whose failed tests go to FAILURES).
 run_integration() {
     local dir=$1 junit="$1/integration-junit.xml" rc
     shift
@@ -151,27 +177,12 @@ run_integration() {
         "$PY" -m pytest tests/integration -q -p no:cacheprovider -rfEs \
         --junitxml="$junit" "$@" ${PYTEST_ARGS:-}
     rc=$?
-    read -r it_passed it_failed < <("$PY" - "$junit" <<'PYEOF'
-import sys
-import xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except (OSError, ET.ParseError):
-    print(0, 0)
-    sys.exit()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-tests = failed = 0
-for s in suites:
-    tests += int(s.get("tests", 0))
-    # skipped counts as failed: a missing part must fail, never skip
-    failed += sum(int(s.get(k, 0)) for k in ("failures", "errors", "skipped"))
-print(tests - failed, failed)
-PYEOF
-    )
+    read -r it_passed it_failed < <("$PY" tests/junit_count.py "$junit" "integration ($dir)" "$FAILURES")
     it_passed=${it_passed:-0}
     it_failed=${it_failed:-0}
     if ((rc != 0 && it_failed == 0)); then
         it_failed=1  # pytest crashed, timed out, or collected nothing (rc 5)
+        note_failure "integration ($dir): pytest exited $rc"
     fi
     echo "integration ($dir): $it_passed passed, $it_failed failed"
 }
@@ -183,6 +194,7 @@ if [[ "${OUTBOXD_SKIP_DEPS:-0}" != 1 ]]; then
     say "dependencies"
     if ! bash deploy/deps.sh; then
         echo "could not install dependencies" >&2
+        note_failure "dependencies: deploy/deps.sh failed"
         finish 0 1
     fi
 fi
@@ -191,6 +203,7 @@ say "build"
 # Warnings are errors here; a plain `meson setup` keeps them as warnings
 # for people building on other compilers.
 if ! setup_and_build "$BUILD" -Dwerror=true -Dtest_hooks=true; then
+    note_failure "build: $BUILD did not build"
     finish 0 1
 fi
 
@@ -201,6 +214,7 @@ if clang-format --dry-run --Werror src/*.c include/outboxd/*.h tests/unit/*.c te
     passed=$((passed + 1))
 else
     echo "clang-format: run clang-format -i on the files above" >&2
+    note_failure "style: clang-format finds unformatted C (see the style section)"
     failed=$((failed + 1))
 fi
 
@@ -212,11 +226,14 @@ failed=$((failed + unit_failed))
 
 # --- CPU check: CPU per event against pg_recvlogical's, one test ------------
 say "CPU check"
-if OUTBOXD_BUILD="$BUILD" timeout --signal=INT --kill-after=30 300 \
-        "$PY" tests/bench/cpu_check.py --build "$BUILD"; then
+cpu_log="$BUILD/cpu_check.log"
+OUTBOXD_BUILD="$BUILD" timeout --signal=INT --kill-after=30 300 \
+    "$PY" tests/bench/cpu_check.py --build "$BUILD" 2>&1 | tee "$cpu_log"
+if ((PIPESTATUS[0] == 0)); then
     passed=$((passed + 1))
 else
     failed=$((failed + 1))
+    note_failure "CPU check: $(grep '^cpu check' "$cpu_log" | grep -v ': ok$' | tr '\n' ' ')"
 fi
 
 # --- integration tests -------------------------------------------------------
@@ -239,6 +256,7 @@ else
     echo "the version matrix ended without its summary line" >&2
     failed=$((failed + 1))
 fi
+cat "$BUILD/versions-failures.txt" >>"$FAILURES" 2>/dev/null
 
 # --- chaos: the fault checker's fixed seeds, one test each ------------------
 # tests/chaos/seeds.txt; a seed that fails prints its findings, its fault
@@ -255,8 +273,10 @@ if read -r chaos_passed chaos_failed < <(sed -n \
     failed=$((failed + chaos_failed))
 else
     echo "the chaos checker ended without its summary line" >&2
+    note_failure "chaos: ended without its summary line"
     failed=$((failed + 1))
 fi
+grep -E '^seed [0-9]+ .*: (FAIL|ERROR) ' "$chaos_log" | sed 's/^/chaos: /' >>"$FAILURES"
 
 # --- fuzzing: each target for FUZZ_SECONDS, one test each -------------------
 # New inputs go to build-fuzz/corpus/<target> (kept between runs, read
@@ -283,6 +303,7 @@ if CC=clang-14 setup_and_build "$BUILD_FUZZ" -Dfuzz=true -Dwerror=true; then
             passed=$((passed + 1))
         else
             failed=$((failed + 1))
+            note_failure "fuzz_$t: exit $rc (inputs in $artifacts)"
             echo "fuzz_$t failed (exit $rc); inputs it kept:" >&2
             ls -l "$artifacts" >&2
             echo "reproduce: $BUILD_FUZZ/tests/fuzz/fuzz_$t FILE; once fixed, keep the" \
@@ -290,6 +311,7 @@ if CC=clang-14 setup_and_build "$BUILD_FUZZ" -Dfuzz=true -Dwerror=true; then
         fi
     done
 else
+    note_failure "fuzzing: $BUILD_FUZZ did not build"
     failed=$((failed + ${#FUZZ_TARGETS[@]}))
 fi
 
@@ -367,9 +389,11 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
             head -n 60 "$f"
         done
         echo "${#found[@]} sanitizer report(s) in $reports" >&2
+        note_failure "sanitizer reports: ${found[*]}"
         failed=$((failed + ${#found[@]}))
     fi
 else
+    note_failure "sanitizers: $BUILD_ASAN did not build"
     failed=$((failed + 1))
 fi
 

@@ -25,7 +25,8 @@
 # half one after another.
 #
 # Binaries from $OUTBOXD_BUILD (default build/), built already. PYTEST_ARGS
-# adds pytest arguments. Prints "pg<N>: ..." per version and last
+# adds pytest arguments. Prints "pg<N>: ..." per version, what failed (also
+# kept in $BUILD/versions-failures.txt), and last
 # "versions: N passed, N failed" (skipped counts as failed); exits non-zero
 # when anything failed or nothing ran.
 set -uo pipefail
@@ -87,27 +88,12 @@ run_version() {
         -q -p no:cacheprovider -rfEs \
         --junitxml="$junit" ${PYTEST_ARGS:-} >"$log" 2>&1
     rc=$?
-    read -r p f < <("$PY" - "$junit" <<'PYEOF'
-import sys
-import xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except (OSError, ET.ParseError):
-    print(0, 0)
-    sys.exit()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-tests = failed = 0
-for s in suites:
-    tests += int(s.get("tests", 0))
-    # skipped counts as failed: a missing part must fail, never skip
-    failed += sum(int(s.get(k, 0)) for k in ("failures", "errors", "skipped"))
-print(tests - failed, failed)
-PYEOF
-    )
+    read -r p f < <("$PY" tests/junit_count.py "$junit" "pg$m" "$BUILD/versions-failures.txt")
     p=${p:-0}
     f=${f:-0}
     if ((rc != 0 && f == 0)); then
         f=1  # pytest crashed, timed out, or collected nothing (rc 5)
+        echo "pg$m: pytest exited $rc" >>"$BUILD/versions-failures.txt"
     fi
     echo "$p $f $((SECONDS - start))" >"$BUILD/versions-pg$m.result"
 }
@@ -119,12 +105,14 @@ total_failed=0
 # versions run side by side: their tests mostly wait on servers and timers,
 # so on 2 cores three at once take little longer than one (each has its own
 # clusters and broker on free ports).
+rm -f "$BUILD/versions-failures.txt"
 ready=()
 for m in "${MAJORS[@]}"; do
     if bash deploy/pgversions.sh "$m"; then
         ready+=("$m")
     else
         echo "pg$m: the server could not be fetched: 0 passed, 1 failed" >&2
+        echo "pg$m: the server could not be fetched" >>"$BUILD/versions-failures.txt"
         total_failed=$((total_failed + 1))
     fi
 done
@@ -142,5 +130,9 @@ for m in "${ready[@]}"; do
     total_failed=$((total_failed + f))
 done
 
+if [[ -s "$BUILD/versions-failures.txt" ]]; then
+    printf '\n=== what failed\n'
+    cat "$BUILD/versions-failures.txt"
+fi
 echo "versions: $total_passed passed, $total_failed failed"
 ((total_failed == 0 && total_passed > 0))
