@@ -369,6 +369,8 @@ ob_delivery_begin(ob_deliveries *d, ob_pos unit, int64_t commit_us)
 {
 	d->unit_commit_us = commit_us;
 	d->unit_tracked = false;
+	d->behind = d->backlog || ob_now_us() - commit_us > OB_DELIVERY_LATE_MS * 1000;
+	ob_producer_set_late(d->producer, d->behind);
 	if (!ob_replay_begin(&d->replay, unit))
 		ob_log_lsn(OB_LOG_DEBUG, ob_pos_lsn(unit), NULL, 0,
 			   "skipping transaction " OB_LSN_FMT ": already handed to the producer",

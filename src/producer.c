@@ -22,7 +22,9 @@
 
 /* Topic handles a client keeps between records, one per slot of a
  * table indexed by a hash of the topic's name. */
-#define TOPIC_SLOTS 64
+#define TOPIC_SLOTS    64
+/* linger.ms of the client for late records (ob_producer_set_late). */
+#define LATE_LINGER_MS 5
 
 /* One librdkafka client, the queue its reports arrive on, and the topic
  * handles it produced to last. Each non-NULL topics[i] holds one
@@ -42,6 +44,18 @@ struct ob_producer {
 	 * written (its requests carry later sequence numbers, which the broker
 	 * refuses; librdkafka purges the rest). */
 	handle main;
+	/* Late records (ob_producer_set_late), with main's guarantees but a
+	 * linger.ms of LATE_LINGER_MS: a backlog drains in fewer, larger
+	 * requests, each of which wakes librdkafka's threads. Created on
+	 * first use; never when main's own linger.ms is as long. */
+	handle late;
+	/* The client of main and late that takes records: the one that
+	 * ob_producer_set_late() asks for once the other has nothing
+	 * outstanding, so that records of one key never travel through two
+	 * clients at once (each has its own idempotence sequence). */
+	handle *current;
+	bool want_late;
+	bool late_useful; /* main's linger.ms is shorter than LATE_LINGER_MS */
 	/* Records produced alone (ob_producer_send_alone), created on first
 	 * use; NULL until then. Without the gapless guarantee: its refusal of
 	 * a record is the record's own and leaves the producer working. */
@@ -145,15 +159,17 @@ fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
 
 /* Build the full librdkafka configuration; NULL (logged) on a bad key.
  * gapless sets enable.gapless.guarantee, after the user's properties: a
- * pipelined producer's order does not depend on them. */
+ * pipelined producer's order does not depend on them. linger_ms, when
+ * not NULL, replaces linger.ms (the client for late records). */
 static rd_kafka_conf_t *
-build_conf(const ob_config *cfg, bool gapless)
+build_conf(const ob_config *cfg, bool gapless, const char *linger_ms)
 {
 	rd_kafka_conf_t *conf = ob_kafka_conf_build(cfg, default_props, OB_ARRAY_LEN(default_props),
 						    NULL, 0, ob_kafka_pinned, ob_kafka_pinned_len);
 
 	if (conf != NULL &&
 	    (!ob_kafka_conf_set(conf, "enable.gapless.guarantee", gapless ? "true" : "false") ||
+	     (linger_ms != NULL && !ob_kafka_conf_set(conf, "linger.ms", linger_ms)) ||
 	     !fit_queue_to_records(cfg, conf))) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
@@ -164,7 +180,7 @@ build_conf(const ob_config *cfg, bool gapless)
 bool
 ob_producer_check_config(const ob_config *cfg)
 {
-	rd_kafka_conf_t *conf = build_conf(cfg, true);
+	rd_kafka_conf_t *conf = build_conf(cfg, true, NULL);
 
 	if (conf == NULL)
 		return false;
@@ -286,7 +302,8 @@ ob_producer_library_version(void)
 static bool
 handle_start(ob_producer *p, handle *h, bool gapless)
 {
-	rd_kafka_conf_t *conf = build_conf(p->cfg, gapless);
+	rd_kafka_conf_t *conf =
+	    build_conf(p->cfg, gapless, h == &p->late ? OB_STRINGIFY(LATE_LINGER_MS) : NULL);
 	char err[512];
 
 	if (conf == NULL)
@@ -350,6 +367,10 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 	}
 	p->max_record_bytes =
 	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
+	p->current = &p->main;
+	p->late_useful =
+	    order == OB_PRODUCER_PIPELINED &&
+	    ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "linger.ms") < LATE_LINGER_MS;
 	test_hook_arm(p);
 	*out = p;
 	return true;
@@ -363,6 +384,7 @@ ob_producer_free(ob_producer *p)
 	/* Drop what is still queued: its transactions are not confirmed and
 	 * will be read again from the slot. */
 	handle_stop(&p->alone);
+	handle_stop(&p->late);
 	handle_stop(&p->main);
 	close(p->wake_pipe[0]);
 	close(p->wake_pipe[1]);
@@ -515,11 +537,56 @@ send_on(ob_producer *p, handle *h, const ob_event *ev, uint64_t tag, const char 
 	return produce_failed(p, h->rk, error, topic, why, too_large);
 }
 
+void
+ob_producer_set_late(ob_producer *p, bool late)
+{
+	p->want_late = late && p->late_useful;
+}
+
+/* Make the client ob_producer_set_late() asked for current, once the
+ * current one has nothing outstanding. False when records must wait for
+ * that (*result OB_SEND_QUEUE_FULL) or the client cannot be made
+ * (OB_SEND_FATAL, p failed). */
+static bool
+switch_clients(ob_producer *p, ob_send_result *result)
+{
+	handle *want = p->want_late ? &p->late : &p->main;
+
+	if (want == p->current)
+		return true;
+	if (rd_kafka_outq_len(p->current->rk) > 0) {
+		*result = OB_SEND_QUEUE_FULL;
+		return false;
+	}
+	if (want->rk == NULL && !handle_start(p, want, true)) {
+		if (!p->failed) {
+			p->failed = true;
+			snprintf(p->fatal_reason, sizeof(p->fatal_reason),
+				 "could not create the producer for late records");
+		}
+		*result = OB_SEND_FATAL;
+		return false;
+	}
+	ob_debug("kafka: %s records go through the client with linger.ms %s",
+		 want == &p->late ? "late" : "fresh",
+		 want == &p->late ? OB_STRINGIFY(LATE_LINGER_MS) : "as configured");
+	p->current = want;
+	return true;
+}
+
 ob_send_result
 ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
 		 bool *too_large)
 {
-	return send_on(p, &p->main, ev, tag, why, too_large);
+	ob_send_result result;
+
+	*why = NULL;
+	*too_large = false;
+	if (p->failed)
+		return OB_SEND_FATAL;
+	if (!switch_clients(p, &result))
+		return result;
+	return send_on(p, p->current, ev, tag, why, too_large);
 }
 
 ob_send_result
@@ -548,21 +615,25 @@ drain_wake_pipe(ob_producer *p)
 }
 
 /* The client whose reports are awaited: the one for records produced
- * alone while it holds any, else the main one. */
+ * alone while it holds any, else the current one. */
 static rd_kafka_t *
 awaited(const ob_producer *p)
 {
 	if (p->alone.rk != NULL && rd_kafka_outq_len(p->alone.rk) > 0)
 		return p->alone.rk;
-	return p->main.rk;
+	return p->current->rk;
 }
 
-/* Serve the reports of the client that is not awaited, without waiting. */
+/* Serve the reports of the clients that are not awaited, without waiting. */
 static void
 poll_other(const ob_producer *p, rd_kafka_t *busy)
 {
-	if (p->alone.rk != NULL)
-		rd_kafka_poll(busy == p->main.rk ? p->alone.rk : p->main.rk, 0);
+	const handle *all[] = {&p->main, &p->late, &p->alone};
+
+	for (size_t i = 0; i < OB_ARRAY_LEN(all); i++) {
+		if (all[i]->rk != NULL && all[i]->rk != busy)
+			rd_kafka_poll(all[i]->rk, 0);
+	}
 }
 
 void
@@ -624,7 +695,7 @@ bool
 ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
 		  char *detail, size_t detail_len)
 {
-	rd_kafka_conf_t *conf = build_conf(cfg, false);
+	rd_kafka_conf_t *conf = build_conf(cfg, false, NULL);
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t err;
 	rd_kafka_t *rk;

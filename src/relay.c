@@ -47,8 +47,6 @@
 #define FINAL_READ_MS           5000
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
-/* A transaction read this long after its commit is part of a backlog. */
-#define BEHIND_MS               100
 /* How long the loop naps, reading a backlog, once it has read what came. */
 #define BACKLOG_NAP_MS          4
 /* First reconnect delay; doubles up to reconnect_max_backoff_ms. */
@@ -81,7 +79,6 @@ typedef struct relay {
 	ob_lsn sent_flush;
 	int64_t last_status_ms;
 	bool reply_due;
-	bool behind; /* the unit read last was read more than BEHIND_MS after its commit */
 	/* stream() runs: a query waiting meanwhile (the stream's tables read
 	 * again) leaves the stream's state on /readyz and the gauges. */
 	bool streaming;
@@ -160,7 +157,6 @@ on_delivery_cover(void *ctx, ob_outcome *out)
 static void
 begin_unit(relay *r, ob_pos unit, int64_t commit_us)
 {
-	r->behind = ob_now_us() - commit_us > BEHIND_MS * 1000;
 	ob_delivery_begin(&r->d, unit, commit_us);
 }
 
@@ -383,9 +379,9 @@ stream(relay *r)
 		 * (and for each delivery report), nap and then read all that
 		 * came meanwhile. Each wake-up costs more CPU than the events
 		 * of one packet; the nap adds up to 4 ms to events already late by
-		 * more than BEHIND_MS. A turn that read nothing (idle, or the
+		 * more than OB_DELIVERY_LATE_MS. A turn that read nothing (idle, or the
 		 * backlog's end) sleeps as usual. */
-		nap = drained && n > 0 && r->behind;
+		nap = drained && n > 0 && r->d.behind;
 		if (nap && wait_ms > BACKLOG_NAP_MS)
 			wait_ms = BACKLOG_NAP_MS;
 		if (poll(fds, nap ? 0 : 2, (int)wait_ms) < 0 && errno != EINTR) {

@@ -13,9 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OB_MUST_CHECK   __attribute__((warn_unused_result))
-#define OB_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define OB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define OB_MUST_CHECK    __attribute__((warn_unused_result))
+#define OB_PRINTF(f, a)  __attribute__((format(printf, f, a)))
+#define OB_ARRAY_LEN(a)  (sizeof(a) / sizeof((a)[0]))
+/* The expansion of macro x as a string literal. */
+#define OB_STRINGIFY(x)  OB_STRINGIFY_(x)
+#define OB_STRINGIFY_(x) #x
 
 /* Allocation that never returns NULL: on failure it logs and aborts. */
 void *ob_xmalloc(size_t size);

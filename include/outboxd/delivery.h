@@ -53,6 +53,9 @@ typedef struct ob_delivery_hooks {
 	void *ctx;
 } ob_delivery_hooks;
 
+/* A unit read this long after its commit is part of a backlog. */
+#define OB_DELIVERY_LATE_MS 100
+
 typedef enum ob_delivery_state {
 	OB_DELIVERY_FLOWING,   /* events are queued as they come */
 	OB_DELIVERY_SETTLING,  /* waiting for every report: queued records go out at once */
@@ -76,6 +79,9 @@ typedef struct ob_deliveries {
 
 	/* The open unit (its position is in replay). */
 	int64_t unit_commit_us;
+	/* It was read more than OB_DELIVERY_LATE_MS after its commit, or it is
+	 * the backlog: its records are late (ob_producer_set_late()). */
+	bool behind;
 	bool unit_tracked; /* it has an entry in the ack tracker (unit_seq) */
 	uint64_t unit_seq;
 	bool backlog; /* it is the backlog: acknowledgements count as backlog events */

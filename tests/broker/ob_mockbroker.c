@@ -27,6 +27,9 @@
  *     clear <apikey>                drop the pending errors of ApiKey
  *     refused                       `ok N`: the batches refused so far as
  *                                   out of order (seqcheck.h)
+ *     batches <topic>               `ok N`: the record batches of idempotent
+ *                                   producers to topic taken so far (one
+ *                                   per partition of a ProduceRequest)
  *     topic <name> [partitions]     create a topic (replication factor
  *                                   min(3, brokers))
  *     leader <topic> <partition> <broker_id>
@@ -322,6 +325,8 @@ run_command(struct broker_state *st, char *line)
 		reply("ok");
 	} else if (strcmp(argv[0], "refused") == 0 && argc == 1) {
 		reply("ok %ld", ob_seqcheck_refused());
+	} else if (strcmp(argv[0], "batches") == 0 && argc == 2) {
+		reply("ok %ld", ob_seqcheck_batches(argv[1]));
 	} else if (strcmp(argv[0], "topic") == 0 && (argc == 2 || argc == 3)) {
 		n = st->partitions;
 		if (argc == 3 && !parse_int(argv[2], 1, 100000, &n)) {
@@ -421,7 +426,7 @@ usage(FILE *f)
 		   "[--verbose]\n"
 		   "Runs a librdkafka mock Kafka cluster on loopback; prints "
 		   "BOOTSTRAP and READY,\nthen takes commands on stdin "
-		   "(down/up/rtt/error/clear/refused/topic/topicerr/quit).\n");
+		   "(down/up/rtt/error/clear/refused/batches/topic/topicerr/quit).\n");
 }
 
 /* Parses the options, starts the cluster, serves commands, tears down. */

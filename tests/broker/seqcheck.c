@@ -112,6 +112,7 @@ struct seq {
 	int64_t pid;
 	int16_t epoch;
 	int64_t next;
+	long batches; /* batches taken (not refused here) */
 	struct seq *chain;
 };
 
@@ -370,6 +371,7 @@ judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t inje
 	}
 	if ((int64_t)base + count > s->next)
 		s->next = (int64_t)base + count;
+	s->batches++;
 	return 0;
 }
 
@@ -907,6 +909,21 @@ ob_seqcheck_refused(void)
 
 	pthread_mutex_lock(&lock);
 	n = refused;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+long
+ob_seqcheck_batches(const char *topic)
+{
+	long n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < SEQ_BUCKETS; i++) {
+		for (const struct seq *s = seqs[i]; s != NULL; s = s->chain)
+			if (strcmp(s->tp.topic, topic) == 0)
+				n += s->batches;
+	}
 	pthread_mutex_unlock(&lock);
 	return n;
 }

@@ -51,4 +51,9 @@ void ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker
 /* Batches refused as out of order so far. */
 long ob_seqcheck_refused(void);
 
+/* Record batches of idempotent producers to topic taken so far (each
+ * partition of a ProduceRequest carries one): how many requests a
+ * producer needed for its records. */
+long ob_seqcheck_batches(const char *topic);
+
 #endif

@@ -704,6 +704,63 @@ def test_backlog_is_read_in_naps(pg, broker, consumer, outboxd_factory,
         "main thread slept %d times for %d events" % (wakeups, n))
 
 
+def test_late_records_batch_longer_then_fresh_ones_go_at_once(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """Records of transactions read long after their commit (a backlog)
+    go through a producer client with linger.ms 5, in fewer, larger
+    requests: 20,000 events in 200 transactions on 4 partitions reach the
+    broker in fewer than 125 batches (measured: 80 to 90 with wal2json,
+    40 to 60 with pgoutput; with linger.ms 1 throughout, 210 and 110).
+    Once outboxd has caught up, fresh records go through the client with
+    the configured linger.ms again. Every key's events arrive in order
+    across both switches, each once."""
+    agg = "late_%s" % test_id
+    topic = "outbox.event.%s" % agg
+    broker.create_topic(topic, PARTITIONS)
+    overrides = {"log": {"level": "debug"}}
+    d = outboxd_factory(overrides)
+    wait_slot_active(pg, slot_name)
+    assert d.stop(40) == 0
+    n = 20000
+    pg.sql("DO $late$ DECLARE b int; BEGIN FOR b IN 0..%d LOOP "
+           "INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+           "event_type, payload) SELECT '%s', 'k' || mod(g, 100), 'late', "
+           "jsonb_build_object('g', g, 'note', md5(g::text)) "
+           "FROM generate_series(b * 100 + 1, b * 100 + 100) g; COMMIT; "
+           "END LOOP; END $late$" % (n // 100 - 1, agg))
+    time.sleep(0.3)  # every transaction is now older than 100 ms
+    end = pg.wal_lsn()
+    d = outboxd_factory(overrides)
+    wait_until(lambda: (pg.slot(slot_name) or {}).get(
+        "confirmed_flush_lsn_int", 0) >= end, 120, 0.05,
+        "slot confirmed past the backlog")
+    batches = int(broker.cmd("batches %s" % topic).split()[1])
+    d.wait_log(r"late records go through the client with linger\.ms 5")
+    since = d.log_size()
+    fresh = 200
+    for b in range(fresh // 10):
+        pg.sql("INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+               "event_type, payload) SELECT '%s', 'k' || mod(g, 100), "
+               "'fresh', jsonb_build_object('g', g) "
+               "FROM generate_series(%d, %d) g"
+               % (agg, n + b * 10 + 1, n + b * 10 + 10))
+        time.sleep(0.01)
+    d.wait_log(r"fresh records go through the client with linger\.ms "
+               r"as configured", since=since)
+    records = consumer.collect([topic], n + fresh, timeout=60, settle=1)
+    assert len(records) == n + fresh
+    assert len(id_counts(records)) == n + fresh
+    last = {}
+    for r in sorted(records, key=lambda r: (r["partition"], r["offset"])):
+        key = r["key"]
+        g = json.loads(r["value"])["g"]
+        assert g > last.get(key, 0), "key %s: %d after %d" % (
+            key, g, last.get(key, 0))
+        last[key] = g
+    assert batches < 125, (
+        "%d events reached the broker in %d batches" % (n, batches))
+
+
 def bytea_outbox(pg, db):
     """The shipped outbox table with a bytea payload column."""
     own_db(pg, db)
