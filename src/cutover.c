@@ -98,7 +98,7 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 	ob_mapper_init(&mapper, c->cfg);
 	ob_event_init(&ev);
 	d->backlog = true;
-	ob_delivery_begin(d, ob_pos_backlog(consistent), now_us);
+	ob_delivery_begin(d, ob_pos_backlog(consistent), now_us, false);
 	while ((st = ob_backlog_next(b, &row)) == OB_PG_OK && row != NULL) {
 		ob_map_result mr =
 		    ob_mapper_map_text_row(&mapper, row, consistent, now_us / 1000, &ev);

@@ -365,12 +365,14 @@ publish_alone(ob_deliveries *d, const ob_event *ev, uint64_t seq, ob_event_pos p
 }
 
 void
-ob_delivery_begin(ob_deliveries *d, ob_pos unit, int64_t commit_us)
+ob_delivery_begin(ob_deliveries *d, ob_pos unit, int64_t commit_us, bool timed)
 {
 	d->unit_commit_us = commit_us;
 	d->unit_tracked = false;
-	d->behind = d->backlog || ob_now_us() - commit_us > OB_DELIVERY_LATE_MS * 1000;
-	ob_producer_set_late(d->producer, d->behind);
+	if (timed || d->backlog) {
+		d->behind = d->backlog || ob_now_us() - commit_us > OB_DELIVERY_LATE_MS * 1000;
+		ob_producer_set_late(d->producer, d->behind);
+	}
 	if (!ob_replay_begin(&d->replay, unit))
 		ob_log_lsn(OB_LOG_DEBUG, ob_pos_lsn(unit), NULL, 0,
 			   "skipping transaction " OB_LSN_FMT ": already handed to the producer",
@@ -459,6 +461,7 @@ ob_delivery_end_backlog(ob_deliveries *d)
 		ob_acktrack_abort(&d->ack, d->unit_seq);
 	ob_replay_reset(&d->replay, 0);
 	d->backlog = false;
+	d->behind = false;
 }
 
 bool
@@ -564,6 +567,7 @@ ob_delivery_recreate(ob_deliveries *d, ob_lsn from, ob_outcome *out)
 	ob_dlqueue_clear(&d->refused);
 	ob_replay_reset(&d->replay, ob_acktrack_confirmable(&d->ack));
 	d->broken_why[0] = '\0';
+	d->behind = false;
 	set_state(d, OB_DELIVERY_FLOWING, "the producer was recreated");
 	ob_metrics_reconnect(OB_TARGET_KAFKA);
 	if (!ob_producer_new(d->cfg, OB_PRODUCER_PIPELINED, on_delivery, d, &d->producer)) {

@@ -22,9 +22,13 @@
 
 /* Topic handles a client keeps between records, one per slot of a
  * table indexed by a hash of the topic's name. */
-#define TOPIC_SLOTS    64
+#define TOPIC_SLOTS     64
 /* linger.ms of the client for late records (ob_producer_set_late). */
-#define LATE_LINGER_MS 5
+#define LATE_LINGER_MS  5
+/* Records change clients at most once per this long: each change waits
+ * for everything outstanding, so records whose lateness alternates (a lag
+ * near the bound) must not pay that wait for each transaction. */
+#define SWITCH_DWELL_MS 1000
 
 /* One librdkafka client, the queue its reports arrive on, and the topic
  * handles it produced to last. Each non-NULL topics[i] holds one
@@ -54,8 +58,11 @@ struct ob_producer {
 	 * outstanding, so that records of one key never travel through two
 	 * clients at once (each has its own idempotence sequence). */
 	handle *current;
+	int64_t switched_ms; /* when current last changed (monotonic) */
 	bool want_late;
-	bool late_useful; /* main's linger.ms is shorter than LATE_LINGER_MS */
+	/* main's linger.ms is shorter than LATE_LINGER_MS, and
+	 * message.timeout.ms (0 or longer than linger.ms) allows it. */
+	bool late_useful;
 	/* Records produced alone (ob_producer_send_alone), created on first
 	 * use; NULL until then. Without the gapless guarantee: its refusal of
 	 * a record is the record's own and leaves the producer working. */
@@ -90,13 +97,13 @@ test_hook_arm(ob_producer *p)
 		p->fatal_after = atol(getenv("OUTBOXD_TEST_FATAL_AFTER"));
 }
 
+/* A record was queued on the client h of p. */
 static void
-test_hook_sent(ob_producer *p)
+test_hook_sent(ob_producer *p, handle *h)
 {
 	if (p->fatal_after > 0 && ++p->sent == p->fatal_after) {
 		fatal_hook_fired = true;
-		rd_kafka_test_fatal_error(p->main.rk,
-					  RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+		rd_kafka_test_fatal_error(h->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
 					  "OUTBOXD_TEST_FATAL_AFTER");
 	}
 }
@@ -108,9 +115,10 @@ test_hook_arm(ob_producer *p)
 }
 
 static void
-test_hook_sent(ob_producer *p)
+test_hook_sent(ob_producer *p, handle *h)
 {
 	(void)p;
+	(void)h;
 }
 #endif
 
@@ -125,7 +133,8 @@ static const ob_kafka_setting default_props[] = {
      * (tests/README.md, "Latency: batches from load"). At 5,000 events/s
      * the commit -> ack p50 went from 8 ms (linger.ms 5) to 2.6 ms at no
      * more CPU; linger.ms 0 gave 2 ms but cost a third more CPU on a
-     * backlog, in requests of a few records each. */
+     * backlog, in requests of a few records each. Late records wait
+     * LATE_LINGER_MS instead (struct ob_producer's late). */
     {"linger.ms", "1"},
     {"compression.type", "lz4"},
     {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
@@ -209,7 +218,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		ob_error("kafka producer failed: %s", p->fatal_reason);
 		return;
 	}
-	(void)ob_kafka_brokers_error(&p->brokers, rk == p->main.rk, err, reason);
+	(void)ob_kafka_brokers_error(&p->brokers, rk == p->current->rk, err, reason);
 }
 
 static int
@@ -217,7 +226,10 @@ on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
 	ob_producer *p = opaque;
 
-	ob_kafka_brokers_stats(&p->brokers, json, json_len);
+	/* The connections outboxd reports are those of the client taking
+	 * records: the other may sit idle with its connections closed. */
+	if (rk == p->current->rk)
+		ob_kafka_brokers_stats(&p->brokers, json, json_len);
 	return 0; /* librdkafka frees json */
 }
 
@@ -312,7 +324,7 @@ handle_start(ob_producer *p, handle *h, bool gapless)
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_log_cb(conf, ob_kafka_log);
-	if (h == &p->main) /* the connection state outboxd reports is the main client's */
+	if (h != &p->alone) /* the connection state outboxd reports is current's */
 		rd_kafka_conf_set_stats_cb(conf, on_stats);
 	h->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
 	if (h->rk == NULL) {
@@ -351,6 +363,7 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 		void *ctx, ob_producer **out)
 {
 	ob_producer *p = ob_xcalloc(1, sizeof(*p));
+	long long timeout_ms;
 
 	*out = NULL;
 	p->cfg = cfg;
@@ -368,9 +381,12 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 	p->max_record_bytes =
 	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
 	p->current = &p->main;
+	p->switched_ms = ob_mono_ms() - SWITCH_DWELL_MS;
+	timeout_ms = ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.timeout.ms");
 	p->late_useful =
 	    order == OB_PRODUCER_PIPELINED &&
-	    ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "linger.ms") < LATE_LINGER_MS;
+	    ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "linger.ms") < LATE_LINGER_MS &&
+	    (timeout_ms == 0 || timeout_ms > LATE_LINGER_MS);
 	test_hook_arm(p);
 	*out = p;
 	return true;
@@ -530,7 +546,7 @@ send_on(ob_producer *p, handle *h, const ob_event *ev, uint64_t tag, const char 
 	error = rd_kafka_produceva(h->rk, vu, n);
 	if (error == NULL) {
 		/* librdkafka owns hdrs now. */
-		test_hook_sent(p);
+		test_hook_sent(p, h);
 		return OB_SEND_OK;
 	}
 	rd_kafka_headers_destroy(hdrs);
@@ -544,15 +560,16 @@ ob_producer_set_late(ob_producer *p, bool late)
 }
 
 /* Make the client ob_producer_set_late() asked for current, once the
- * current one has nothing outstanding. False when records must wait for
- * that (*result OB_SEND_QUEUE_FULL) or the client cannot be made
- * (OB_SEND_FATAL, p failed). */
+ * current one has nothing outstanding (and SWITCH_DWELL_MS after the last
+ * change). False when records must wait for that (*result
+ * OB_SEND_QUEUE_FULL) or the client cannot be made (OB_SEND_FATAL, p
+ * failed). */
 static bool
 switch_clients(ob_producer *p, ob_send_result *result)
 {
 	handle *want = p->want_late ? &p->late : &p->main;
 
-	if (want == p->current)
+	if (want == p->current || ob_mono_ms() - p->switched_ms < SWITCH_DWELL_MS)
 		return true;
 	if (rd_kafka_outq_len(p->current->rk) > 0) {
 		*result = OB_SEND_QUEUE_FULL;
@@ -571,6 +588,7 @@ switch_clients(ob_producer *p, ob_send_result *result)
 		 want == &p->late ? "late" : "fresh",
 		 want == &p->late ? OB_STRINGIFY(LATE_LINGER_MS) : "as configured");
 	p->current = want;
+	p->switched_ms = ob_mono_ms();
 	return true;
 }
 

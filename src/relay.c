@@ -153,13 +153,6 @@ on_delivery_cover(void *ctx, ob_outcome *out)
 	return ob_tableset_cover(&r->tableset, out);
 }
 
-/* A unit (a transaction or a standalone message) begins. */
-static void
-begin_unit(relay *r, ob_pos unit, int64_t commit_us)
-{
-	ob_delivery_begin(&r->d, unit, commit_us);
-}
-
 /* Hand the event just mapped into r->ev over. */
 static bool
 hand_over(relay *r, ob_map_result mr, ob_lsn lsn, ob_outcome *out)
@@ -216,7 +209,7 @@ handle_begin(relay *r, ob_lsn commit_start, int64_t commit_us, ob_outcome *out)
 		*out = OB_OUTCOME_LOST;
 		return false;
 	}
-	begin_unit(r, ob_pos_txn(commit_start), commit_us);
+	ob_delivery_begin(&r->d, ob_pos_txn(commit_start), commit_us, true);
 	return true;
 }
 
@@ -235,7 +228,7 @@ handle_message(relay *r, const ob_logical_message *lm, ob_outcome *out)
 	/* A non-transactional message stands alone, placed and confirmed by
 	 * where its record ends (position.h). */
 	now_us = ob_now_us();
-	begin_unit(r, ob_pos_message(lm->lsn), now_us);
+	ob_delivery_begin(&r->d, ob_pos_message(lm->lsn), now_us, false);
 	ok = hand_over(r, ob_mapper_map_logical_message(&r->mapper, lm, now_us / 1000, &r->ev),
 		       lm->lsn, out);
 	if (ok)

@@ -79,7 +79,8 @@ typedef struct ob_deliveries {
 
 	/* The open unit (its position is in replay). */
 	int64_t unit_commit_us;
-	/* It was read more than OB_DELIVERY_LATE_MS after its commit, or it is
+	/* The last unit with a commit time (ob_delivery_begin()'s timed) was
+	 * read more than OB_DELIVERY_LATE_MS after its commit, or the unit is
 	 * the backlog: its records are late (ob_producer_set_late()). */
 	bool behind;
 	bool unit_tracked; /* it has an entry in the ack tracker (unit_seq) */
@@ -101,10 +102,13 @@ bool ob_delivery_init(ob_deliveries *d, const ob_config *cfg,
 void ob_delivery_free(ob_deliveries *d);
 
 /* Start handing over a unit (a transaction, a standalone message or the
- * backlog) at position unit, committed at commit_us. It gets an ack
+ * backlog) at position unit, committed at commit_us. timed: commit_us is
+ * the unit's commit time, which says whether its records are late
+ * (behind); false for a standalone message, timed when it is read, whose
+ * records are taken to be as late as those before it. It gets an ack
  * tracker entry with its first event only: the many transactions wal2json
  * sends as bare B/C pairs cost no memory while events are in flight. */
-void ob_delivery_begin(ob_deliveries *d, ob_pos unit, int64_t commit_us);
+void ob_delivery_begin(ob_deliveries *d, ob_pos unit, int64_t commit_us, bool timed);
 /* Hand over the event ev that mapping gave mr (a dead-letter record:
  * logged, or a halt with on_bad_event = halt; OB_MAP_SKIP: nothing) of the
  * open unit at lsn, waiting while the producer's queue is full (the WAL is

@@ -737,16 +737,26 @@ def test_late_records_batch_longer_then_fresh_ones_go_at_once(
     batches = int(broker.cmd("batches %s" % topic).split()[1])
     d.wait_log(r"late records go through the client with linger\.ms 5")
     since = d.log_size()
-    fresh = 200
-    for b in range(fresh // 10):
+    # Fresh transactions, 10 events each, until records change clients
+    # (at most once a second) and for a few more after that.
+    switched = re.compile(r"fresh records go through the client with "
+                          r"linger\.ms as configured")
+    fresh = 0
+    deadline = time.monotonic() + 15
+    after = 0
+    while after < 5:
         pg.sql("INSERT INTO public.outbox (aggregate_type, aggregate_id, "
                "event_type, payload) SELECT '%s', 'k' || mod(g, 100), "
                "'fresh', jsonb_build_object('g', g) "
                "FROM generate_series(%d, %d) g"
-               % (agg, n + b * 10 + 1, n + b * 10 + 10))
-        time.sleep(0.01)
-    d.wait_log(r"fresh records go through the client with linger\.ms "
-               r"as configured", since=since)
+               % (agg, n + fresh + 1, n + fresh + 10))
+        fresh += 10
+        if switched.search(d.log_text()[since:]):
+            after += 1
+        assert time.monotonic() < deadline, (
+            "fresh records never went through the first client again; "
+            "log:\n%s" % d.log_tail())
+        time.sleep(0.05)
     records = consumer.collect([topic], n + fresh, timeout=60, settle=1)
     assert len(records) == n + fresh
     assert len(id_counts(records)) == n + fresh
