@@ -86,10 +86,11 @@ ob_send_result ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag
  * read long after its commit, or they are the backlog): they may wait
  * longer to be batched. A pipelined producer then sends them through a
  * second client with a linger.ms of 5 (unless linger.ms is that long
- * already), taking them there once the first has nothing outstanding
- * (until then ob_producer_send() says OB_SEND_QUEUE_FULL), and back the
- * same way when records are no longer late. A backlog then drains in
- * fewer, larger requests, for about a quarter less CPU, while fresh
+ * already, or message.timeout.ms too short for it), taking them there
+ * once the first has nothing outstanding (until then ob_producer_send()
+ * says OB_SEND_QUEUE_FULL), and back the same way when records are no
+ * longer late; at most once a second. A backlog then drains in
+ * fewer, larger requests, for about a fifth less CPU, while fresh
  * records wait at most linger.ms. */
 void ob_producer_set_late(ob_producer *p, bool late);
 /* As ob_producer_send(), for a record produced alone: the caller has
