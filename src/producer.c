@@ -29,6 +29,14 @@
  * for everything outstanding, so records whose lateness alternates (a lag
  * near the bound) must not pay that wait for each transaction. */
 #define SWITCH_DWELL_MS 1000
+/* How long records wait for the client they leave to have nothing
+ * outstanding while its count of outstanding records does not fall.
+ * Records to a partition whose leader is down stay outstanding until it
+ * is back (message.timeout.ms 0), and a wait for them would hold up every
+ * other topic: past this, records stay on the current client and the
+ * change is tried again SWITCH_RETRY_MS later. */
+#define SWITCH_WAIT_MS  50
+#define SWITCH_RETRY_MS 5000
 
 /* One librdkafka client, the queue its reports arrive on, and the topic
  * handles it produced to last. Each non-NULL topics[i] holds one
@@ -58,7 +66,9 @@ struct ob_producer {
 	 * outstanding, so that records of one key never travel through two
 	 * clients at once (each has its own idempotence sequence). */
 	handle *current;
-	int64_t switched_ms; /* when current last changed (monotonic) */
+	int64_t next_switch_ms; /* no change of current before (monotonic) */
+	int64_t waiting_ms;     /* since when a change waits without progress (0: none) */
+	int waiting_outq;       /* the outstanding records then */
 	bool want_late;
 	/* main's linger.ms is shorter than LATE_LINGER_MS, and
 	 * message.timeout.ms (0 or longer than linger.ms) allows it. */
@@ -381,7 +391,7 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 	p->max_record_bytes =
 	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
 	p->current = &p->main;
-	p->switched_ms = ob_mono_ms() - SWITCH_DWELL_MS;
+	p->next_switch_ms = ob_mono_ms();
 	timeout_ms = ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.timeout.ms");
 	p->late_useful =
 	    order == OB_PRODUCER_PIPELINED &&
@@ -560,21 +570,39 @@ ob_producer_set_late(ob_producer *p, bool late)
 }
 
 /* Make the client ob_producer_set_late() asked for current, once the
- * current one has nothing outstanding (and SWITCH_DWELL_MS after the last
- * change). False when records must wait for that (*result
- * OB_SEND_QUEUE_FULL) or the client cannot be made (OB_SEND_FATAL, p
- * failed). */
+ * current one has nothing outstanding (see SWITCH_DWELL_MS and
+ * SWITCH_WAIT_MS for when records stay where they are). False when
+ * records must wait for that (*result OB_SEND_QUEUE_FULL) or the client
+ * cannot be made (OB_SEND_FATAL, p failed). */
 static bool
 switch_clients(ob_producer *p, ob_send_result *result)
 {
 	handle *want = p->want_late ? &p->late : &p->main;
+	int64_t now = ob_mono_ms();
+	int outstanding;
 
-	if (want == p->current || ob_mono_ms() - p->switched_ms < SWITCH_DWELL_MS)
+	if (want == p->current || now < p->next_switch_ms) {
+		p->waiting_ms = 0;
 		return true;
-	if (rd_kafka_outq_len(p->current->rk) > 0) {
+	}
+	outstanding = rd_kafka_outq_len(p->current->rk);
+	if (outstanding > 0 && (p->waiting_ms == 0 || outstanding < p->waiting_outq)) {
+		p->waiting_ms = now;
+		p->waiting_outq = outstanding;
+	}
+	if (outstanding > 0 && now - p->waiting_ms < SWITCH_WAIT_MS) {
 		*result = OB_SEND_QUEUE_FULL;
 		return false;
 	}
+	if (outstanding > 0) {
+		ob_debug("kafka: %s records stay on the client they are on: %d records "
+			 "outstanding there have not moved for %d ms",
+			 p->want_late ? "late" : "fresh", outstanding, SWITCH_WAIT_MS);
+		p->waiting_ms = 0;
+		p->next_switch_ms = now + SWITCH_RETRY_MS;
+		return true;
+	}
+	p->waiting_ms = 0;
 	if (want->rk == NULL && !handle_start(p, want, true)) {
 		if (!p->failed) {
 			p->failed = true;
@@ -588,7 +616,7 @@ switch_clients(ob_producer *p, ob_send_result *result)
 		 want == &p->late ? "late" : "fresh",
 		 want == &p->late ? OB_STRINGIFY(LATE_LINGER_MS) : "as configured");
 	p->current = want;
-	p->switched_ms = ob_mono_ms();
+	p->next_switch_ms = now + SWITCH_DWELL_MS;
 	return true;
 }
 

@@ -45,6 +45,10 @@
 #define SHUTDOWN_FLUSH_MS       30000
 /* How long the last read of the stream's tables may take at shutdown. */
 #define FINAL_READ_MS           5000
+/* How long a stop asked for inside a transaction reads on to its end, so
+ * that its events already handed over are confirmed with it, not published
+ * again by the next start. */
+#define STOP_TXN_GRACE_MS       5000
 /* Records read per loop turn before serving delivery reports again. */
 #define READ_BATCH              2000
 /* How long the loop naps, reading a backlog, once it has read what came. */
@@ -85,6 +89,9 @@ typedef struct relay {
 	/* Until when a query may still run after a stop was asked for (the
 	 * last read of the stream's tables at shutdown); 0: it may not. */
 	int64_t stopping_query_until;
+	/* Until when a stop waits for the open transaction's end (0: no stop
+	 * seen inside one yet). */
+	int64_t stopping_txn_until;
 
 	/* The last server error, and how often it came at one position. */
 	char err_state[6];
@@ -309,6 +316,20 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
 	return true;
 }
 
+/* Whether the stream stops now: a stop was asked for, and no transaction
+ * is open, or the open one did not end within STOP_TXN_GRACE_MS. */
+static bool
+stop_now(relay *r)
+{
+	if (!ob_runtime_stop_requested())
+		return false;
+	if (!r->d.replay.in_txn)
+		return true;
+	if (r->stopping_txn_until == 0)
+		r->stopping_txn_until = ob_mono_ms() + STOP_TXN_GRACE_MS;
+	return ob_mono_ms() >= r->stopping_txn_until;
+}
+
 /* Read the stream until something ends it. */
 static ob_outcome
 stream(relay *r)
@@ -320,7 +341,7 @@ stream(relay *r)
 		int64_t wait_ms;
 
 		ob_delivery_alive(&r->d, true);
-		if (ob_runtime_stop_requested())
+		if (stop_now(r))
 			return OB_OUTCOME_STOP;
 		if (!ob_delivery_serve(&r->d, 0, &out) ||
 		    !ob_tableset_watch(&r->tableset, r->wal_end, &out))
@@ -331,7 +352,7 @@ stream(relay *r)
 		bool drained = false, nap;
 		int n;
 
-		for (n = 0; n < READ_BATCH && !ob_runtime_stop_requested(); n++) {
+		for (n = 0; n < READ_BATCH && !stop_now(r); n++) {
 			ob_pgrepl_msg msg;
 			ob_read_result rr = ob_pgrepl_read(r->pg, &msg);
 
