@@ -743,6 +743,7 @@ def test_backlog_is_read_in_naps(pg, broker, consumer, outboxd_factory,
         "main thread slept %d times for %d events" % (wakeups, n))
 
 
+@pytest.mark.no_sanitizers
 def test_late_records_batch_longer_then_fresh_ones_go_at_once(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """Records of transactions read long after their commit (a backlog)
@@ -752,7 +753,9 @@ def test_late_records_batch_longer_then_fresh_ones_go_at_once(
     40 to 60 with pgoutput; with linger.ms 1 throughout, 210 and 110).
     Once outboxd has caught up, fresh records go through the client with
     the configured linger.ms again. Every key's events arrive in order
-    across both switches, each once."""
+    across both switches, each once. Left to the plain pass: the count of
+    batches depends on the binary's speed (under AddressSanitizer, 182);
+    the late client runs under the sanitizers in every backlog test."""
     agg = "late_%s" % test_id
     overrides = {"log": {"level": "debug"}}
     n = 20000
