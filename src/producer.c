@@ -563,6 +563,21 @@ send_on(ob_producer *p, handle *h, const ob_event *ev, uint64_t tag, const char 
 	return produce_failed(p, h->rk, error, topic, why, too_large);
 }
 
+/* Start the client h of p made on first use (for what, in the failure's
+ * reason) unless it runs. False when it cannot be made: p is failed. */
+static bool
+handle_ready(ob_producer *p, handle *h, bool gapless, const char *what)
+{
+	if (h->rk != NULL || handle_start(p, h, gapless))
+		return true;
+	if (!p->failed) {
+		p->failed = true;
+		snprintf(p->fatal_reason, sizeof(p->fatal_reason),
+			 "could not create the producer for %s", what);
+	}
+	return false;
+}
+
 void
 ob_producer_set_late(ob_producer *p, bool late)
 {
@@ -578,13 +593,16 @@ static bool
 switch_clients(ob_producer *p, ob_send_result *result)
 {
 	handle *want = p->want_late ? &p->late : &p->main;
-	int64_t now = ob_mono_ms();
+	int64_t now;
 	int outstanding;
 
-	if (want == p->current || now < p->next_switch_ms) {
+	if (want == p->current) { /* every record but those at a change */
 		p->waiting_ms = 0;
 		return true;
 	}
+	now = ob_mono_ms();
+	if (now < p->next_switch_ms)
+		return true;
 	outstanding = rd_kafka_outq_len(p->current->rk);
 	if (outstanding > 0 && (p->waiting_ms == 0 || outstanding < p->waiting_outq)) {
 		p->waiting_ms = now;
@@ -603,12 +621,7 @@ switch_clients(ob_producer *p, ob_send_result *result)
 		return true;
 	}
 	p->waiting_ms = 0;
-	if (want->rk == NULL && !handle_start(p, want, true)) {
-		if (!p->failed) {
-			p->failed = true;
-			snprintf(p->fatal_reason, sizeof(p->fatal_reason),
-				 "could not create the producer for late records");
-		}
+	if (!handle_ready(p, want, true, "late records")) {
 		*result = OB_SEND_FATAL;
 		return false;
 	}
@@ -626,11 +639,8 @@ ob_producer_send(ob_producer *p, const ob_event *ev, uint64_t tag, const char **
 {
 	ob_send_result result;
 
-	*why = NULL;
-	*too_large = false;
-	if (p->failed)
-		return OB_SEND_FATAL;
-	if (!switch_clients(p, &result))
+	/* A failed producer takes nothing: send_on() says so. */
+	if (!p->failed && !switch_clients(p, &result))
 		return result;
 	return send_on(p, p->current, ev, tag, why, too_large);
 }
@@ -639,14 +649,8 @@ ob_send_result
 ob_producer_send_alone(ob_producer *p, const ob_event *ev, uint64_t tag, const char **why,
 		       bool *too_large)
 {
-	if (p->alone.rk == NULL && !handle_start(p, &p->alone, false)) {
-		if (!p->failed) {
-			p->failed = true;
-			snprintf(p->fatal_reason, sizeof(p->fatal_reason),
-				 "could not create the producer for records produced alone");
-		}
+	if (!handle_ready(p, &p->alone, false, "records produced alone"))
 		return OB_SEND_FATAL;
-	}
 	return send_on(p, &p->alone, ev, tag, why, too_large);
 }
 

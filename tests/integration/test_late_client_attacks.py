@@ -87,45 +87,41 @@ def check_all(consumer, topic, feed, exactly_once, timeout=120):
 # (a) a whole batch refused while the late client is current
 
 
-@pytest.mark.parametrize("code", ["INVALID_RECORD", "NOT_ENOUGH_REPLICAS"])
-def test_batch_error_on_late_client_mid_backlog(
-        pg, broker, consumer, outboxd_factory, slot_name, test_id, code,
+# When, how and how often a batch is refused: (backlog transactions, broker
+# delay ms, writer rows, writer pause s, seconds or transactions before the
+# error, error, requests refused). "mid_backlog": while the late client
+# drains the backlog, with fresh rows coming, so that records switch back
+# to the first client meanwhile. "switch_back_waits": past the dwell, while
+# the switch back waits for the late client to drain (the slow broker keeps
+# its requests in flight).
+REFUSALS = {
+    "mid_backlog-INVALID_RECORD": (60, 20, 3, 0.02, 3, "INVALID_RECORD", 1),
+    "mid_backlog-NOT_ENOUGH_REPLICAS": (60, 20, 3, 0.02, 3, "NOT_ENOUGH_REPLICAS", 1),
+    "switch_back_waits": (40, 100, 2, 0.01, 1.2, "INVALID_RECORD", 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_batch_refused_around_the_late_client(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id, case,
         decoder):
-    """A backlog drains through the late client on a slow broker; one
-    ProduceRequest fails with code while it is current, and fresh rows keep
-    coming so that records switch back to the first client meanwhile."""
+    """A backlog drains through the late client on a slow broker while
+    fresh rows come; whole requests are refused (REFUSALS says when, with
+    which error, how many). Every event arrives, per key in order."""
+    txns, rtt, rows, pause, before, code, count = REFUSALS[case]
     feed = Feed(pg, "lbe_%s" % test_id, keys=5)
     topic = make_topic(broker, feed.agg)
     d = prepared(outboxd_factory)
-    backlog(feed, 60, 50)
-    with slow_broker(broker, 20):
+    backlog(feed, txns, 50)
+    with slow_broker(broker, rtt):
         d.start()
         d.wait_log(TO_LATE, 30)
-        with Writer(feed, rows=3, pause=0.02) as w:
-            w.wait_txns(3)
-            assert broker.cmd("error 0 %s 1" % code) == "ok"
-            w.wait_txns(40)
-            broker.cmd("rtt all 0")
-            w.wait_txns(20)
-    check_end(pg, consumer, d, slot_name, topic, feed)
-
-
-def test_batch_error_while_switch_back_waits(
-        pg, broker, consumer, outboxd_factory, slot_name, test_id, decoder):
-    """Fresh rows arrive right after a backlog: the switch to the first
-    client waits for the late one to drain (a slow broker keeps requests
-    in flight), and the late client's outstanding requests fail
-    (INVALID_RECORD, twice) while it waits."""
-    feed = Feed(pg, "lsw_%s" % test_id, keys=5)
-    topic = make_topic(broker, feed.agg)
-    d = prepared(outboxd_factory)
-    backlog(feed, 40, 50)
-    with slow_broker(broker, 100):
-        d.start()
-        d.wait_log(TO_LATE, 30)
-        with Writer(feed, rows=2, pause=0.01) as w:
-            time.sleep(1.2)  # past the dwell: the switch now waits
-            assert broker.cmd("error 0 INVALID_RECORD 2") == "ok"
+        with Writer(feed, rows=rows, pause=pause) as w:
+            if isinstance(before, float):
+                time.sleep(before)  # past the dwell: the switch now waits
+            else:
+                w.wait_txns(before)
+            assert broker.cmd("error 0 %s %d" % (code, count)) == "ok"
             w.wait_txns(30)
             broker.cmd("rtt all 0")
             w.wait_txns(30)
