@@ -30,6 +30,10 @@
  *     batches <topic>               `ok N`: the record batches of idempotent
  *                                   producers to topic taken so far (one
  *                                   per partition of a ProduceRequest)
+ *     producers <topic>             `ok N1 N2 ...`: the records of topic
+ *                                   written per producer id, most first
+ *     duplicates                    `ok N`: retries of written batches
+ *                                   answered DUPLICATE_SEQUENCE_NUMBER
  *     topic <name> [partitions]     create a topic (replication factor
  *                                   min(3, brokers))
  *     leader <topic> <partition> <broker_id>
@@ -43,7 +47,8 @@
  * Unlike librdkafka's mock cluster alone, the broker checks idempotent
  * producers' sequence numbers as Kafka does (seqcheck.h): a batch sent
  * behind one the broker refused is refused with
- * OUT_OF_ORDER_SEQUENCE_NUMBER, never written ahead of it.
+ * OUT_OF_ORDER_SEQUENCE_NUMBER, never written ahead of it, and a retry of
+ * a written batch with DUPLICATE_SEQUENCE_NUMBER, never written twice.
  *
  * An error code is a number (e.g. 6, -195) or a librdkafka error name with
  * or without its RD_KAFKA_RESP_ERR_ prefix (NOT_LEADER_FOR_PARTITION,
@@ -198,6 +203,31 @@ reply_result(rd_kafka_resp_err_t err)
 		reply("err %s", rd_kafka_err2str(err));
 }
 
+/* Answers `ok N1 N2 ...`: the records of topic written per producer id,
+ * most first. */
+static void
+reply_producers(const char *topic)
+{
+	long records[32];
+	char line[32 * 24] = "ok";
+	size_t len = 2;
+	int n = ob_seqcheck_producers(topic, records, 32);
+
+	for (int i = 0; i < n; i++) {
+		int most = i;
+
+		for (int k = i + 1; k < n; k++)
+			if (records[k] > records[most])
+				most = k;
+		long t = records[i];
+
+		records[i] = records[most];
+		records[most] = t;
+		len += (size_t)snprintf(line + len, sizeof(line) - len, " %ld", records[i]);
+	}
+	reply("%s", line);
+}
+
 /* Moves the leadership of topic's partition to broker and tells the
  * sequence check (seqcheck.h), which takes the leader as unknown while it
  * moves: a request the mock cluster reads meanwhile may be answered by
@@ -327,6 +357,10 @@ run_command(struct broker_state *st, char *line)
 		reply("ok %ld", ob_seqcheck_refused());
 	} else if (strcmp(argv[0], "batches") == 0 && argc == 2) {
 		reply("ok %ld", ob_seqcheck_batches(argv[1]));
+	} else if (strcmp(argv[0], "producers") == 0 && argc == 2) {
+		reply_producers(argv[1]);
+	} else if (strcmp(argv[0], "duplicates") == 0 && argc == 1) {
+		reply("ok %ld", ob_seqcheck_duplicates());
 	} else if (strcmp(argv[0], "topic") == 0 && (argc == 2 || argc == 3)) {
 		n = st->partitions;
 		if (argc == 3 && !parse_int(argv[2], 1, 100000, &n)) {

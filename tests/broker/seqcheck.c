@@ -42,6 +42,8 @@
 
 #define KAFKA_PRODUCE                    0
 #define ERR_OUT_OF_ORDER_SEQUENCE_NUMBER 45
+#define ERR_DUPLICATE_SEQUENCE_NUMBER    46
+#define RECENT_MAX                       5 /* Kafka keeps the last five */
 #define CONN_MAX                         65536
 #define FRAME_MAX                        (256 * 1024 * 1024)
 #define SEQ_BUCKETS                      4096
@@ -64,12 +66,26 @@ struct refusal {
 	int16_t err;
 };
 
-/* The refusals of one ProduceRequest, until its response is sent. */
+/* A batch of a request handed to the mock cluster: its response says
+ * whether the mock cluster wrote it (recent[slot] of s, while that slot
+ * still holds base). */
+struct accepted {
+	char topic[TOPIC_MAX];
+	int32_t partition;
+	struct seq *s;
+	int slot;
+	int32_t base;
+};
+
+/* The refusals and accepted batches of one ProduceRequest, until its
+ * response is sent. */
 struct pending {
 	int32_t corr;
 	int16_t version;
 	int nrefusals;
 	struct refusal *refusals;
+	int naccepted;
+	struct accepted *accepted;
 	struct pending *next;
 };
 
@@ -106,6 +122,22 @@ struct tp {
 	int32_t partition;
 };
 
+/* What became of a batch handed to the mock cluster. */
+enum fate {
+	FATE_SENT,    /* no response seen (yet, or the connection closed) */
+	FATE_WRITTEN, /* the response said no error */
+	FATE_REFUSED  /* the mock cluster refused it unwritten */
+};
+
+/* One of the last batches of a producer on a partition, as Kafka keeps
+ * them to answer a retry of a written batch with DUPLICATE_SEQUENCE_NUMBER
+ * instead of writing it twice. */
+struct recent {
+	int32_t base, count;
+	enum fate fate;
+	bool to_leader; /* sent to the broker known to lead the partition */
+};
+
 /* The next expected base sequence of a producer id, epoch and partition. */
 struct seq {
 	struct tp tp;
@@ -113,6 +145,9 @@ struct seq {
 	int16_t epoch;
 	int64_t next;
 	long batches; /* batches taken (not refused here) */
+	long records; /* records the mock cluster wrote */
+	struct recent recent[RECENT_MAX];
+	int nrecent; /* batches ever kept in recent (ring position) */
 	struct seq *chain;
 };
 
@@ -138,6 +173,7 @@ static int nports;
 static struct fail_run fails[FAIL_RUNS];
 static int nfails;
 static long refused;
+static long duplicates;
 
 static ssize_t (*real_recv)(int, void *, size_t, int);
 static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
@@ -329,7 +365,20 @@ take_injected(void)
 	return err;
 }
 
-/* The error a batch gets (0: hand it to the mock cluster as it is).
+/* The batch of recent that has base and count, NULL if none. */
+static struct recent *
+recent_find(struct seq *s, int32_t base, int32_t count)
+{
+	int n = s->nrecent < RECENT_MAX ? s->nrecent : RECENT_MAX;
+
+	for (int i = 0; i < n; i++)
+		if (s->recent[i].base == base && s->recent[i].count == count)
+			return &s->recent[i];
+	return NULL;
+}
+
+/* The error a batch gets (0: hand it to the mock cluster as it is, and
+ * *acc says which of its producer's recent batches it is).
  * - An injected error is taken by the first batch to reach any broker (the
  *   mock cluster's own leader check comes after it).
  * - A batch sent to a broker known not to lead its partition is left to the
@@ -339,20 +388,27 @@ take_injected(void)
  * - The first batch of a producer id and epoch on a partition is expected
  *   at sequence 0, as Kafka expects it (else a refused first batch would let
  *   those sent behind it through).
+ * - A retry of one of the producer's last five batches on the partition
+ *   that the mock cluster wrote (its response said so, or was lost with the
+ *   connection after the batch went to the partition's known leader) is
+ *   refused unwritten with DUPLICATE_SEQUENCE_NUMBER, which the producer
+ *   takes as success, as Kafka answers it: the response of a written batch
+ *   lost to a broker outage must not make the broker write it twice.
  * - A batch that is not refused moves its sequence on, whatever the mock
- *   cluster then answers: a retry of it is then taken as a duplicate, as the
- *   mock cluster takes it, never as a gap. */
+ *   cluster then answers: a retry of a batch it refused is then written. */
 static int16_t
 judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t injected,
-	    int32_t broker)
+	    int32_t broker, struct accepted *acc)
 {
 	int64_t pid = be64s(b + BATCH_PRODUCER_ID);
 	int16_t epoch = be16s(b + BATCH_PRODUCER_EPOCH);
 	int32_t base = (int32_t)be32(b + BATCH_BASE_SEQUENCE);
 	int32_t count = (int32_t)be32(b + BATCH_LAST_OFFSET_DELTA) + 1;
 	struct seq *s;
+	struct recent *r;
 	const struct lead *l;
 
+	acc->s = NULL;
 	if (injected != 0)
 		return injected;
 	if (pid < 0 || base < 0)
@@ -369,6 +425,22 @@ judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t inje
 			topic, partition, (long long)pid, epoch, base, (long long)s->next);
 		return ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
 	}
+	r = recent_find(s, base, count);
+	if (r != NULL && (r->fate == FATE_WRITTEN || (r->fate == FATE_SENT && r->to_leader))) {
+		duplicates++;
+		fprintf(stderr,
+			"ob-mockbroker: %s [%d]: producer %lld epoch %d resent base sequence %d, "
+			"written already: DUPLICATE_SEQUENCE_NUMBER\n",
+			topic, partition, (long long)pid, epoch, base);
+		return ERR_DUPLICATE_SEQUENCE_NUMBER;
+	}
+	if (r == NULL)
+		r = &s->recent[s->nrecent++ % RECENT_MAX];
+	*r = (struct recent){base, count, FATE_SENT,
+			     broker != 0 && l != NULL && l->broker == broker};
+	acc->s = s;
+	acc->slot = (int)(r - s->recent);
+	acc->base = base;
 	if ((int64_t)base + count > s->next)
 		s->next = (int64_t)base + count;
 	s->batches++;
@@ -387,6 +459,29 @@ add_refusal(struct pending *pd, const char *topic, int32_t partition, int16_t er
 	snprintf(r->topic, sizeof(r->topic), "%s", topic);
 	r->partition = partition;
 	r->err = err;
+}
+
+static void
+add_accepted(struct pending *pd, const char *topic, int32_t partition, const struct accepted *acc)
+{
+	struct accepted *a =
+	    realloc(pd->accepted, (size_t)(pd->naccepted + 1) * sizeof(*a));
+
+	if (a == NULL)
+		abort();
+	pd->accepted = a;
+	a = &a[pd->naccepted++];
+	*a = *acc;
+	snprintf(a->topic, sizeof(a->topic), "%s", topic);
+	a->partition = partition;
+}
+
+static void
+pending_free(struct pending *pd)
+{
+	free(pd->refusals);
+	free(pd->accepted);
+	free(pd);
 }
 
 /* Set the byte at frame offset off, where the mock cluster holds it. */
@@ -432,6 +527,7 @@ judge_partition(struct rd *r, const char *topic, void *arg)
 	int32_t partition = rd_i32(r);
 	int32_t len = rd_i32(r);
 	uint8_t *batch;
+	struct accepted acc;
 	int16_t err;
 
 	if (len < 0)
@@ -439,9 +535,12 @@ judge_partition(struct rd *r, const char *topic, void *arg)
 	batch = (uint8_t *)rd_take(r, (size_t)len);
 	if (batch == NULL || len < BATCH_HEADER_LEN)
 		return;
-	err = judge_batch(topic, partition, batch, req->injected, req->c->broker);
-	if (err == 0)
+	err = judge_batch(topic, partition, batch, req->injected, req->c->broker, &acc);
+	if (err == 0) {
+		if (acc.s != NULL)
+			add_accepted(req->pd, topic, partition, &acc);
 		return;
+	}
 	spoil(req->c, (size_t)(batch - req->c->frame) + BATCH_MAGIC, 0x7f);
 	add_refusal(req->pd, topic, partition, err);
 }
@@ -475,7 +574,7 @@ inspect_request(struct conn *c)
 	req.pd = &pd;
 	req.injected = take_injected();
 	for_each_partition(&r, judge_partition, &req);
-	if (pd.nrefusals > 0) {
+	if (pd.nrefusals > 0 || pd.naccepted > 0) {
 		struct pending *keep = malloc(sizeof(*keep));
 
 		if (keep == NULL)
@@ -487,7 +586,7 @@ inspect_request(struct conn *c)
 }
 
 /* One partition of a ProduceResponse: set its error code if it was
- * refused. */
+ * refused; note what became of a batch handed to the mock cluster. */
 static void
 rewrite_partition(struct rd *r, const char *topic, void *arg)
 {
@@ -512,6 +611,17 @@ rewrite_partition(struct rd *r, const char *topic, void *arg)
 			err[0] = (uint8_t)((uint16_t)pd->refusals[k].err >> 8);
 			err[1] = (uint8_t)pd->refusals[k].err;
 		}
+	for (int k = 0; err != NULL && k < pd->naccepted; k++) {
+		const struct accepted *a = &pd->accepted[k];
+		struct recent *rc = &a->s->recent[a->slot];
+
+		if (a->partition != partition || strcmp(a->topic, topic) != 0 ||
+		    rc->base != a->base || rc->fate != FATE_SENT)
+			continue;
+		rc->fate = be16s(err) == 0 ? FATE_WRITTEN : FATE_REFUSED;
+		if (rc->fate == FATE_WRITTEN)
+			a->s->records += rc->count;
+	}
 }
 
 /* Rewrite, in the copy of a whole ProduceResponse, the error code of each
@@ -601,8 +711,7 @@ edit_responses(struct conn *c, const struct msghdr *msg)
 			iov_copy(msg, pos, copy, len, true);
 			free(copy);
 			*pp = pd->next;
-			free(pd->refusals);
-			free(pd);
+			pending_free(pd);
 		}
 		pos += len;
 	}
@@ -724,8 +833,7 @@ untrack(int fd)
 		struct pending *pd = c->pending;
 
 		c->pending = pd->next;
-		free(pd->refusals);
-		free(pd);
+		pending_free(pd);
 	}
 	free(c->handed);
 	free(c->frame);
@@ -909,6 +1017,45 @@ ob_seqcheck_refused(void)
 
 	pthread_mutex_lock(&lock);
 	n = refused;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+long
+ob_seqcheck_duplicates(void)
+{
+	long n;
+
+	pthread_mutex_lock(&lock);
+	n = duplicates;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+int
+ob_seqcheck_producers(const char *topic, long *records, int max)
+{
+	int64_t pids[64];
+	int n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < SEQ_BUCKETS; i++) {
+		for (const struct seq *s = seqs[i]; s != NULL; s = s->chain) {
+			int k;
+
+			if (strcmp(s->tp.topic, topic) != 0)
+				continue;
+			for (k = 0; k < n && pids[k] != s->pid; k++)
+				;
+			if (k == n) {
+				if (n == max || n == 64)
+					continue;
+				pids[n] = s->pid;
+				records[n++] = 0;
+			}
+			records[k] += s->records;
+		}
+	}
 	pthread_mutex_unlock(&lock);
 	return n;
 }

@@ -17,6 +17,12 @@
  * that partition in the mock's ProduceResponse. Produce errors injected
  * with `error 0 ...` are made the same way, so they count as refusals here.
  *
+ * A retry of one of a producer's last five batches on a partition that was
+ * written already (its response lost, say, when a broker went down) is
+ * refused unwritten with DUPLICATE_SEQUENCE_NUMBER, which the producer
+ * takes as success, as Kafka does: the broker never writes a batch twice
+ * for one producer id and epoch.
+ *
  * A batch the mock cluster itself refuses unwritten must not move the
  * sequence on either, or a batch sent behind it would be written ahead of
  * its retry. The one such answer a run provokes is NOT_LEADER_FOR_PARTITION
@@ -50,6 +56,13 @@ void ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker
 
 /* Batches refused as out of order so far. */
 long ob_seqcheck_refused(void);
+
+/* Retries of written batches refused as DUPLICATE_SEQUENCE_NUMBER so far. */
+long ob_seqcheck_duplicates(void);
+
+/* Records of topic the mock cluster wrote, per producer id (in no order):
+ * fills records[0..n) and returns n, at most max. */
+int ob_seqcheck_producers(const char *topic, long *records, int max);
 
 /* Record batches of idempotent producers to topic taken so far (each
  * partition of a ProduceRequest carries one): how many requests a

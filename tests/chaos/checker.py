@@ -22,9 +22,10 @@ The rules:
   MSG_SIZE_TOO_LARGE) allow; any other dead letter is a finding;
 - duplicates: counted; allowed only after what README names (a process
   crash, an exit, a Postgres crash, a recreated producer, a re-read for a
-  new wal2json partition) or the test broker's outage (it does not
-  deduplicate retries); otherwise a finding (leader moves, retriable
-  produce errors and a slow broker allow none);
+  new wal2json partition); otherwise a finding (broker outages, leader
+  moves, retriable produce errors and a slow broker allow none: the test
+  broker answers a retry of a written batch DUPLICATE_SEQUENCE_NUMBER, as
+  Kafka does);
 - the slot is confirmed up to the WAL end once the run is drained; every
   exit of outboxd nobody asked for is a finding, except exit 1 on a failed
   dead-letter publish when record errors were injected (README); a fast
@@ -357,19 +358,16 @@ def _check_duplicates(rep, ctx, delivered):
     rep.stats["extra_copies"] = sum(n - 1 for n in dups.values())
     if not dups:
         return
-    # broker_down: the test broker drops its connections with requests in
-    # flight, and unlike Kafka it does not deduplicate the idempotent
-    # producer's retry of a request it had already written (seed 100096).
-    # leader_move, retriable_errors and broker_rtt are no reason: the test
-    # broker answers a request it did not write (NOT_LEADER_FOR_PARTITION
-    # from a broker that no longer leads, an injected retriable code, and
-    # OUT_OF_ORDER_SEQUENCE_NUMBER for every batch behind one of those),
-    # and Kafka, which may have written a REQUEST_TIMED_OUT or
-    # NOT_ENOUGH_REPLICAS_AFTER_APPEND batch, answers the idempotent
-    # producer's retry of it as a duplicate without writing it again; a
-    # slow broker only delays. Nothing is written twice either way.
+    # No broker fault is a reason: the test broker answers a retry of a
+    # batch it wrote (its response lost when a broker went down, seed
+    # 100096) DUPLICATE_SEQUENCE_NUMBER without writing it again, as Kafka
+    # does; it answers a request it did not write with an error
+    # (NOT_LEADER_FOR_PARTITION from a broker that no longer leads, an
+    # injected retriable code, OUT_OF_ORDER_SEQUENCE_NUMBER for every batch
+    # behind one of those), and a slow broker only delays. Nothing is
+    # written twice for one producer either way.
     reasons = [k for k in ("kill9", "kill9_after_commit", "outage_kill9",
-                           "pg_immediate", "exit", "broker_down")
+                           "pg_immediate", "exit")
                if ctx.faults.count(k)]
     if RECREATED in ctx.log:
         reasons.append("producer recreated")
@@ -383,8 +381,7 @@ def _check_duplicates(rep, ctx, delivered):
     sample = sorted(dups, key=lambda i: ctx.committed[i].txn
                     if i in ctx.committed else "")[:5]
     rep.add("duplicate", "%d events published more than once with no "
-            "crash, Postgres crash, broker outage, recreated producer or "
-            "partition re-read"
+            "crash, Postgres crash, recreated producer or partition re-read"
             % len(dups),
             ["%s x%d (%s)" % (i, dups[i], ctx.committed[i].txn
                               if i in ctx.committed else "?")
