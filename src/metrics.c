@@ -46,6 +46,8 @@ static struct {
 	atomic_uint_fast64_t transactions;
 	atomic_uint_fast64_t backlog_events;
 	atomic_uint_fast64_t traceparent_malformed;
+	atomic_uint_fast64_t timeline_switches;
+	atomic_uint_fast64_t events_beyond_fork;
 	atomic_uint_fast64_t inflight;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;
@@ -210,6 +212,13 @@ void
 ob_metrics_traceparent_malformed(void)
 {
 	atomic_fetch_add(&m.traceparent_malformed, 1);
+}
+
+void
+ob_metrics_timeline_switch(uint64_t events_beyond_fork)
+{
+	atomic_fetch_add(&m.timeline_switches, 1);
+	atomic_fetch_add(&m.events_beyond_fork, events_beyond_fork);
 }
 
 void
@@ -457,6 +466,13 @@ put_gauge(text *t, const char *name, const char *help, unsigned long long v)
 	put(t, "%s %llu\n", name, v);
 }
 
+static void
+put_counter(text *t, const char *name, const char *help, unsigned long long v)
+{
+	put_header(t, name, "counter", help);
+	put(t, "%s %llu\n", name, v);
+}
+
 /* outboxd_lag_seconds: the age of the oldest event committed and not
  * confirmed, from what the relay received and what the server says was
  * written past the stream; 0 when none waits. Computed at each scrape, so
@@ -510,10 +526,16 @@ put_publisher(text *t)
 		   "Backlog rows acknowledged by the broker or dead-lettered.");
 	put(t, "outboxd_backlog_events_total %llu\n",
 	    (unsigned long long)atomic_load(&m.backlog_events));
-	put_header(t, "outboxd_traceparent_malformed_total", "counter",
-		   "CloudEvents whose traceparent header is not W3C Trace Context.");
-	put(t, "outboxd_traceparent_malformed_total %llu\n",
-	    (unsigned long long)atomic_load(&m.traceparent_malformed));
+	put_counter(t, "outboxd_traceparent_malformed_total",
+		    "CloudEvents whose traceparent header is not W3C Trace Context.",
+		    atomic_load(&m.traceparent_malformed));
+	put_counter(t, "outboxd_timeline_switches_total",
+		    "Streams resumed on a server on another timeline (a promotion).",
+		    atomic_load(&m.timeline_switches));
+	put_counter(t, "outboxd_events_beyond_fork_total",
+		    "Events published from WAL past a promoted server's switch point, which "
+		    "the new timeline does not hold.",
+		    atomic_load(&m.events_beyond_fork));
 	put_gauge(t, "outboxd_inflight_events",
 		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
 	put_gauge(t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",

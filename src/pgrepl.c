@@ -579,6 +579,32 @@ ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys)
 	return ok;
 }
 
+bool
+ob_pgrepl_timeline_history(ob_pgconn *p, int tli, char **content)
+{
+	char cmd[64];
+	PGresult *res;
+	bool ok;
+
+	snprintf(cmd, sizeof(cmd), "TIMELINE_HISTORY %d", tli);
+	res = ob_pgsql_exec(p, cmd);
+	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 2;
+	*content = NULL;
+	if (!ok) {
+		ob_error("could not read the history of timeline %d: %s", tli,
+			 ob_pgsql_keep_error(p, res));
+	} else {
+		/* The file's bytes, as they are (the server sends them raw). */
+		size_t len = (size_t)PQgetlength(res, 0, 1);
+
+		*content = ob_xmalloc(len + 1);
+		memcpy(*content, PQgetvalue(res, 0, 1), len);
+		(*content)[len] = '\0';
+	}
+	PQclear(res);
+	return ok;
+}
+
 int
 ob_pgrepl_socket(const ob_pgconn *p)
 {

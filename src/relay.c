@@ -31,6 +31,7 @@
 #include "outboxd/cutover.h"
 #include "outboxd/decoder.h"
 #include "outboxd/delivery.h"
+#include "outboxd/fork.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
@@ -76,8 +77,9 @@ typedef struct relay {
 	ob_decoder decoder; /* wal2json's or pgoutput's records as changes */
 
 	/* The server and the stream. */
-	bool streamed;       /* replication started once: the slot is ours */
-	ob_pg_system server; /* who we streamed from */
+	bool streamed;        /* replication started once: the slot is ours */
+	ob_pg_system server;  /* who we streamed from */
+	ob_timeline timeline; /* its timeline, and the events handed over (fork.h) */
 	ob_lsn received;
 	ob_lsn wal_end;
 	ob_lsn sent_flush;
@@ -171,8 +173,10 @@ hand_over(relay *r, ob_map_result mr, ob_lsn lsn, ob_outcome *out)
 static void
 commit(relay *r, ob_lsn end_lsn)
 {
-	if (ob_delivery_commit(&r->d, end_lsn))
+	if (ob_delivery_commit(&r->d, end_lsn)) {
 		ob_tableset_committed(&r->tableset, end_lsn);
+		ob_timeline_committed(&r->timeline, end_lsn, r->d.replay.handed_events);
+	}
 }
 
 /* A record the decoder sent that did not parse (malformed, or with
@@ -460,15 +464,14 @@ on_query_tick(void *ctx)
 
 /* The server must be the one streamed from before: the same system
  * (another one does not hold this slot's position, even if it has a slot
- * of that name). A new timeline is a promoted standby of the same system. */
+ * of that name). A new timeline is a promoted standby of the same system,
+ * which may have forked below what was read (fork.h). */
 static ob_pg_status
 check_server(relay *r, ob_pg_system *sys)
 {
 	if (!ob_pgrepl_identify(r->pg, sys))
 		return OB_PG_RETRY;
-	if (!r->streamed)
-		return OB_PG_OK;
-	if (strcmp(sys->system_id, r->server.system_id) != 0) {
+	if (r->streamed && strcmp(sys->system_id, r->server.system_id) != 0) {
 		ob_error("the server is a different system (system identifier %s, streamed from "
 			 "%s before): it does not hold the position of replication slot %s, "
 			 "confirmed up to " OB_LSN_FMT "; stopping. Point postgres.conninfo at the "
@@ -478,10 +481,7 @@ check_server(relay *r, ob_pg_system *sys)
 			 OB_LSN_ARGS(ob_tableset_confirmable(&r->tableset)));
 		return OB_PG_FATAL;
 	}
-	if (sys->timeline != r->server.timeline)
-		ob_info("the server is on timeline %d now (was %d): a standby was promoted",
-			sys->timeline, r->server.timeline);
-	return OB_PG_OK;
+	return ob_fork_follow(&r->timeline, r->pg, sys->timeline, &r->d, &r->received);
 }
 
 /* Connect, check, take the slot and start streaming. */
@@ -626,6 +626,7 @@ relay_init(relay *r, const ob_config *cfg, bool create_only)
 	ob_mapper_init(&r->mapper, cfg);
 	ob_decoder_init(&r->decoder, cfg->pg.plugin);
 	ob_event_init(&r->ev);
+	ob_timeline_init(&r->timeline);
 	ob_backoff_init(&r->backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);
 	r->last_standby_log = -STANDBY_LOG_INTERVAL_MS;
 	r->left_stream_ms = -OWN_WALSENDER_GRACE_MS;
@@ -642,6 +643,7 @@ relay_free(relay *r)
 	ob_mapper_free(&r->mapper);
 	ob_decoder_free(&r->decoder);
 	ob_tableset_free(&r->tableset);
+	ob_timeline_free(&r->timeline);
 }
 
 /* The slot is active in another process: say so (at most every

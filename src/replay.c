@@ -82,6 +82,7 @@ ob_replay_handed(ob_replay *r)
 {
 	assert(r->in_txn);
 	r->done++;
+	r->handed_events++;
 }
 
 void

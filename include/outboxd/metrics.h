@@ -70,6 +70,9 @@ void ob_metrics_transaction(void);
  * not W3C Trace Context (sql/README.md, "CloudEvents"): it was published as a
  * plain header. Counted each time such an event is mapped. */
 void ob_metrics_traceparent_malformed(void);
+/* The stream resumed on a server on another timeline (fork.h), with
+ * events_beyond_fork events handed over from WAL past its switch point. */
+void ob_metrics_timeline_switch(uint64_t events_beyond_fork);
 /* One backlog row was acknowledged by the broker (or dead-lettered). */
 void ob_metrics_backlog_event(void);
 void ob_metrics_set_inflight(uint64_t n);

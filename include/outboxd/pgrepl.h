@@ -150,6 +150,11 @@ ob_pg_status ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool str
  * (logged) on error. */
 bool ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys) OB_MUST_CHECK;
 
+/* TIMELINE_HISTORY: the history file of timeline tli (2 or more), its
+ * lines "parent-tli switch-point reason" (timeline.h). *content is
+ * allocated, the caller frees it. False (logged) on error. */
+bool ob_pgrepl_timeline_history(ob_pgconn *p, int tli, char **content) OB_MUST_CHECK;
+
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
  * options outboxd needs from postgres.plugin (deploy/README.md,
  * "Choosing a decoder"). With wal2json, tables are the ones whose inserts it sends

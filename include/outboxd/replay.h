@@ -50,6 +50,7 @@ typedef struct ob_replay {
 	ob_pos handed;           /* the last unit handed over whole */
 	ob_pos partial;          /* a unit cut off by a broken stream ... */
 	uint64_t partial_events; /* ... and how many of its events were handed over */
+	uint64_t handed_events;  /* events handed over in all (timeline.h's count) */
 
 	/* The unit being read. */
 	bool in_txn;

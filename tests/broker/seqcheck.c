@@ -464,8 +464,7 @@ add_refusal(struct pending *pd, const char *topic, int32_t partition, int16_t er
 static void
 add_accepted(struct pending *pd, const char *topic, int32_t partition, const struct accepted *acc)
 {
-	struct accepted *a =
-	    realloc(pd->accepted, (size_t)(pd->naccepted + 1) * sizeof(*a));
+	struct accepted *a = realloc(pd->accepted, (size_t)(pd->naccepted + 1) * sizeof(*a));
 
 	if (a == NULL)
 		abort();

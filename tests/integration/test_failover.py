@@ -11,6 +11,7 @@ the recovery must publish what was lost); 16+ decodes on a standby, 15
 must refuse it clearly. Every run prints its lost and duplicated counts.
 """
 
+import os
 import threading
 import time
 import uuid
@@ -608,3 +609,136 @@ def test_decoding_on_a_standby(pair, broker, consumer, outboxd_factory,
         assert len(line) == 1 and " warn " in line[0] and \
             "has no copy of slot" in line[0] and \
             "sync_replication_slots = on" in line[0], out + err
+
+
+def metric_value(port, name):
+    """The value of the unlabelled metric name on /metrics, None if
+    absent."""
+    body = http_get(port, "/metrics")[1] or ""
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def write_events(cluster, agg, n, size=0, prefix="e"):
+    """n outbox rows of agg (keys k0..k6), each with a payload of about
+    size bytes, one transaction each; returns their ids."""
+    ids = []
+    conn = psycopg2.connect(cluster.conninfo())
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for i in range(n):
+            row_id = str(uuid.uuid4())
+            cur.execute("INSERT INTO public.outbox (id, aggregate_type, "
+                        "aggregate_id, event_type, payload) VALUES (%s, %s, "
+                        "%s, %s, jsonb_build_object('n', %s, 'pad', "
+                        "repeat('x', %s)))",
+                        (row_id, agg, "k%d" % (i % 7), prefix, i, size))
+            ids.append(row_id)
+    conn.close()
+    return ids
+
+
+def give_standby_the_slot(primary, standby, slot):
+    """The standby gets a copy of the primary's logical slot that survives
+    its promotion, at a position it has received: 17+ by slot sync (the
+    pair's standby syncs failover slots), before 17 as Patroni gives its
+    replicas one: the slot's files, copied while the standby is stopped
+    (after a checkpoint wrote them), with the snapshots logical decoding
+    serialized (without the one at the slot's restart_lsn, decoding there
+    would start by building one, and skip the commits meanwhile). The
+    standby is left stopped."""
+    if major() >= 17:
+        nudger = SnapshotNudger(primary)
+        nudger.start()
+        try:
+            wait_until(lambda: sync_ready(standby, slot), 60, 0.2,
+                       "the standby's copy of slot %s is sync-ready" % slot)
+        finally:
+            nudger.halt()
+        standby.stop("fast")
+        return
+    standby.stop("fast")
+    primary.sql("CHECKPOINT")
+    standby._run_server_cmd(["cp", "-a", os.path.join(
+        primary.datadir, "pg_replslot", slot), os.path.join(
+        standby.datadir, "pg_replslot", slot)])
+    standby._run_server_cmd(["sh", "-c", "cp -a %s/. %s/" % (
+        os.path.join(primary.datadir, "pg_logical", "snapshots"),
+        os.path.join(standby.datadir, "pg_logical", "snapshots"))])
+
+
+def test_promotion_of_a_standby_that_lagged_loses_nothing(
+        pair, broker, consumer, outboxd_factory, test_id, slot_name):
+    """The standby stops receiving WAL (down, or simply behind), the
+    primary goes on: outboxd publishes and confirms 200 events the standby
+    never gets. Then the primary dies and the standby is promoted: its
+    timeline 2 starts at a switch point below everything outboxd read.
+    With a copy of the slot on the standby (slot sync on 17+ without
+    synchronized_standby_slots; on 15 and 16 the copy Patroni makes), the
+    same outboxd process reconnects through its multi-host conninfo. The
+    100 events written on the new primary take positions outboxd had
+    already read on timeline 1: it must read them, not skip them by
+    position (before: every one of them lost, the slot confirmed past
+    them). The 200 events of timeline 1 past the switch point were
+    published and cannot be taken back: the log names them and
+    outboxd_events_beyond_fork_total counts them, exactly."""
+    primary, standby = pair
+    if major() >= 17:
+        # What a fresh install has: no wait for the standby, so the slot
+        # may confirm WAL the standby never got.
+        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
+        primary.sql("SELECT pg_reload_conf()")
+    agg = "lag_%s" % test_id
+    topic = make_topic(broker, agg)
+    hosts = both_hosts(primary, standby)
+    port = harness.free_port()
+    d = outboxd_factory({"postgres": {"conninfo": hosts,
+                                      "standby_retry_ms": 500},
+                         "http": {"listen": "127.0.0.1:%d" % port}})
+    d.wait_log(r"streaming from slot", 40)
+    warm = write_events(primary, agg, 10, prefix="warm")
+    wait_until(lambda: len(id_counts(consumer.collect(
+        [topic], 10, timeout=2, settle=0.5))) >= 10, 30, 0.2,
+        "the warm-up events published")
+    give_standby_the_slot(primary, standby, slot_name)
+    # Timeline 1 only: the standby is down.
+    lagged = write_events(primary, agg, 200, size=1000, prefix="lagged")
+    end = primary.wal_lsn()
+    wait_until(lambda: (primary.slot(slot_name) or {}).get(
+        "confirmed_flush_lsn_int", 0) >= end, 60, 0.1,
+        "the primary's slot confirmed past the events the standby lacks")
+    primary.kill9()
+    standby.start()
+    standby.promote()
+    fresh = write_events(standby, agg, 100, prefix="fresh")
+    lost, dups, _, counts = count_delivery(
+        consumer, topic, warm + fresh, lagged)
+    beyond = sum(1 for i in lagged if counts[i])
+    print("lagging standby pg%d: %d of %d events of the new primary lost, "
+          "%d duplicated, %d of %d published from timeline 1 past the fork"
+          % (major(), lost, len(fresh), dups, beyond, len(lagged)))
+    assert lost == 0, "%d of the new primary's %d events never published; " \
+        "log:\n%s" % (lost, len(fresh), d.log_tail())
+    assert beyond == len(lagged)
+    d.wait_log(r"which left timeline 1 at .* before outboxd's position", 10)
+    d.wait_log(r"200 events handed to Kafka from timeline 1 past the "
+               r"switch point", 1)
+    assert metric_value(port, "outboxd_events_beyond_fork_total") == 200
+    assert metric_value(port, "outboxd_timeline_switches_total") == 1
+    # Every event of the new primary's, in commit order per key.
+    records = consumer.collect([topic], len(warm) + len(fresh) + 200,
+                               timeout=5, settle=1)
+    order = {i: n for n, i in enumerate(fresh)}
+    last = {}
+    seen = set()
+    for r in sorted(records, key=lambda r: (r["partition"], r["offset"])):
+        i = dict(r["headers"]).get("id")
+        i = i.decode() if isinstance(i, bytes) else i
+        if i in order and i not in seen:
+            seen.add(i)
+            assert order[i] > last.get(r["key"], -1), "key %s reordered" \
+                % r["key"]
+            last[r["key"]] = order[i]
+    assert d.running()
