@@ -4,6 +4,7 @@ arrive) and stop cleanly, after installing only what it needs."""
 
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -65,3 +66,22 @@ def test_demo_installs_the_demo_set_not_the_test_tools():
                          timeout=60)
     assert (out.returncode, out.stdout) == (0, "deps: all %d demo packages present\n"
                                             % len(demo)), out.stdout
+
+
+def test_demo_names_its_http_option_when_the_port_is_taken():
+    """A port already taken (say by postgres_exporter, or a second demo):
+    one line naming the address and --http, exit 2, no traceback, before
+    anything is started."""
+    demo = os.path.join(REPO_ROOT, "deploy", "demo.py")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, demo, "--events", "1", "--build", str(BUILD_DIR), "--http", address],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    assert proc.stdout == "", proc.stdout
+    assert proc.stderr == ("demo: outboxd cannot serve its metrics on %s (Address already in "
+                           "use): choose a free address with --http HOST:PORT, or --http '' "
+                           "for none\n" % address), proc.stderr
