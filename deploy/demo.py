@@ -20,6 +20,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -102,15 +103,37 @@ class InboxRows:
         print("%d rows in the inbox table" % self.shown, flush=True)
 
 
+def bind_error(address):
+    """Why outboxd could not listen on address (host:port), as its bind
+    would say it, or None when the address is free."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except (OSError, ValueError) as e:
+            return getattr(e, "strerror", None) or str(e)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=0,
                     help="stop after this many records (default: until Ctrl-C)")
     ap.add_argument("--rate", type=float, default=2.0, help="events per second")
-    ap.add_argument("--http", default="127.0.0.1:9187",
-                    help="address of outboxd's /metrics, /healthz and /readyz")
+    ap.add_argument("--http", default="127.0.0.1:7187",
+                    help="address of outboxd's /metrics, /healthz and /readyz "
+                    "(default %(default)s, outboxd's own; '' for none)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = ap.parse_args()
+    taken = args.http and bind_error(args.http)
+    if taken:
+        print("demo: outboxd cannot serve its metrics on %s (%s): choose a free "
+              "address with --http HOST:PORT, or --http '' for none" % (args.http, taken),
+              file=sys.stderr)
+        return 2
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -136,8 +159,9 @@ def main():
         }
         daemon = harness.Outboxd(os.path.join(args.build, "outboxd"), config, tmp)
         daemon.wait_log(r"streaming from slot", timeout=30)
-        print("outboxd is streaming (log: %s; metrics: http://%s/metrics)"
-              % (daemon.logfile, args.http), flush=True)
+        print("outboxd is streaming (log: %s%s)"
+              % (daemon.logfile, "; metrics: http://%s/metrics" % args.http
+                 if args.http else ""), flush=True)
         pg.create_db("inbox_demo")
         pg.run_file(os.path.join(ROOT, "sql", "inbox.sql"), "inbox_demo")
         inbox = harness.Outboxd(os.path.join(args.build, "outboxd"), {

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh — the main job on a fresh Debian 12 machine (as root): installs
-# the dependencies, builds outboxd, then runs deploy/demo.py: a throwaway
+# what the demo needs (deploy/deps.sh --demo: the build, PostgreSQL 15 with
+# wal2json, python3's psycopg2 and confluent-kafka; none of the test
+# tools), builds outboxd, then runs deploy/demo.py: a throwaway
 # PostgreSQL 15 with wal2json, a local Kafka-protocol broker, outboxd
 # between them, and sample outbox events shown as they arrive in Kafka.
 # Ctrl-C stops everything and removes the throwaway files.
@@ -8,7 +10,7 @@
 #   bash deploy/demo.sh [--events N] [--rate R]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash deploy/deps.sh
+bash deploy/deps.sh --demo
 if [[ -f build/build.ninja ]]; then
     meson setup --reconfigure build >/dev/null
 else

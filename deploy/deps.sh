@@ -22,7 +22,12 @@
 #
 #   bash deploy/deps.sh            # install what is missing
 #   bash deploy/deps.sh --build    # only what building outboxd needs (a host that runs it)
-#   bash deploy/deps.sh --list     # print the package names and exit
+#   bash deploy/deps.sh --demo     # the build and what deploy/demo.sh runs: PostgreSQL 15
+#                                  # with wal2json, python3 with psycopg2 and confluent-kafka
+#   bash deploy/deps.sh --list     # print the package names and exit (after --build or
+#                                  # --demo: that set's)
+#
+# --build and --demo install no test tools, no PostgreSQL 16-18, no locale.
 set -euo pipefail
 
 BUILD_PACKAGES=(
@@ -32,11 +37,18 @@ BUILD_PACKAGES=(
     # tests/meson.build, part of the meson project, needs cmocka to configure
     libcmocka-dev
 )
-PACKAGES=(
+# deploy/demo.py: its throwaway cluster, and the modules it and the test
+# harness it runs import.
+DEMO_PACKAGES=(
     "${BUILD_PACKAGES[@]}"
+    postgresql-15 postgresql-15-wal2json
+    python3 python3-confluent-kafka python3-psycopg2
+)
+PACKAGES=(
+    "${DEMO_PACKAGES[@]}"
     # tests
-    clang-format postgresql-15 postgresql-15-wal2json
-    python3 python3-confluent-kafka python3-kafka python3-lz4 python3-psycopg2 python3-pytest python3-yaml kcat
+    clang-format
+    python3-kafka python3-lz4 python3-pytest python3-yaml kcat
     locales openssl
     # the failover test with a real failover manager (test_patroni.py)
     patroni etcd-server
@@ -46,12 +58,20 @@ PACKAGES=(
 # The locale the tests' German-speaking Postgres cluster uses.
 TEST_LOCALE="de_DE.UTF-8"
 
-BUILD_ONLY=false
-if [[ "${1:-}" == "--build" ]]; then
-    BUILD_ONLY=true
-    PACKAGES=("${BUILD_PACKAGES[@]}")
-fi
-if [[ "${1:-}" == "--list" ]]; then
+# SET names what is installed: everything, or the build's or the demo's
+# packages alone (SUBSET: then no npm, locale or PostgreSQL 16-18).
+SET=""
+SUBSET=false
+LIST=false
+for arg in "$@"; do
+    case "$arg" in
+        --build) SET=build; SUBSET=true; PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+        --demo) SET=demo; SUBSET=true; PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+        --list) LIST=true ;;
+        *) echo "deps: unknown argument '$arg' (expected --build, --demo or --list)" >&2; exit 2 ;;
+    esac
+done
+if $LIST; then
     printf '%s\n' "${PACKAGES[@]}"
     exit 0
 fi
@@ -64,19 +84,19 @@ for p in "${PACKAGES[@]}"; do
 done
 # npm and node fetch the matrix's servers; any install of them will do
 # (a nodejs from elsewhere may carry npm itself).
-if ! $BUILD_ONLY && { ! command -v npm >/dev/null || ! command -v node >/dev/null; }; then
+if ! $SUBSET && { ! command -v npm >/dev/null || ! command -v node >/dev/null; }; then
     missing+=(nodejs npm)
 fi
 
-# locale -a spells it de_DE.utf8; a build needs none.
+# locale -a spells it de_DE.utf8; the build and the demo need none.
 have_locale() {
-    $BUILD_ONLY || locale -a 2>/dev/null | grep -qix "${TEST_LOCALE/UTF-8/utf8}"
+    $SUBSET || locale -a 2>/dev/null | grep -qix "${TEST_LOCALE/UTF-8/utf8}"
 }
 
 HERE=$(dirname "${BASH_SOURCE[0]}")
 
-if ((${#missing[@]} == 0)) && $BUILD_ONLY; then
-    echo "deps: all ${#PACKAGES[@]} build packages present"
+if ((${#missing[@]} == 0)) && $SUBSET; then
+    echo "deps: all ${#PACKAGES[@]} $SET packages present"
     exit 0
 fi
 if ((${#missing[@]} == 0)) && have_locale; then
@@ -113,5 +133,5 @@ if ! have_locale; then
     "${SUDO[@]}" locale-gen >/dev/null
     have_locale || { echo "deps: could not generate locale $TEST_LOCALE" >&2; exit 1; }
 fi
-$BUILD_ONLY || bash "$HERE/pgversions.sh"
+$SUBSET || bash "$HERE/pgversions.sh"
 echo "deps: done"

@@ -4,7 +4,8 @@
  *
  * Every key outboxd knows is one row of config_keys[]; parsing, defaults and
  * the "unknown key" error all come from that table, so a key cannot exist in
- * one place and not another.
+ * one place and not another. The few keys whose default differs for
+ * `outboxd inbox` are named again in inbox_defaults[].
  */
 #include "outboxd/config.h"
 
@@ -73,10 +74,21 @@ static const config_key config_keys[] = {
     {"inbox", "id_header", KEY_NONEMPTY, OFF(inbox.id_header), "id"},
     {"inbox", "batch_max", KEY_COUNT, OFF(inbox.batch_max), "500"},
     {"inbox", "on_position_mismatch", KEY_MISMATCH, OFF(inbox.on_position_mismatch), "halt"},
-    {"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:9187"},
+    {"http", "listen", KEY_STRING, OFF(http.listen), "127.0.0.1:7187"},
     {"http", "stall_after_ms", KEY_MS, OFF(http.stall_after_ms), "60000"},
     {"log", "format", KEY_LOG_FORMAT, OFF(log.format), "text"},
     {"log", "level", KEY_LOG_LEVEL, OFF(log.level), "info"},
+};
+
+/* The defaults `outboxd inbox` has instead: a publisher and an inbox on
+ * one host must not both take one port (deploy/README.md, "Metrics and
+ * health"). */
+static const struct {
+	const char *section;
+	const char *key;
+	const char *value;
+} inbox_defaults[] = {
+    {"http", "listen", "127.0.0.1:7188"},
 };
 
 const ob_kafka_setting ob_kafka_pinned[] = {
@@ -371,16 +383,35 @@ ob_config_set(ob_config *cfg, const char *section, const char *key, const char *
 	return ok;
 }
 
-void
-ob_config_init(ob_config *cfg)
+/* The defaults of the publisher's commands, or of `outboxd inbox`. */
+static void
+init_defaults(ob_config *cfg, bool inbox)
 {
 	memset(cfg, 0, sizeof(*cfg));
+	/* The defaults are known-good: a failure here is a bug. */
 	for (size_t i = 0; i < OB_ARRAY_LEN(config_keys); i++) {
-		/* The defaults are known-good: a failure here is a bug. */
 		if (!apply_key(cfg, &config_keys[i], config_keys[i].default_value, "default"))
 			abort();
 	}
+	for (size_t i = 0; inbox && i < OB_ARRAY_LEN(inbox_defaults); i++) {
+		const config_key *k = find_key(inbox_defaults[i].section, inbox_defaults[i].key);
+
+		if (k == NULL || !apply_key(cfg, k, inbox_defaults[i].value, "default"))
+			abort();
+	}
 	kafka_put(cfg, "bootstrap.servers", "127.0.0.1:9092");
+}
+
+void
+ob_config_init(ob_config *cfg)
+{
+	init_defaults(cfg, false);
+}
+
+void
+ob_config_init_inbox(ob_config *cfg)
+{
+	init_defaults(cfg, true);
 }
 
 void

@@ -4,6 +4,7 @@
 #include "outboxd/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -248,6 +249,26 @@ parse_listen(const char *listen, struct sockaddr_storage *addr)
 	return inet_pton(AF_INET, host, &a4->sin_addr) == 1;
 }
 
+/* Why addr could not be listened on, which libmicrohttpd does not tell:
+ * the errno of binding it once more, as it does (SO_REUSEADDR), or 0 when
+ * that bind succeeds (the port came free meanwhile). */
+static int
+bind_errno(const struct sockaddr_storage *addr)
+{
+	socklen_t len =
+	    addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	int one = 1, err = 0;
+	int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return errno;
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (const struct sockaddr *)addr, len) != 0)
+		err = errno;
+	close(fd);
+	return err;
+}
+
 bool
 ob_http_listen_valid(const char *listen)
 {
@@ -280,8 +301,11 @@ ob_http_start(const char *listen, ob_http **out)
 	    MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION,
 	    on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 	if (h->daemon == NULL) {
-		ob_error("could not listen on %s for http: address in use or not available",
-			 listen);
+		int err = bind_errno(&addr);
+
+		ob_error("could not listen on %s for http.listen: %s; set http.listen to a free "
+			 "host:port, or empty it to serve no HTTP",
+			 listen, err != 0 ? strerror(err) : "address in use or not available");
 		free(h);
 		return false;
 	}

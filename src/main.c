@@ -69,7 +69,8 @@ static const struct command_help {
      "Stream the outbox's inserts and logical messages from the replication slot\n"
      "(postgres.slot) to Kafka until SIGTERM or SIGINT, creating the slot first when\n"
      "it is missing (postgres.create_slot). Serves /metrics, /healthz and /readyz on\n"
-     "http.listen. Reconnects to Postgres and Kafka by itself.\n"
+     "http.listen (default 127.0.0.1:7187). Reconnects to Postgres and Kafka by\n"
+     "itself.\n"
      "\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
      "why), 2 usage or configuration error.\n"},
@@ -149,7 +150,8 @@ static const struct command_help {
      "Consume inbox.topics (consumer group inbox.group) and store every record as a\n"
      "row of inbox.table in inbox.conninfo's database, one row per event id, until\n"
      "SIGTERM or SIGINT (sql/inbox.sql makes the tables, sql/inbox_role.sql the\n"
-     "role). Serves /metrics, /healthz and /readyz on http.listen.\n"
+     "role). Serves /metrics, /healthz and /readyz on http.listen (default\n"
+     "127.0.0.1:7188, another port than the publisher's).\n"
      "\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
      "why), 2 usage or configuration error.\n"},
@@ -288,7 +290,10 @@ load_config(const cli *c, ob_config *cfg)
 	if (path == NULL && access(default_config(), F_OK) == 0)
 		path = default_config();
 
-	ob_config_init(cfg);
+	if (strcmp(c->command, "inbox") == 0)
+		ob_config_init_inbox(cfg);
+	else
+		ob_config_init(cfg);
 	if (path != NULL && path[0] != '\0')
 		ok = ob_config_load_file(cfg, path);
 	for (size_t i = 0; i < c->overrides_len; i++)

@@ -1,11 +1,12 @@
 /*
  * config.h: outboxd's settings (deploy/README.md, "Configuration reference").
  *
- * A configuration is built in three steps: ob_config_init() sets the
- * defaults, ob_config_load_file() and ob_config_set() apply the INI file and
- * the -s overrides in command-line order, and ob_config_finish() checks the
- * result and derives the values other modules read. Every failure is logged
- * once, naming the key, and makes the command exit 2.
+ * A configuration is built in three steps: ob_config_init() (for `outboxd
+ * inbox`, ob_config_init_inbox()) sets the defaults, ob_config_load_file()
+ * and ob_config_set() apply the INI file and the -s overrides in
+ * command-line order, and ob_config_finish() checks the result and derives
+ * the values other modules read. Every failure is logged once, naming the
+ * key, and makes the command exit 2.
  *
  * "${NAME}" in any value is replaced by the environment variable NAME; an
  * unset variable is an error. Keys of [kafka] pass through to librdkafka
@@ -148,6 +149,11 @@ typedef struct ob_config {
 /* Fill cfg with the defaults of deploy/README.md "Configuration reference". Release with
  * ob_config_free(). */
 void ob_config_init(ob_config *cfg);
+
+/* The same for `outboxd inbox`: the defaults above, except http.listen's,
+ * another port than the publisher's, so both run on one host. */
+void ob_config_init_inbox(ob_config *cfg);
+
 void ob_config_free(ob_config *cfg);
 
 /* Apply an INI file. False (logged, with file and line) on a read error,

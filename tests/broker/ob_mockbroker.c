@@ -54,7 +54,15 @@
  * or without its RD_KAFKA_RESP_ERR_ prefix (NOT_LEADER_FOR_PARTITION,
  * _TRANSPORT).  EOF on stdin, SIGTERM and SIGINT exit cleanly with status 0.
  *
- * Usage: ob-mockbroker [--brokers N] [--partitions P] [--verbose]
+ * For a person trying outboxd without Kafka (README.md, "No Kafka yet"):
+ * --port P binds brokers 1..N to 127.0.0.1 ports P..P+N-1 instead of ports
+ * the kernel picks (fixedport.h), and --no-stdin reads no commands and runs
+ * until SIGTERM or SIGINT, whatever stdin is.  It is a broker for trials and
+ * tests only: topics live in this process's memory, each partition keeps
+ * only its latest 5 MB or so, and all of it is gone when the process ends.
+ *
+ * Usage: ob-mockbroker [--brokers N] [--partitions P] [--port P] [--no-stdin]
+ *                      [--verbose]
  */
 
 #ifndef _POSIX_C_SOURCE
@@ -76,6 +84,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "fixedport.h"
 #include "seqcheck.h"
 
 #define LINE_MAX_LEN 4096
@@ -452,15 +461,35 @@ command_loop(struct broker_state *st)
 	}
 }
 
+/* --no-stdin: says what this broker is for, then waits for SIGTERM or
+ * SIGINT (polled, as command_loop does: any thread may take the signal). */
+static void
+serve_until_signal(const char *bootstraps)
+{
+	fprintf(stderr,
+		"ob-mockbroker: serving the Kafka protocol on %s until SIGTERM or Ctrl-C.\n"
+		"ob-mockbroker: for trials and tests only: topics live in this process's "
+		"memory, each partition keeps only its latest 5 MB or so, and all of it is "
+		"gone when it stops.\n",
+		bootstraps);
+	while (!stop_requested)
+		(void)poll(NULL, 0, 200);
+}
+
 /* Prints the usage text to f. */
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: ob-mockbroker [--brokers N] [--partitions P] "
-		   "[--verbose]\n"
+	fprintf(f, "usage: ob-mockbroker [--brokers N] [--partitions P] [--port P] "
+		   "[--no-stdin] [--verbose]\n"
 		   "Runs a librdkafka mock Kafka cluster on loopback; prints "
 		   "BOOTSTRAP and READY,\nthen takes commands on stdin "
-		   "(down/up/rtt/error/clear/refused/batches/topic/topicerr/quit).\n");
+		   "(down/up/rtt/error/clear/refused/batches/topic/topicerr/quit).\n"
+		   "--port P: brokers on 127.0.0.1 ports P, P+1, ... (else ports the kernel "
+		   "picks).\n"
+		   "--no-stdin: no commands; runs until SIGTERM or SIGINT.\n"
+		   "For trials and tests only: topics are kept in memory and lost when it "
+		   "stops.\n");
 }
 
 /* Parses the options, starts the cluster, serves commands, tears down. */
@@ -468,7 +497,8 @@ int
 main(int argc, char **argv)
 {
 	struct broker_state st = {.mcluster = NULL, .broker_cnt = 3, .partitions = 4};
-	bool verbose = false;
+	bool verbose = false, no_stdin = false;
+	int port = 0;
 	char errstr[512];
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
@@ -484,6 +514,12 @@ main(int argc, char **argv)
 			   parse_int(argv[i + 1], 1, 100000, &v)) {
 			st.partitions = (int)v;
 			i++;
+		} else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc &&
+			   parse_int(argv[i + 1], 1, 65535, &v)) {
+			port = (int)v;
+			i++;
+		} else if (strcmp(argv[i], "--no-stdin") == 0) {
+			no_stdin = true;
 		} else if (strcmp(argv[i], "--verbose") == 0) {
 			verbose = true;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -495,6 +531,13 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
+
+	if (port + st.broker_cnt - 1 > 65535) {
+		fprintf(stderr, "ob-mockbroker: --port %d leaves no port for broker %d\n", port,
+			st.broker_cnt);
+		return 2;
+	}
+	ob_fixedport_set(port);
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
@@ -529,7 +572,10 @@ main(int argc, char **argv)
 	printf("READY\n");
 	fflush(stdout);
 
-	command_loop(&st);
+	if (no_stdin)
+		serve_until_signal(rd_kafka_mock_cluster_bootstraps(st.mcluster));
+	else
+		command_loop(&st);
 
 	rd_kafka_mock_cluster_destroy(st.mcluster);
 	rd_kafka_destroy(rk);

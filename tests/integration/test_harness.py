@@ -3,11 +3,14 @@ tests assume (mock broker over TCP, murmur2 partitioning, Postgres with
 wal2json). These need no outboxd binary."""
 
 import json
+import signal
+import subprocess
 import time
 
 import pytest
 
 import harness
+from conftest import BROKER_BIN
 from harness import murmur2, murmur2_partition
 
 # Kafka's Java client, UtilsTest.testMurmur2, and librdkafka's rdmurmur2.c
@@ -156,3 +159,48 @@ def test_pgcluster_wal2json_and_restart(pg):
         pg.drop_slot(slot)
     assert pg.slot(slot) is None
     assert harness.int_to_lsn(harness.lsn_to_int("1A/2B3C")) == "1A/2B3C"
+
+
+def test_mockbroker_on_a_fixed_port_runs_without_stdin_until_sigterm(tmp_path):
+    """README's "No Kafka yet" command: `ob-mockbroker --brokers 1 --port P
+    --no-stdin` serves on 127.0.0.1:P (advertised so in Metadata) with stdin
+    at /dev/null, a record produced there can be read back, and SIGTERM ends
+    it with status 0. A second one on the same port exits 1 with one line
+    naming the port."""
+    from confluent_kafka import Producer
+    port = harness.free_port()
+    argv = [BROKER_BIN, "--brokers", "1", "--port", str(port), "--no-stdin"]
+    log = tmp_path / "broker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        bootstrap = "127.0.0.1:%d" % port
+        harness.wait_until(lambda: "\nREADY\n" in log.read_text(), 10,
+                           message="broker READY")
+        text = log.read_text()
+        assert "BOOTSTRAP %s\n" % bootstrap in text, text
+        assert "for trials and tests only" in text, text
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        p.produce("trial.orders", key=b"o-1", value=b"paid")
+        assert p.flush(30) == 0
+        consumer = harness.Consumer(bootstrap)
+        md = consumer._c.list_topics(timeout=10)
+        assert ["%s:%d" % (b.host, b.port) for b in md.brokers.values()] == [bootstrap]
+        recs = consumer.collect(["trial.orders"], 1, timeout=30, settle=0.2)
+        consumer.close()
+        assert [(r["key"], r["value"]) for r in recs] == [("o-1", b"paid")]
+        assert proc.poll() is None, log.read_text()
+
+        second = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                text=True, timeout=30)
+        assert second.returncode == 1, second
+        assert second.stderr == ("ob-mockbroker: could not listen on %s: "
+                                 "Address already in use\n" % bootstrap), second
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

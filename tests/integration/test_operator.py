@@ -1,12 +1,16 @@
 """An operator's first hour: `check` and `run` judge the settings alike,
 a receiving service's file is not run as a publisher, one-shot commands do
-not promise to retry, and the start-up lines say what is true."""
+not promise to retry, the start-up lines say what is true, and a publisher
+and an inbox on one host do not fight over the HTTP port."""
 
 import re
+import socket
+import urllib.request
 
 import harness
-from conftest import OUTBOXD_BIN
+from conftest import OUTBOXD_BIN, UNSET
 from test_faults import on_cluster, wait_streaming
+from test_inbox import InboxEnv
 
 
 def test_check_and_run_agree_on_http_listen(outboxd_factory):
@@ -190,3 +194,48 @@ def test_no_flush_line_after_a_start_that_never_streamed(pg, outboxd_factory):
     assert rc == 1, (out, err)
     assert "public.no_such_outbox" in err, err
     assert "flushing" not in err, err
+
+
+def _metric_names(address):
+    with urllib.request.urlopen("http://%s/metrics" % address, timeout=5) as r:
+        return set(re.findall(r"^(outboxd_\w+)", r.read().decode(), re.M))
+
+
+def test_publisher_and_inbox_default_http_ports_differ_and_both_run(
+        pg, broker, outboxd_factory, slot_name, test_id, tmp_path):
+    """With http.listen left out, the publisher serves on 127.0.0.1:7187
+    and the inbox on 127.0.0.1:7188, so both run on one host at once (both
+    took 127.0.0.1:9187, postgres_exporter's port, and the second exited
+    1); each port answers with its own daemon's metrics."""
+    pub = outboxd_factory({"http": {"listen": UNSET}})
+    env = InboxEnv(pg, broker, test_id, tmp_path)
+    cfg = env.config()
+    del cfg["http"]
+    inbox = harness.Outboxd(OUTBOXD_BIN, cfg, str(tmp_path / "inbox"), command="inbox")
+    env.instances.append(inbox)
+    try:
+        pub.wait_log(r"serving /metrics, /healthz and /readyz on 127\.0\.0\.1:7187\b", 20)
+        inbox.wait_log(r"serving /metrics, /healthz and /readyz on 127\.0\.0\.1:7188\b", 20)
+        wait_streaming(pg, slot_name)
+        pub.wait_log(r"streaming from slot", 20)
+        assert pub.running() and inbox.running(), (pub.log_tail(), inbox.log_tail())
+        assert "outboxd_replication_lag_bytes" in _metric_names("127.0.0.1:7187")
+        assert "outboxd_inbox_records_total" in _metric_names("127.0.0.1:7188")
+    finally:
+        env.stop_all()
+
+
+def test_http_port_taken_is_one_line_naming_http_listen(outboxd_factory):
+    """A taken http.listen port: exit 1 with one error line that names
+    http.listen, the address and the reason, and says what to do."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        d = outboxd_factory({"http": {"listen": address}})
+        assert d.wait(20) == 1, d.log_tail()
+    errors = [line for line in d.log_text().splitlines() if " error: " in line]
+    assert len(errors) == 1, errors
+    assert ("error: could not listen on %s for http.listen: Address already in use; "
+            "set http.listen to a free host:port, or empty it to serve no HTTP" % address) \
+        in errors[0], errors

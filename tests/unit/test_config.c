@@ -128,7 +128,7 @@ test_defaults(void **state)
 	assert_null(ob_config_kafka_get(&cfg, "enable.idempotence"));
 	assert_null(ob_config_kafka_get(&cfg, "acks"));
 	/* [http], [log] */
-	assert_string_equal(cfg.http.listen, "127.0.0.1:9187");
+	assert_string_equal(cfg.http.listen, "127.0.0.1:7187");
 	assert_int_equal(cfg.http.stall_after_ms, 60000);
 	assert_int_equal(cfg.log.format, OB_LOG_TEXT);
 	assert_int_equal(cfg.log.level, OB_LOG_INFO);
@@ -137,6 +137,31 @@ test_defaults(void **state)
 	assert_string_equal(cfg.outbox.schema, "public");
 	assert_string_equal(cfg.outbox.table_name, "outbox");
 	ob_config_free(&cfg);
+}
+
+/* `outboxd inbox` listens on another port than the publisher, and neither
+ * takes 9187, postgres_exporter's (which runs on database hosts); every
+ * other default is the publisher's. */
+static void
+test_inbox_defaults(void **state)
+{
+	ob_config pub, inbox;
+
+	(void)state;
+	ob_config_init(&pub);
+	ob_config_init_inbox(&inbox);
+	assert_string_equal(inbox.http.listen, "127.0.0.1:7188");
+	assert_string_not_equal(inbox.http.listen, pub.http.listen);
+	assert_null(strstr(pub.http.listen, ":9187"));
+	assert_null(strstr(inbox.http.listen, ":9187"));
+	assert_string_equal(inbox.inbox.group, pub.inbox.group);
+	assert_int_equal(inbox.http.stall_after_ms, pub.http.stall_after_ms);
+	assert_string_equal(ob_config_kafka_get(&inbox, "bootstrap.servers"), "127.0.0.1:9092");
+	/* A configured listen wins over either default. */
+	assert_true(ob_config_set_override(&inbox, "http.listen=127.0.0.1:9999"));
+	assert_string_equal(inbox.http.listen, "127.0.0.1:9999");
+	ob_config_free(&pub);
+	ob_config_free(&inbox);
 }
 
 /* --- INI files ---------------------------------------------------------------- */
@@ -829,6 +854,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_inbox_defaults),
 	    cmocka_unit_test(test_load_full_file),
 	    cmocka_unit_test(test_bad_files_table),
 	    cmocka_unit_test(test_file_reports_every_bad_key),
