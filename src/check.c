@@ -18,6 +18,7 @@
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
+#include "outboxd/prodconf.h"
 #include "outboxd/producer.h"
 #include "outboxd/publication.h"
 #include "outboxd/slotmark.h"
@@ -712,7 +713,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 	checker c = {.cfg = cfg, .out = out, .all_ok = true};
 	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
 
-	if (!ob_producer_check_config(cfg))
+	if (!ob_prodconf_check(cfg))
 		report(&c, "kafka settings", false, "a [kafka] property is invalid (see the log)");
 	if (cfg->inbox.topics[0] != '\0' && !cfg->publisher_set) {
 		/* A receiving service's config: no outbox to publish from. */

@@ -17,14 +17,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outboxd/expiry.h"
 #include "outboxd/kafka.h"
 #include "outboxd/log.h"
+#include "outboxd/prodconf.h"
 
 /* Topic handles a client keeps between records, one per slot of a
  * table indexed by a hash of the topic's name. */
 #define TOPIC_SLOTS     64
-/* linger.ms of the client for late records (ob_producer_set_late). */
-#define LATE_LINGER_MS  5
 /* Records change clients at most once per this long: each change waits
  * for everything outstanding, so records whose lateness alternates (a lag
  * near the bound) must not pay that wait for each transaction. */
@@ -46,6 +46,7 @@ typedef struct handle {
 	rd_kafka_t *rk;
 	rd_kafka_queue_t *main_queue;
 	rd_kafka_topic_t *topics[TOPIC_SLOTS];
+	ob_expiry expiry; /* its records in flight, with a timeout_ms */
 } handle;
 
 struct ob_producer {
@@ -57,7 +58,7 @@ struct ob_producer {
 	 * refuses; librdkafka purges the rest). */
 	handle main;
 	/* Late records (ob_producer_set_late), with main's guarantees but a
-	 * linger.ms of LATE_LINGER_MS: a backlog drains in fewer, larger
+	 * linger.ms of OB_PRODCONF_LATE_LINGER_MS: a backlog drains in fewer, larger
 	 * requests, each of which wakes librdkafka's threads. Created on
 	 * first use; never when main's own linger.ms is as long. */
 	handle late;
@@ -70,7 +71,7 @@ struct ob_producer {
 	int64_t waiting_ms;     /* since when a change waits without progress (0: none) */
 	int waiting_outq;       /* the outstanding records then */
 	bool want_late;
-	/* main's linger.ms is shorter than LATE_LINGER_MS, and
+	/* main's linger.ms is shorter than OB_PRODCONF_LATE_LINGER_MS, and
 	 * message.timeout.ms (0 or longer than linger.ms) allows it. */
 	bool late_useful;
 	/* Records produced alone (ob_producer_send_alone), created on first
@@ -82,6 +83,8 @@ struct ob_producer {
 	void *ctx;
 	bool failed;
 	char fatal_reason[512];
+	/* kafka.message.timeout.ms, enforced here (expiry.h); 0: none. */
+	long long timeout_ms;
 	/* message.max.bytes: the largest record the client sends. */
 	size_t max_record_bytes;
 	/* Brokers whose connection is up, from the statistics callback. */
@@ -131,81 +134,6 @@ test_hook_sent(ob_producer *p, handle *h)
 	(void)h;
 }
 #endif
-
-/* outboxd's defaults, applied before the user's properties (deploy/README.md, "Configuration
- * reference"). */
-static const ob_kafka_setting default_props[] = {
-    {"partitioner", "murmur2_random"},
-    {"message.timeout.ms", "0"},
-    /* Batches come mostly from load: a record waits at most 1 ms for
-     * others, and what arrives while requests are in flight (up to 5 per
-     * broker, librdkafka's most with idempotence) forms the next batches
-     * (tests/README.md, "Latency: batches from load"). At 5,000 events/s
-     * the commit -> ack p50 went from 8 ms (linger.ms 5) to 2.6 ms at no
-     * more CPU; linger.ms 0 gave 2 ms but cost a third more CPU on a
-     * backlog, in requests of a few records each. Late records wait
-     * LATE_LINGER_MS instead (struct ob_producer's late). */
-    {"linger.ms", "1"},
-    {"compression.type", "lz4"},
-    {"statistics.interval.ms", OB_KAFKA_STATS_INTERVAL_MS},
-    /* Bound what the producer buffers: the WAL is the real buffer. */
-    {"queue.buffering.max.kbytes", "4096"},
-    {"queue.buffering.max.messages", "50000"},
-    {"client.id", "outboxd"},
-};
-
-/* The producer queue must hold the largest record the client accepts,
- * else such a record waits for room forever. Raise outboxd's default to
- * two such records; a user's explicit smaller value is an error. */
-static bool
-fit_queue_to_records(const ob_config *cfg, rd_kafka_conf_t *conf)
-{
-	long long max_bytes = ob_kafka_conf_number(conf, "message.max.bytes");
-	long long need_kb = (2 * max_bytes + 1023) / 1024;
-	char value[32];
-
-	if (ob_kafka_conf_number(conf, "queue.buffering.max.kbytes") >= need_kb)
-		return true;
-	if (ob_config_kafka_get(cfg, "queue.buffering.max.kbytes") != NULL) {
-		ob_error("invalid kafka.queue.buffering.max.kbytes: must be at least %lld to "
-			 "hold two records of kafka.message.max.bytes (%lld)",
-			 need_kb, max_bytes);
-		return false;
-	}
-	snprintf(value, sizeof(value), "%lld", need_kb);
-	return ob_kafka_conf_set(conf, "queue.buffering.max.kbytes", value);
-}
-
-/* Build the full librdkafka configuration; NULL (logged) on a bad key.
- * gapless sets enable.gapless.guarantee, after the user's properties: a
- * pipelined producer's order does not depend on them. linger_ms, when
- * not NULL, replaces linger.ms (the client for late records). */
-static rd_kafka_conf_t *
-build_conf(const ob_config *cfg, bool gapless, const char *linger_ms)
-{
-	rd_kafka_conf_t *conf = ob_kafka_conf_build(cfg, default_props, OB_ARRAY_LEN(default_props),
-						    NULL, 0, ob_kafka_pinned, ob_kafka_pinned_len);
-
-	if (conf != NULL &&
-	    (!ob_kafka_conf_set(conf, "enable.gapless.guarantee", gapless ? "true" : "false") ||
-	     (linger_ms != NULL && !ob_kafka_conf_set(conf, "linger.ms", linger_ms)) ||
-	     !fit_queue_to_records(cfg, conf))) {
-		rd_kafka_conf_destroy(conf);
-		return NULL;
-	}
-	return conf;
-}
-
-bool
-ob_producer_check_config(const ob_config *cfg)
-{
-	rd_kafka_conf_t *conf = build_conf(cfg, true, NULL);
-
-	if (conf == NULL)
-		return false;
-	rd_kafka_conf_destroy(conf);
-	return true;
-}
 
 static void
 on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -275,12 +203,38 @@ is_too_large(rd_kafka_resp_err_t err)
 	       err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
+/* The client of p that rk is. */
+static handle *
+handle_of(ob_producer *p, const rd_kafka_t *rk)
+{
+	return rk == p->main.rk ? &p->main : rk == p->late.rk ? &p->late : &p->alone;
+}
+
+/* Fail p (for reason, logged) unless it failed already, and stop the
+ * client rk at once: nothing queued on it is written any more, of any
+ * key, whatever outboxd does before it drops the producer (it may be away
+ * from the stream for a while). Records already sent may still be
+ * written: they come before anything queued behind them. */
+static void
+fail_client(ob_producer *p, rd_kafka_t *rk, const char *reason)
+{
+	if (!p->failed) {
+		p->failed = true;
+		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "%s", reason);
+		ob_error("kafka producer failed: %s", p->fatal_reason);
+	}
+	rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
 static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	ob_producer *p = opaque;
 	ob_delivery d;
+	char reason[256];
 
+	if (p->timeout_ms > 0)
+		ob_expiry_reported(&handle_of(p, rk)->expiry, ob_mono_ms());
 	/* Records purged when the producer is dropped or failed: nobody waits
 	 * for them. */
 	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
@@ -304,11 +258,9 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	(void)ob_kafka_record_view(m, d.status != OB_DELIVERED, &d.record);
 	/* A failure a fresh producer may get past fails the producer: the
 	 * relay then recreates it and reads the slot again. */
-	if (d.status == OB_DELIVERY_RETRY && !p->failed) {
-		p->failed = true;
-		snprintf(p->fatal_reason, sizeof(p->fatal_reason), "delivery failed: %s",
-			 rd_kafka_err2str(m->err));
-		ob_error("kafka producer failed: %s", p->fatal_reason);
+	if (d.status == OB_DELIVERY_RETRY) {
+		snprintf(reason, sizeof(reason), "delivery failed: %s", rd_kafka_err2str(m->err));
+		fail_client(p, rk, reason);
 	}
 	p->on_delivery(p->ctx, &d);
 }
@@ -324,8 +276,9 @@ ob_producer_library_version(void)
 static bool
 handle_start(ob_producer *p, handle *h, bool gapless)
 {
-	rd_kafka_conf_t *conf =
-	    build_conf(p->cfg, gapless, h == &p->late ? OB_STRINGIFY(LATE_LINGER_MS) : NULL);
+	rd_kafka_conf_t *conf = ob_prodconf_build(
+	    p->cfg, gapless, h == &p->late ? OB_STRINGIFY(OB_PRODCONF_LATE_LINGER_MS) : NULL,
+	    &p->timeout_ms);
 	char err[512];
 
 	if (conf == NULL)
@@ -366,6 +319,7 @@ handle_stop(handle *h)
 	rd_kafka_queue_destroy(h->main_queue);
 	rd_kafka_destroy(h->rk);
 	h->rk = NULL;
+	h->expiry = (ob_expiry){0};
 }
 
 bool
@@ -373,7 +327,6 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 		void *ctx, ob_producer **out)
 {
 	ob_producer *p = ob_xcalloc(1, sizeof(*p));
-	long long timeout_ms;
 
 	*out = NULL;
 	p->cfg = cfg;
@@ -392,11 +345,10 @@ ob_producer_new(const ob_config *cfg, ob_producer_order order, ob_delivery_fn on
 	    (size_t)ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.max.bytes");
 	p->current = &p->main;
 	p->next_switch_ms = ob_mono_ms();
-	timeout_ms = ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "message.timeout.ms");
-	p->late_useful =
-	    order == OB_PRODUCER_PIPELINED &&
-	    ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "linger.ms") < LATE_LINGER_MS &&
-	    (timeout_ms == 0 || timeout_ms > LATE_LINGER_MS);
+	p->late_useful = order == OB_PRODUCER_PIPELINED &&
+			 ob_kafka_conf_number(rd_kafka_conf(p->main.rk), "linger.ms") <
+			     OB_PRODCONF_LATE_LINGER_MS &&
+			 (p->timeout_ms == 0 || p->timeout_ms > OB_PRODCONF_LATE_LINGER_MS);
 	test_hook_arm(p);
 	*out = p;
 	return true;
@@ -556,6 +508,8 @@ send_on(ob_producer *p, handle *h, const ob_event *ev, uint64_t tag, const char 
 	error = rd_kafka_produceva(h->rk, vu, n);
 	if (error == NULL) {
 		/* librdkafka owns hdrs now. */
+		if (p->timeout_ms > 0)
+			ob_expiry_produced(&h->expiry, ob_mono_ms());
 		test_hook_sent(p, h);
 		return OB_SEND_OK;
 	}
@@ -627,7 +581,7 @@ switch_clients(ob_producer *p, ob_send_result *result)
 	}
 	ob_debug("kafka: %s records go through the client with linger.ms %s",
 		 want == &p->late ? "late" : "fresh",
-		 want == &p->late ? OB_STRINGIFY(LATE_LINGER_MS) : "as configured");
+		 want == &p->late ? OB_STRINGIFY(OB_PRODCONF_LATE_LINGER_MS) : "as configured");
 	p->current = want;
 	p->next_switch_ms = now + SWITCH_DWELL_MS;
 	return true;
@@ -674,15 +628,29 @@ awaited(const ob_producer *p)
 	return p->current->rk;
 }
 
-/* Serve the reports of the clients that are not awaited, without waiting. */
+/* Serve the reports of the clients that are not awaited, without
+ * waiting; then fail p when a client's records waited timeout_ms with none
+ * reported (expiry.h). */
 static void
-poll_other(const ob_producer *p, rd_kafka_t *busy)
+poll_other(ob_producer *p, rd_kafka_t *busy)
 {
-	const handle *all[] = {&p->main, &p->late, &p->alone};
+	handle *all[] = {&p->main, &p->late, &p->alone};
+	char reason[256];
 
 	for (size_t i = 0; i < OB_ARRAY_LEN(all); i++) {
 		if (all[i]->rk != NULL && all[i]->rk != busy)
 			rd_kafka_poll(all[i]->rk, 0);
+	}
+	for (size_t i = 0; p->timeout_ms > 0 && i < OB_ARRAY_LEN(all); i++) {
+		if (all[i]->rk == NULL ||
+		    !ob_expiry_due(&all[i]->expiry, p->timeout_ms, ob_mono_ms()))
+			continue;
+		snprintf(reason, sizeof(reason),
+			 "delivery timed out: %llu records waited kafka.message.timeout.ms (%lld "
+			 "ms) with none acknowledged",
+			 (unsigned long long)all[i]->expiry.outstanding, p->timeout_ms);
+		fail_client(p, all[i]->rk, reason);
+		all[i]->expiry.moved_ms = ob_mono_ms(); /* said once per timeout */
 	}
 }
 
@@ -745,7 +713,7 @@ bool
 ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
 		  char *detail, size_t detail_len)
 {
-	rd_kafka_conf_t *conf = build_conf(cfg, false, NULL);
+	rd_kafka_conf_t *conf = ob_prodconf_build(cfg, false, NULL, NULL);
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t err;
 	rd_kafka_t *rk;

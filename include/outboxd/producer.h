@@ -125,10 +125,6 @@ size_t ob_producer_max_record_bytes(const ob_producer *p);
 /* True while at least one broker connection is up. */
 bool ob_producer_connected(const ob_producer *p);
 
-/* Check the configuration by building (not starting) a producer config:
- * false, logged, if a property is rejected. */
-bool ob_producer_check_config(const ob_config *cfg) OB_MUST_CHECK;
-
 /* Connect to the cluster and fetch its metadata (for `check`). Writes a
  * one-line description to detail: the broker count, or the error. When
  * topic is not NULL, *topic_exists says whether the cluster has it. */

@@ -33,7 +33,8 @@ from harness import header, int_to_lsn, lsn_to_int, wait_until
 from test_faults import (PARTITIONS, RECREATED, Feed, Writer, check_delivery,
                          check_first_deliveries_in_commit_order, collect_all,
                          confirmed, emit, http_get, make_topic,
-                         nullable_outbox, probe, scrape,  # noqa: F401
+                         nullable_outbox, on_cluster, probe,
+                         scrape,  # noqa: F401
                          wait_confirmed, wait_streaming)
 
 ALONE = "alone: the broker refused the batch it was in"
@@ -955,4 +956,45 @@ def test_refused_batch_while_the_producer_queue_is_full(
     check_first_deliveries_in_commit_order(records, feed)
     wait_confirmed(pg, slot_name, pg.wal_lsn(), timeout=60)
     assert_nothing_dead_lettered(consumer, dlq, d, port)
+    assert d.running(), d.log_tail()
+
+
+def test_expired_record_never_lets_a_later_one_of_its_key_go_first(
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+    """kafka.message.timeout.ms set, every broker down: e1 of key K is
+    handed over, two seconds later e2 of K; then Postgres goes away, so
+    outboxd is away from the stream (reconnecting) when e1's time runs
+    out. The brokers come back before e2's does. librdkafka does not count
+    an expired record under its gapless guarantee: it would start a new
+    producer epoch and write e2, ahead of e1 (measured: first deliveries
+    e1, e3, e2 in 6 of 6 runs before). outboxd lets no record of its
+    producer expire inside librdkafka: it gives up on the producer itself
+    once records have waited message.timeout.ms unacknowledged, and reads
+    the slot again with a new one, so K's first deliveries keep commit
+    order: e1, e2, e3."""
+    cluster = own_cluster()
+    agg = "exp_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory({**on_cluster(
+        cluster, postgres_reconnect_max_backoff_ms="500"),
+        "kafka": {"message.timeout.ms": "4000"}})
+    wait_streaming(cluster, slot_name)
+    feed = Feed(cluster, agg, keys=1)
+    broker.cmd("down all")
+    try:
+        feed.commit(1)  # e1
+        time.sleep(2)
+        feed.commit(1)  # e2
+        time.sleep(0.5)  # handed over
+        cluster.stop("fast")
+        time.sleep(2.5)  # e1's 4 s pass, e2's do not
+    finally:
+        broker.cmd("up all")
+    time.sleep(3)
+    cluster.start()
+    wait_streaming(cluster, slot_name, 60)
+    feed.commit(1)  # e3
+    records = collect_all(consumer, topic, feed.ids, timeout=90)
+    check_delivery(records, feed.ids, exactly_once=False)
+    check_first_deliveries_in_commit_order(records, feed)
     assert d.running(), d.log_tail()
