@@ -466,6 +466,23 @@ check_marker(checker *c)
 	report(c, "slot marker", st == OB_PG_OK, "%s", detail);
 }
 
+/* Whether the missing slot was lost: its marker row is there
+ * (slotmark.h), written at since. Never on a hot standby, where the
+ * marker is not read. */
+static bool
+slot_lost(checker *c, char *since, size_t since_len)
+{
+	bool standby, marked = false;
+
+	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
+		c->query_failed = true;
+		return false;
+	}
+	if (!standby && ob_slotmark_read(c->pg, c->cfg, &marked, since, since_len) != OB_PG_OK)
+		c->query_failed = true;
+	return marked;
+}
+
 /* The slot, or whether one could be created: a temporary slot proves
  * that the output plugin loads and that a slot is free. */
 static void
@@ -474,6 +491,7 @@ check_slot(checker *c)
 	const ob_config *cfg = c->cfg;
 	const char *plugin = ob_plugin_name(cfg->pg.plugin);
 	ob_slot_info info;
+	char since[64];
 
 	if (!ob_pgrepl_slot_info(c->pg, cfg->pg.slot, &info)) {
 		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
@@ -491,10 +509,19 @@ check_slot(checker *c)
 		else
 			report(c, plugin, false, "could not create a slot: %s",
 			       slot_failure_fix(c, ob_pgsql_error_state(c->pg)));
-		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
-		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
-					   : "does not exist and postgres.create_slot is false; "
-					     "run \"outboxd slot create\"");
+		if (slot_lost(c, since, sizeof(since)))
+			report(c, "slot", false,
+			       "%s was lost: it does not exist, but outboxd created it (at %s; its "
+			       "row in %s." OB_SLOTMARK_TABLE "), and run and slot create exit 1 "
+			       "rather than start a new slot past the events committed since. "
+			       "To recover, " OB_SLOTMARK_RECOVERY,
+			       cfg->pg.slot, since, cfg->outbox.schema);
+		else
+			report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
+			       cfg->pg.create_slot
+				   ? "does not exist yet; outboxd will create it"
+				   : "does not exist and postgres.create_slot is false; "
+				     "run \"outboxd slot create\"");
 		check_marker(c);
 		free(ignored);
 		free(sql);
@@ -506,7 +533,9 @@ check_slot(checker *c)
 		   : "; postgres.plugin says otherwise: " OB_PLUGIN_SWITCH_HINT);
 	if (strcmp(info.wal_status, "lost") == 0)
 		report(c, "slot", false,
-		       "%s has been invalidated (wal_status lost); drop and recreate it and raise "
+		       "%s has been invalidated (wal_status lost), and run and slot create exit 1 "
+		       "until it is replaced (--accept-gap drops it before it creates the new "
+		       "one). To recover, " OB_SLOTMARK_RECOVERY "; and raise "
 		       "max_slot_wal_keep_size",
 		       cfg->pg.slot);
 	else

@@ -207,8 +207,9 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
 
 /* The slot is missing and the backlog is about to be published: when its
  * marker says it was lost (slotmark.h), the backlog is the operator's
- * recovery, said in the log; the marker's table must be writable before
- * any slot is made. Nothing of this on a hot standby. */
+ * recovery, said in the log (by `slot create --accept-gap` itself, which
+ * refuses a lost slot without it); the marker's table must be writable
+ * before any slot is made. Nothing of this on a hot standby. */
 static ob_pg_status
 lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
 {
@@ -223,7 +224,7 @@ lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
 	if ((st = ob_slotmark_ready(p, c->cfg)) != OB_PG_OK ||
 	    (st = ob_slotmark_read(p, c->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 		return st;
-	if (marked)
+	if (marked && !c->create_only)
 		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
 			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
 			"made; rows outside it committed since the loss are not published",

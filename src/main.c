@@ -24,6 +24,7 @@
 #include "outboxd/producer.h"
 #include "outboxd/relay.h"
 #include "outboxd/runtime.h"
+#include "outboxd/slotcreate.h"
 #include "outboxd/slotmark.h"
 
 /* Where the configuration is read from when neither -c nor OUTBOXD_CONFIG
@@ -37,7 +38,8 @@ static const char usage_text[] =
     "Usage:\n"
     "  outboxd [run]  [-c FILE] [-s KEY=VALUE]...   stream until stopped (default)\n"
     "  outboxd check  [-c FILE] [-s KEY=VALUE]...   preflight; prints every problem found\n"
-    "  outboxd slot create|drop|status [-c FILE] [-s KEY=VALUE]...\n"
+    "  outboxd slot create [--if-not-exists] [--accept-gap] [-c FILE] [-s KEY=VALUE]...\n"
+    "  outboxd slot drop|status [-c FILE] [-s KEY=VALUE]...\n"
     "  outboxd inbox  [-c FILE] [-s KEY=VALUE]...   consume Kafka into a Postgres inbox table\n"
     "  outboxd --version | --help\n"
     "\n"
@@ -47,6 +49,10 @@ static const char usage_text[] =
     "  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"
     "  -h, --help               show this help (outboxd COMMAND --help: that command's)\n"
     "  -V, --version            show the version\n"
+    "      --if-not-exists      slot create: exit 0 when a healthy slot exists already\n"
+    "      --accept-gap         slot create: replace a lost or invalidated slot, accepting\n"
+    "                           that events committed since the loss are not published\n"
+    "                           (unless outbox.backlog_where selects them)\n"
     "\n"
     "Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
 
@@ -99,13 +105,19 @@ static const struct command_help {
      "Exit codes: 0 every check passed, 2 a check failed or the configuration is\n"
      "invalid.\n"},
     {"slot", NULL,
-     "Usage: outboxd slot create [--if-not-exists] | drop | status [-c FILE] [-s KEY=VALUE]...\n"
+     "Usage: outboxd slot create [--if-not-exists] [--accept-gap] | drop | status\n"
+     "                    [-c FILE] [-s KEY=VALUE]...\n"
      "\n"
      "Manage the replication slot postgres.slot; `outboxd slot COMMAND --help` says\n"
      "more of each.\n"
-     "\n" COMMON_OPTIONS},
+     "\n" COMMON_OPTIONS
+     "      --if-not-exists      create: exit 0 when a healthy slot exists already\n"
+     "      --accept-gap         create: replace a lost or invalidated slot, accepting\n"
+     "                           that events committed since the loss are not\n"
+     "                           published (unless outbox.backlog_where selects them)\n"},
     {"slot", "create",
-     "Usage: outboxd slot create [--if-not-exists] [-c FILE] [-s KEY=VALUE]...\n"
+     "Usage: outboxd slot create [--if-not-exists] [--accept-gap] [-c FILE]\n"
+     "                           [-s KEY=VALUE]...\n"
      "\n"
      "Create the replication slot postgres.slot (with postgres.plugin), after the\n"
      "same table checks as run. Create it before the application writes events: a\n"
@@ -113,10 +125,24 @@ static const struct command_help {
      "matching rows are published first and the command exits 0 only once the broker\n"
      "acknowledged them.\n"
      "\n"
-     "      --if-not-exists      exit 0 when the slot exists already (with the\n"
-     "                           configured plugin), as pg_recvlogical does; with\n"
-     "                           postgres.slot_failover, turn its FAILOVER on\n" COMMON_OPTIONS "\n"
-     "Exit codes: 0 created (or there), 1 refused (the log says why), 2 usage or\n"
+     "A slot that was lost (missing, while its row in outboxd_slots says outboxd\n"
+     "created it: a failover, a restore or a drop) or invalidated (wal_status lost)\n"
+     "is replaced only with --accept-gap; without it the command exits 1 naming the\n"
+     "recovery, as run does, and creates nothing.\n"
+     "\n" COMMON_OPTIONS
+     "      --if-not-exists      exit 0 when a healthy slot exists already (with the\n"
+     "                           configured plugin) and leave it, as pg_recvlogical\n"
+     "                           does; with postgres.slot_failover, turn its FAILOVER\n"
+     "                           on\n"
+     "      --accept-gap         replace a lost slot, or drop and replace an\n"
+     "                           invalidated one: the new slot starts at the current\n"
+     "                           WAL position, so events committed since the loss are\n"
+     "                           not published unless outbox.backlog_where selects\n"
+     "                           them (e.g. -s \"outbox.backlog_where=created_at >\n"
+     "                           '<the time of the loss>'\")\n"
+     "\n"
+     "Exit codes: 0 created (or there, healthy, with --if-not-exists), 1 refused\n"
+     "(exists, lost or invalidated; the log says why and what to do), 2 usage or\n"
      "configuration error.\n"},
     {"slot", "drop",
      "Usage: outboxd slot drop [-c FILE] [-s KEY=VALUE]...\n"
@@ -165,6 +191,7 @@ typedef struct cli {
 	const char *subcommand;
 	bool help;
 	bool if_not_exists; /* slot create --if-not-exists */
+	bool accept_gap;    /* slot create --accept-gap */
 } cli;
 
 static int
@@ -208,13 +235,14 @@ print_help(const cli *c)
 static int
 parse_args(int argc, char **argv, cli *c)
 {
-	enum { OPT_IF_NOT_EXISTS = 256 };
+	enum { OPT_IF_NOT_EXISTS = 256, OPT_ACCEPT_GAP };
 	static const struct option longopts[] = {
 	    {"config", required_argument, NULL, 'c'},
 	    {"set", required_argument, NULL, 's'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {"if-not-exists", no_argument, NULL, OPT_IF_NOT_EXISTS},
+	    {"accept-gap", no_argument, NULL, OPT_ACCEPT_GAP},
 	    {NULL, 0, NULL, 0},
 	};
 	int opt;
@@ -237,6 +265,9 @@ parse_args(int argc, char **argv, cli *c)
 			return 0;
 		case OPT_IF_NOT_EXISTS:
 			c->if_not_exists = true;
+			break;
+		case OPT_ACCEPT_GAP:
+			c->accept_gap = true;
 			break;
 		default:
 			return usage_error("invalid option", NULL);
@@ -264,8 +295,11 @@ parse_args(int argc, char **argv, cli *c)
 		print_help(c);
 		return 0;
 	}
-	if (c->if_not_exists && (c->subcommand == NULL || strcmp(c->subcommand, "create") != 0))
-		return usage_error("--if-not-exists belongs to \"slot create\"", NULL);
+	if ((c->if_not_exists || c->accept_gap) &&
+	    (c->subcommand == NULL || strcmp(c->subcommand, "create") != 0))
+		return usage_error(c->if_not_exists ? "--if-not-exists belongs to \"slot create\""
+						    : "--accept-gap belongs to \"slot create\"",
+				   NULL);
 	return -1;
 }
 
@@ -412,46 +446,9 @@ print_failover(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
 	return true;
 }
 
-/* slot create --if-not-exists found the slot info (of the configured
- * plugin): it stays, and with postgres.slot_failover it gets FAILOVER as
- * when outboxd takes it, unless a process holds it (that process turns it
- * on when it next takes the slot). Returns the exit code. */
+/* slot drop|status (slot create: slotcreate.h). */
 static int
-keep_existing_slot(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
-{
-	bool standby;
-
-	if (!ob_pgrepl_in_recovery(pg, &standby))
-		return OB_EXIT_OPERATOR;
-	if (!ob_pgrepl_lacks_failover(pg, cfg, info, standby)) {
-		ob_info("replication slot %s exists already; nothing to do", cfg->pg.slot);
-		return OB_EXIT_OK;
-	}
-	/* PostgreSQL 17's ALTER_REPLICATION_SLOT waits for a slot in use to
-	 * be released: leave a held slot to its holder. */
-	if (info->active_pid != 0) {
-		ob_info("replication slot %s exists already, without FAILOVER; process %d holds "
-			"it, and outboxd turns FAILOVER on when it next takes the slot",
-			cfg->pg.slot, info->active_pid);
-		return OB_EXIT_OK;
-	}
-	switch (ob_pgrepl_set_failover(pg, cfg->pg.slot)) {
-	case OB_PG_OK:
-		return OB_EXIT_OK;
-	case OB_PG_STANDBY:
-		ob_info("replication slot %s exists already, without FAILOVER; another process "
-			"holds it, and outboxd turns FAILOVER on when it next takes the slot",
-			cfg->pg.slot);
-		return OB_EXIT_OK;
-	default:
-		return OB_EXIT_OPERATOR;
-	}
-}
-
-/* slot create|drop|status; with if_not_exists, create finds a slot of
- * the configured plugin there and leaves it (as pg_recvlogical does). */
-static int
-slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
+slot_command(const ob_config *cfg, const char *sub)
 {
 	ob_pgconn *pg = NULL;
 	ob_slot_info info;
@@ -459,30 +456,7 @@ slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 
 	if (ob_pgrepl_connect(cfg, &pg) != OB_PG_OK)
 		return OB_EXIT_OPERATOR;
-	if (strcmp(sub, "create") == 0 && if_not_exists) {
-		if (!ob_pgrepl_slot_info(pg, cfg->pg.slot, &info))
-			goto out;
-		if (info.exists && strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
-			ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
-				 "%s: " OB_PLUGIN_SWITCH_HINT,
-				 cfg->pg.slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
-			goto out;
-		}
-		if (info.exists) {
-			rc = keep_existing_slot(pg, cfg, &info);
-			goto out;
-		}
-	}
-	if (strcmp(sub, "create") == 0 && cfg->outbox.backlog_where[0] != '\0') {
-		ob_metrics_init(cfg->http.stall_after_ms, OB_METRICS_PUBLISHER, fixed_topic(cfg));
-		rc = ob_relay_create_slot(cfg);
-	} else if (strcmp(sub, "create") == 0) {
-		/* The table, and pgoutput's publication, which must exist
-		 * before the slot: pgoutput reads it as of each change. */
-		if (ob_check_database(pg, cfg, NULL) == OB_PG_OK &&
-		    ob_pgrepl_create_marked(pg, cfg, true) == OB_PG_OK)
-			rc = 0;
-	} else if (strcmp(sub, "drop") == 0) {
+	if (strcmp(sub, "drop") == 0) {
 		/* The slot goes by the operator's hand: its marker with it. */
 		if (ob_pgrepl_drop_slot(pg, cfg->pg.slot) && ob_slotmark_clear(pg, cfg)) {
 			ob_info("dropped replication slot %s", cfg->pg.slot);
@@ -510,7 +484,6 @@ slot_command(const ob_config *cfg, const char *sub, bool if_not_exists)
 			rc = print_failover(pg, cfg, &info) ? OB_EXIT_OK : OB_EXIT_OPERATOR;
 		}
 	}
-out:
 	ob_pgrepl_close(pg, false);
 	return rc;
 }
@@ -546,10 +519,16 @@ main(int argc, char **argv)
 		rc = run(&cfg, strcmp(c.command, "inbox") == 0);
 	} else {
 		ob_pgconnect_one_shot();
-		if (strcmp(c.command, "check") == 0)
+		if (strcmp(c.command, "check") == 0) {
 			rc = ob_check_run(&cfg, stdout);
-		else
-			rc = slot_command(&cfg, c.subcommand, c.if_not_exists);
+		} else if (strcmp(c.subcommand, "create") == 0) {
+			/* Its backlog, when it has one, counts its events. */
+			ob_metrics_init(cfg.http.stall_after_ms, OB_METRICS_PUBLISHER,
+					fixed_topic(&cfg));
+			rc = ob_slotcreate_run(&cfg, c.if_not_exists, c.accept_gap);
+		} else {
+			rc = slot_command(&cfg, c.subcommand);
+		}
 	}
 out:
 	ob_config_free(&cfg);

@@ -397,14 +397,9 @@ ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost)
 				    cfg->pg.slot);
 				return OB_PG_STANDBY;
 			}
-			ob_slotmark_log_lost(cfg, since);
+			ob_slotmark_log_lost(cfg, since, "stopping");
 			return OB_PG_FATAL;
 		}
-		if (marked)
-			ob_warn("replication slot %s was lost (outboxd created it at %s); the new "
-				"one starts at the current WAL position: events committed in "
-				"between are not published",
-				cfg->pg.slot, since);
 	}
 	st = ob_pgrepl_create_slot(p, cfg->pg.slot, cfg->pg.plugin,
 				   ob_pgrepl_failover_wanted(p, cfg, standby));
@@ -457,10 +452,9 @@ ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn
 	}
 	if (strcmp(info.wal_status, "lost") == 0) {
 		ob_error("replication slot %s has been invalidated (wal_status lost): events "
-			 "written since " OB_LSN_FMT " may be lost; drop and recreate the slot "
-			 "(\"outboxd slot drop\", then start outboxd with outbox.backlog_where = "
-			 "created_at > the time it was lost), "
-			 "and raise max_slot_wal_keep_size",
+			 "written since " OB_LSN_FMT
+			 " may be lost; stopping. To recover, " OB_SLOTMARK_RECOVERY
+			 "; and raise max_slot_wal_keep_size",
 			 slot, OB_LSN_ARGS(info.confirmed_flush));
 		return OB_PG_FATAL;
 	}

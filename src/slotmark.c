@@ -187,17 +187,17 @@ ob_slotmark_clear(ob_pgconn *p, const ob_config *cfg)
 }
 
 void
-ob_slotmark_log_lost(const ob_config *cfg, const char *since)
+ob_slotmark_log_lost(const ob_config *cfg, const char *since, const char *outcome)
 {
 	ob_error("replication slot %s does not exist, but outboxd created it (at %s; its row in "
 		 "%s." OB_SLOTMARK_TABLE "): the slot was lost (a failover to a standby without "
 		 "a copy of it, a restore, or a drop), and a new one would start at the current "
-		 "WAL position, skipping every event committed since; stopping. To recover, "
-		 "start outboxd with outbox.backlog_where selecting the outbox rows not yet "
-		 "published (for example created_at > the time of the last event consumers "
-		 "received): it publishes them, then creates the slot (deploy/README.md, "
-		 "\"Failover\"). To "
-		 "start afresh, publishing none of them: DELETE FROM %s." OB_SLOTMARK_TABLE
-		 " WHERE slot_name = '%s'",
-		 cfg->pg.slot, since, cfg->outbox.schema, cfg->outbox.schema, cfg->pg.slot);
+		 "WAL position, skipping every event committed since; %s. To recover, bring the "
+		 "slot back if a server still has it (a PostgreSQL 17+ standby whose synced copy "
+		 "is ready, promoted), or " OB_SLOTMARK_RECOVERY ". Without slot create: outboxd "
+		 "run with that outbox.backlog_where does as the first, and DELETE FROM "
+		 "%s." OB_SLOTMARK_TABLE " WHERE slot_name = '%s', then outboxd run, as the "
+		 "second",
+		 cfg->pg.slot, since, cfg->outbox.schema, outcome, cfg->outbox.schema,
+		 cfg->pg.slot);
 }

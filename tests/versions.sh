@@ -19,7 +19,9 @@
 # kill the walsender or outboxd, or take the brokers away, the backlog
 # (rows written while outboxd is down, then drained), and failover (crash
 # and promote under writes: on 17 and 18 nothing may be lost; a lost
-# slot's marker; decoding on a standby; two instances started at once).
+# slot's marker; decoding on a standby; two instances started at once),
+# and `slot create` on healthy, lost and invalidated slots (17+ makes
+# FAILOVER slots; about 20 s).
 # The versions run side by side, each with its own log in $BUILD: about
 # two and a half minutes for all three on 2 cores, against seven and a
 # half one after another.
@@ -52,6 +54,7 @@ TESTS=(
     "$IT/test_backlog.py"
     "$IT/test_faults.py"
     "$IT/test_failover.py"
+    "$IT/test_slot_create.py"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,

@@ -129,9 +129,9 @@ bool ob_pgrepl_lacks_failover(ob_pgconn *p, const ob_config *cfg, const ob_slot_
 /* Create the missing slot (with FAILOVER when ob_pgrepl_failover_wanted()
  * says so) and, on a primary, its marker (slotmark.h). A marker already
  * there says the slot was lost: OB_PG_FATAL naming the recovery, unless
- * replace_lost (`outboxd slot create`, the operator's explicit step),
- * which warns what the new slot skips. Otherwise as
- * ob_pgrepl_create_slot(). */
+ * replace_lost (`outboxd slot create --accept-gap`, the operator's
+ * explicit step, whose caller has said what the new slot skips).
+ * Otherwise as ob_pgrepl_create_slot(). */
 ob_pg_status ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost);
 
 /* Check the slot and create it if missing and create_slot is set: STANDBY

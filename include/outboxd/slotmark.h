@@ -11,7 +11,8 @@
  * table outboxd_slots in the outbox table's schema, which physical
  * replication, backups and restores carry with the rest of the database.
  * A missing slot whose row is there was lost: outboxd exits 1 naming the
- * recovery (outbox.backlog_where) rather than create it again.
+ * recovery (outbox.backlog_where) rather than create it again, and
+ * `outboxd slot create` replaces it only with --accept-gap.
  * `outboxd slot drop` deletes the row with the slot. On a hot standby
  * nothing can be written: the marker is neither read nor written there.
  *
@@ -27,6 +28,16 @@
 
 /* The marker table's name, in the outbox table's schema. */
 #define OB_SLOTMARK_TABLE "outboxd_slots"
+
+/* The ways out of a lost or invalidated slot, for the messages that
+ * refuse one: a new slot after publishing what the loss may have
+ * skipped, or a new slot that publishes none of it. */
+#define OB_SLOTMARK_RECOVERY                                                                       \
+	"publish what the loss may have skipped with outboxd slot create --accept-gap -s "         \
+	"\"outbox.backlog_where=created_at > '<the time of the loss, or of the last event "        \
+	"consumers received>'\" (it publishes the outbox rows selected, then creates the slot), "  \
+	"or start afresh, publishing none of them, with outboxd slot create --accept-gap "         \
+	"(deploy/README.md, \"Recovering from a lost or invalidated slot\")"
 
 /* Whether the slot's row exists (*marked); when it does, when it was
  * written into since (text, "" otherwise). OB_PG_RETRY (logged) when the
@@ -52,9 +63,9 @@ bool ob_slotmark_write(ob_pgconn *p, const ob_config *cfg) OB_MUST_CHECK;
 void ob_slotmark_keep(ob_pgconn *p, const ob_config *cfg);
 /* Delete the slot's row (none: nothing to do). False (logged) on failure. */
 bool ob_slotmark_clear(ob_pgconn *p, const ob_config *cfg) OB_MUST_CHECK;
-/* Log that the slot was lost (its row, written at since, is there) and
- * how to recover. */
-void ob_slotmark_log_lost(const ob_config *cfg, const char *since);
+/* Log that the slot was lost (its row, written at since, is there), what
+ * was done about it (outcome: "stopping", say) and how to recover. */
+void ob_slotmark_log_lost(const ob_config *cfg, const char *since, const char *outcome);
 /* The statements an operator runs to make the table and grant role what
  * outboxd needs of it; the caller frees. */
 char *ob_slotmark_setup_sql(const ob_config *cfg, const char *role);

@@ -148,7 +148,8 @@ def test_help_shows_usage_of_every_command():
         text = r.stdout
         assert re.search(r"(?i)usage", text), describe(r)
         for word in ("run", "check", "slot", "create", "drop", "status",
-                     "--config", "--set", "--version", "OUTBOXD_CONFIG"):
+                     "--config", "--set", "--version", "OUTBOXD_CONFIG",
+                     "--if-not-exists", "--accept-gap"):
             assert word in text, "%r missing from --help; %s" % (word,
                                                                 describe(r))
 

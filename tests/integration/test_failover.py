@@ -422,9 +422,10 @@ def test_lost_slot_is_never_replaced_silently(pg, broker, consumer,
     a new process that finds the slot gone but its row there exits 1
     naming outbox.backlog_where instead of creating a slot at a later
     position; started with backlog_where it publishes the rows the loss
-    left out. `outboxd slot create` is the operator's explicit fresh start
-    (it warns), and `outboxd slot drop` deletes the row with the slot, so
-    the next start is a first start again."""
+    left out. `outboxd slot create --accept-gap` is the operator's
+    explicit fresh start (it warns; without the flag it exits 1 and
+    creates nothing), and `outboxd slot drop` deletes the row with the
+    slot, so the next start is a first start again."""
     agg = "mark_%s" % test_id
     topic = make_topic(broker, agg)
     d = outboxd_factory()
@@ -457,6 +458,9 @@ def test_lost_slot_is_never_replaced_silently(pg, broker, consumer,
     assert fresh.stop() == 0, fresh.log_tail()
     pg.drop_slot(slot_name)
     rc, _, err = fresh.run_cmd(["slot", "create"])
+    assert rc == 1 and "--accept-gap" in err, err
+    assert pg.slot(slot_name) is None
+    rc, _, err = fresh.run_cmd(["slot", "create", "--accept-gap"])
     assert rc == 0 and "was lost" in err, err
     assert pg.slot(slot_name) is not None
 

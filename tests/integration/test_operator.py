@@ -111,12 +111,13 @@ def run_bare(args, env=None):
 
 def test_each_command_has_its_own_help():
     """`outboxd COMMAND --help` prints that command's text (check's lines,
-    what slot status prints), not the general usage; --if-not-exists
-    belongs to slot create only."""
+    what slot status prints), not the general usage; --if-not-exists and
+    --accept-gap belong to slot create only (and `slot --help` names
+    both)."""
     texts = {}
     for args, says in ((["run"], "Stream"), (["check"], "inbox tables"),
                        (["slot"], "slot COMMAND --help"),
-                       (["slot", "create"], "--if-not-exists"),
+                       (["slot", "create"], "--accept-gap"),
                        (["slot", "drop"], "backlog_where"),
                        (["slot", "status"], "retained_wal_bytes"),
                        (["inbox"], "inbox.topics")):
@@ -129,9 +130,11 @@ def test_each_command_has_its_own_help():
     assert "Exit codes: 0 every check passed" in texts["check"]
     general = run_bare(["--help"])
     assert general.returncode == 0 and general.stdout not in texts.values()
-    for args in (["check", "--if-not-exists"], ["slot", "drop", "--if-not-exists"]):
-        r = run_bare(args)
-        assert r.returncode == 2 and "--if-not-exists" in r.stderr, (args, r.stderr)
+    for flag in ("--if-not-exists", "--accept-gap"):
+        assert flag in texts["slot"] and flag in texts["slot create"], flag
+        for args in (["check", flag], ["slot", "drop", flag]):
+            r = run_bare(args)
+            assert r.returncode == 2 and flag in r.stderr, (args, r.stderr)
 
 
 def test_default_config_file(tmp_path):
