@@ -20,6 +20,7 @@
 #include "outboxd/pgconnect.h"
 #include "outboxd/prodconf.h"
 #include "outboxd/producer.h"
+#include "outboxd/recode.h"
 #include "outboxd/publication.h"
 #include "outboxd/slotmark.h"
 #include "outboxd/sqlstate.h"
@@ -104,6 +105,25 @@ check_wal_level(checker *c)
 		       "Postgres",
 		       level ? level : "unknown");
 	free(level);
+}
+
+/* Keys and text go out as UTF-8 (recode.h): wal2json's need converting. */
+static void
+check_encoding(checker *c)
+{
+	char *enc = NULL;
+
+	if (!query(c, "encoding", "SHOW server_encoding", &enc) || enc == NULL)
+		return;
+	if (strcmp(enc, "SQL_ASCII") == 0)
+		warn(c, "encoding", "SQL_ASCII declares none: text goes out as the bytes written");
+	else if (c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON &&
+		 ob_recode_need_of(enc) != OB_RECODE_NONE)
+		report(c, "encoding", ob_recode_need_of(enc) == OB_RECODE_CONVERT,
+		       "%s, wal2json's text converted to UTF-8 (else: use pgoutput)", enc);
+	else
+		report(c, "encoding", true, "%s, published as UTF-8", enc);
+	free(enc);
 }
 
 /* A partitioned outbox table, with the number of its leaf partitions
@@ -397,6 +417,7 @@ ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 
 	check_standby(&c);
 	check_wal_level(&c);
+	check_encoding(&c);
 	check_table(&c);
 	check_columns(&c);
 	check_publication(&c);

@@ -215,13 +215,15 @@ ob_pgconnect_open(const char *conninfo, bool replication, const char *applicatio
 	 * within about a minute, by TCP keepalives when the line is idle and
 	 * by tcp_user_timeout when what outboxd sends goes unacknowledged.
 	 * The session options come after conninfo, so the pinned settings
-	 * always apply. */
+	 * always apply; so does client_encoding UTF8 (recode.h), which as a
+	 * startup parameter also wins over PGCLIENTENCODING and a role's or
+	 * database's setting. */
 	char *options = session_options(conninfo);
 	/* clang-format off */
 	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
-			      "keepalives_interval", "keepalives_count", "dbname", "replication",
-			      "fallback_application_name", "options", NULL};
-	const char *values[] = {"10", "60000", "30", "10", "3", conninfo,
+			      "keepalives_interval", "keepalives_count", "dbname", "client_encoding",
+			      "replication", "fallback_application_name", "options", NULL};
+	const char *values[] = {"10", "60000", "30", "10", "3", conninfo, "UTF8",
 				replication ? "database" : "false", application_name, options, NULL};
 	/* clang-format on */
 	PGconn *conn;

@@ -515,16 +515,38 @@ pgoutput_options(const ob_config *cfg)
 			    cfg->pg.publication);
 }
 
+/* wal2json writes in the server's encoding: set up its conversion to
+ * UTF-8 (recode.h). FATAL (logged) for an encoding outboxd cannot
+ * convert. */
+static ob_pg_status
+prepare_recode(ob_pgconn *p, const ob_config *cfg)
+{
+	const char *enc = PQparameterStatus(p->conn, "server_encoding");
+
+	ob_recode_close(&p->recode);
+	if (cfg->pg.plugin != OB_PLUGIN_WAL2JSON || enc == NULL ||
+	    ob_recode_need_of(enc) == OB_RECODE_NONE || ob_recode_open(&p->recode, enc))
+		return OB_PG_OK;
+	ob_error("could not convert the database's encoding %s to UTF-8 (wal2json writes in it, "
+		 "and outboxd publishes UTF-8): use postgres.plugin = pgoutput, which PostgreSQL "
+		 "converts, or a database in UTF8",
+		 enc);
+	return OB_PG_FATAL;
+}
+
 ob_pg_status
 ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafset *tables)
 {
-	char *options = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg)
-							     : wal2json_options(p, cfg, tables);
-	char *sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
-				 cfg->pg.slot, OB_LSN_ARGS(start), options);
+	char *options, *sql;
 	PGresult *res;
-	ob_pg_status st = OB_PG_OK;
+	ob_pg_status st = prepare_recode(p, cfg);
 
+	if (st != OB_PG_OK)
+		return st;
+	options = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT ? pgoutput_options(cfg)
+						       : wal2json_options(p, cfg, tables);
+	sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
+			   cfg->pg.slot, OB_LSN_ARGS(start), options);
 	free(options);
 	res = ob_pgsql_exec(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
@@ -703,6 +725,11 @@ ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 		off += 8; /* sendTime */
 		msg->data = p->copybuf + off;
 		msg->len = (size_t)n - off;
+		if (p->recode.cd != NULL &&
+		    !ob_recode_to_utf8(&p->recode, msg->data, msg->len, &msg->data, &msg->len))
+			ob_warn("could not convert the record at " OB_LSN_FMT
+				" to UTF-8 from the database's encoding; it goes on as it came",
+				OB_LSN_ARGS(msg->data_start));
 		return OB_READ_MSG;
 	}
 	if (p->copybuf[0] == 'k' && n >= KEEPALIVE_LEN) {

@@ -53,6 +53,7 @@ ob_pgsql_close(ob_pgconn *c)
 		return;
 	if (c->copybuf != NULL)
 		PQfreemem(c->copybuf);
+	ob_recode_close(&c->recode);
 	PQfinish(c->conn);
 	free(c);
 }

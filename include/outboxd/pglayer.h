@@ -10,6 +10,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/pgsql.h"
+#include "outboxd/recode.h"
 
 /* A connection (pgsql.h), with the state of its replication stream. */
 struct ob_pgconn {
@@ -22,8 +23,9 @@ struct ob_pgconn {
 	char err_msg[256];
 
 	/* The replication stream (pgrepl.c). */
-	char *copybuf;  /* the last message from PQgetCopyData, owned */
-	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
+	char *copybuf;    /* the last message from PQgetCopyData, owned */
+	ob_recode recode; /* wal2json's text to UTF-8, when the database is not */
+	bool streaming;   /* START_REPLICATION succeeded: the COPY is open */
 	/* A warning while streaming that a publication was passed over
 	 * (PostgreSQL 18), and the notice receiver it chains to. */
 	bool pub_skipped;
