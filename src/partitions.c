@@ -113,20 +113,30 @@ read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t 
 
 /* How many of the transactions xids (read_writers()) the transaction's
  * snapshot does not see: they may have written their commit records, but
- * are not visible yet (see partitions.h). With pgoutput, so is the one
- * that updated or deleted the publication's row, which a change of its
- * options leaves as its only trace (it takes no lock it keeps). A 32-bit
- * id is widened to the full id nearest the snapshot's xmax. */
+ * are not visible yet (see partitions.h). So are those that updated or
+ * deleted a catalog row that names what the stream reads, which such a
+ * change leaves as its only trace (it takes no lock on the tables): with
+ * pgoutput the publication's row (a change of its options), with wal2json
+ * the schemas of the table and its partitions (ALTER SCHEMA … RENAME: the
+ * rows decoded after it carry the new name, which wal2json's filter of
+ * the old names drops). A 32-bit id is widened to the full id nearest the
+ * snapshot's xmax. */
 static bool
 read_unsettled(ob_pgconn *p, const ob_config *cfg, const char *xids, long *unsettled, char *err,
 	       size_t errlen)
 {
 	char *pub = ob_pgsql_quote_literal(p, cfg->pg.publication);
-	char *updater = cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
-			    ? ob_xasprintf(" UNION ALL SELECT xmax::text::bigint FROM "
-					   "pg_catalog.pg_publication WHERE pubname = %s",
-					   pub)
-			    : ob_xstrdup("");
+	char *name = ob_partitions_table_name(p, cfg);
+	char *updater =
+	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
+		? ob_xasprintf(" UNION ALL SELECT xmax::text::bigint FROM "
+			       "pg_catalog.pg_publication WHERE pubname = %s",
+			       pub)
+		: ob_xasprintf(" UNION ALL SELECT n.xmax::text::bigint FROM "
+			       "pg_catalog.pg_namespace n WHERE n.oid IN (SELECT "
+			       "c.relnamespace FROM pg_partition_tree(%s::regclass) t JOIN "
+			       "pg_catalog.pg_class c ON c.oid = t.relid)",
+			       name);
 	char *sql = ob_xasprintf(
 	    "SELECT count(*) FROM (SELECT pg_current_snapshot() AS s) snap, LATERAL ("
 	    "SELECT (pg_snapshot_xmax(s)::text::bigint + ((x - "
@@ -142,6 +152,7 @@ read_unsettled(ob_pgconn *p, const ob_config *cfg, const char *xids, long *unset
 	free(value);
 	free(sql);
 	free(updater);
+	free(name);
 	free(pub);
 	return ok;
 }
