@@ -23,7 +23,7 @@ struct ob_pgconn {
 
 	/* The replication stream (pgrepl.c). */
 	char *copybuf;  /* the last message from PQgetCopyData, owned */
-	bool streaming; /* START_REPLICATION succeeded: the COPY is open */
+	bool streaming; /* START_REPLICATION sent and not refused: the COPY is open */
 	/* A warning while streaming that a publication was passed over
 	 * (PostgreSQL 18), and the notice receiver it chains to. */
 	bool pub_skipped;
