@@ -95,7 +95,8 @@ ob_wal_status ob_wal_status_parse(const char *word);
 /* Logical replication began to wait, at since_ms (monotonic), for a
  * standby that synchronized_standby_slots names (pgwarning.h): counted in
  * outboxd_standby_waits_total. It ends with ob_metrics_standby_wait_end(),
- * when the stream moves again. */
+ * when the stream moves again, which counts as progress (no stall is
+ * counted from before it). */
 void ob_metrics_standby_wait_begin(int64_t since_ms);
 void ob_metrics_standby_wait_end(void);
 void ob_metrics_set_connected(bool postgres, bool kafka);
