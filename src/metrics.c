@@ -73,6 +73,10 @@ static struct {
 	atomic_int_fast64_t oldest_unconfirmed_us;
 	atomic_int_fast64_t slot_unread_us;
 	atomic_int failover; /* 0: not measured or not applicable; 1: not ready; 2: ready */
+	/* A standby wait: since when (stored before waiting turns true). */
+	atomic_bool standby_waiting;
+	atomic_int_fast64_t standby_since_ms;
+	atomic_uint_fast64_t standby_waits;
 	atomic_int_fast64_t slot_retained;
 	atomic_int slot_wal_status;
 
@@ -289,6 +293,21 @@ ob_metrics_failover_word(void)
 }
 
 void
+ob_metrics_standby_wait_begin(int64_t since_ms)
+{
+	atomic_store(&m.standby_since_ms, since_ms);
+	atomic_store(&m.standby_waiting, true);
+	atomic_fetch_add(&m.standby_waits, 1);
+}
+
+void
+ob_metrics_standby_wait_end(void)
+{
+	progressed(); /* the stream moves again: no stall counted from before */
+	atomic_store(&m.standby_waiting, false);
+}
+
+void
 ob_metrics_set_connected(bool postgres, bool kafka)
 {
 	atomic_store(&m.pg_connected, postgres);
@@ -371,6 +390,13 @@ ob_metrics_ready(void)
 
 	if (state == OB_READY_CONNECTING && atomic_load(&m.pg_refusal) != OB_PG_REFUSAL_NONE)
 		return OB_READY_PG_REFUSED;
+	/* Events wait then because the server withholds them: that is what
+	 * /readyz says, once the wait lasts, and not a stall. */
+	if (state == OB_READY_STREAMING && atomic_load(&m.standby_waiting))
+		return ob_mono_ms() - atomic_load(&m.standby_since_ms) >=
+			       atomic_load(&m.stall_after_ms)
+			   ? OB_READY_STANDBY_WAIT
+			   : OB_READY_STREAMING;
 	if (state == OB_READY_STREAMING && atomic_load(&m.waiting) &&
 	    ob_mono_ms() - atomic_load(&m.progress_ms) >= atomic_load(&m.stall_after_ms))
 		return OB_READY_STALLED;
@@ -393,6 +419,8 @@ ob_metrics_ready_word(ob_ready_state state)
 		return "backlog";
 	case OB_READY_STALLED:
 		return "stalled";
+	case OB_READY_STANDBY_WAIT:
+		return "waiting-for-standby";
 	case OB_READY_CONNECTING:
 	case OB_READY_STATE_COUNT:
 		break;
@@ -547,6 +575,11 @@ put_publisher(text *t)
 	put_gauge(t, "outboxd_replication_lag_bytes", "Server WAL end minus confirmed position.",
 		  wal_end > confirmed ? wal_end - confirmed : 0);
 	put_lag(t);
+	put_header(t, "outboxd_standby_waits_total", "counter",
+		   "Waits of logical replication for a standby that synchronized_standby_slots "
+		   "names.");
+	put(t, "outboxd_standby_waits_total %llu\n",
+	    (unsigned long long)atomic_load(&m.standby_waits));
 	put_header(t, "outboxd_slot_retained_wal_bytes", "gauge",
 		   "WAL the replication slot keeps on the server (bytes; 0 until read).");
 	put(t, "outboxd_slot_retained_wal_bytes %lld\n", (long long)atomic_load(&m.slot_retained));

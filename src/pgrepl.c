@@ -11,6 +11,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/pglayer.h"
+#include "outboxd/pgwarning.h"
 #include "outboxd/slotmark.h"
 #include "outboxd/sqlstate.h"
 
@@ -37,30 +38,40 @@ state_is(const PGresult *res, const char *sqlstate)
 	return state != NULL && strcmp(state, sqlstate) == 0;
 }
 
-/* Notices of a replication connection. Before PostgreSQL 18, pgoutput
- * fails with "publication ... does not exist" (SQLSTATE 42704) when the
- * publication does not exist at the position it decodes; from 18 on it
- * warns instead ("skipped loading publication", SQLSTATE 55000) and
- * decodes on without it, passing the rows of that stretch over, after
- * which the slot would be confirmed past them. A warning of either
- * SQLSTATE while streaming (its text may be translated) is kept, and
- * ob_pgrepl_read() turns it into that error before it returns anything
- * that came after it. Every notice still goes to the receiver libpq had
- * (which prints it). */
+/* Process-wide: a standby wait outlasts the connection it began on. */
+static ob_standby_wait standby_wait;
+
+/* Notices of a replication connection while streaming (pgwarning.h).
+ * Before PostgreSQL 18, pgoutput fails with "publication ... does not
+ * exist" (SQLSTATE 42704) when the publication does not exist at the
+ * position it decodes; from 18 on it warns instead ("skipped loading
+ * publication", SQLSTATE 55000) and decodes on without it, passing the
+ * rows of that stretch over, after which the slot would be confirmed past
+ * them. Such a warning is kept, and ob_pgrepl_read() turns it into that
+ * error before it returns anything that came after it. A warning that
+ * logical replication waits for a standby (17+, the same SQLSTATE) only
+ * begins a standby wait, logged by pgwarning.c at most once a minute;
+ * every other notice goes to the receiver libpq had (which prints it). */
 static void
 on_notice(void *arg, const PGresult *res)
 {
 	ob_pgconn *p = arg;
-	const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
-	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	ob_pgwarning w = {
+	    .severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED),
+	    .sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE),
+	    .source_file = PQresultErrorField(res, PG_DIAG_SOURCE_FILE),
+	    .message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY),
+	};
+	ob_pgwarning_kind kind = p->streaming ? ob_pgwarning_classify(&w) : OB_PGWARNING_OTHER;
 
-	if (p->streaming && !p->pub_skipped &&
-	    (state_is(res, OB_SQLSTATE_OBJECT_NOT_IN_PREREQUISITE) ||
-	     state_is(res, OB_SQLSTATE_UNDEFINED_OBJECT)) &&
-	    severity != NULL && strcmp(severity, "WARNING") == 0) {
+	if (kind == OB_PGWARNING_STANDBY_WAIT) {
+		ob_pgwarning_standby_wait(&standby_wait, w.message, ob_mono_ms());
+		return;
+	}
+	if (kind == OB_PGWARNING_ENDS_STREAM && !p->pub_skipped) {
 		p->pub_skipped = true;
 		snprintf(p->pub_skipped_msg, sizeof(p->pub_skipped_msg), "%s",
-			 primary ? primary : "a publication was skipped");
+			 w.message ? w.message : "a publication was skipped");
 	}
 	if (p->prev_notice != NULL)
 		p->prev_notice(NULL, res);
@@ -548,11 +559,16 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 	sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
 			   cfg->pg.slot, OB_LSN_ARGS(start), options);
 	free(options);
+	/* The stream's notices count from here: libpq hands over those that
+	 * came with the COPY's start before it returns it (on_notice()). */
+	ob_pgwarning_stream_started(&standby_wait);
+	p->streaming = true;
 	res = ob_pgsql_exec(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
 		const char *msg = ob_pgsql_keep_error(p, res);
 		const char *hint = fatal_hint(res);
 
+		p->streaming = false;
 		if (state_is(res, OB_SQLSTATE_OBJECT_IN_USE)) {
 			st = OB_PG_STANDBY; /* "replication slot ... is active for PID n" */
 			ob_debug("slot busy: %s", msg);
@@ -564,7 +580,6 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 			st = OB_PG_RETRY;
 		}
 	} else {
-		p->streaming = true;
 		if (start == 0)
 			ob_info("streaming from slot %s at its confirmed position", cfg->pg.slot);
 		else
@@ -730,6 +745,7 @@ ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 			ob_warn("could not convert the record at " OB_LSN_FMT
 				" to UTF-8 from the database's encoding; it goes on as it came",
 				OB_LSN_ARGS(msg->data_start));
+		ob_pgwarning_stream_read(&standby_wait, false, msg->wal_end);
 		return OB_READ_MSG;
 	}
 	if (p->copybuf[0] == 'k' && n >= KEEPALIVE_LEN) {
@@ -740,6 +756,7 @@ ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 		off += 8;                                    /* walEnd */
 		off += 8;                                    /* sendTime */
 		msg->reply_requested = p->copybuf[off] != 0; /* replyRequested */
+		ob_pgwarning_stream_read(&standby_wait, true, msg->wal_end);
 		return OB_READ_MSG;
 	}
 	ob_error("could not parse replication message: type '%c', %d bytes", p->copybuf[0], n);

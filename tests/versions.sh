@@ -19,9 +19,11 @@
 # kill the walsender or outboxd, or take the brokers away, the backlog
 # (rows written while outboxd is down, then drained), and failover (crash
 # and promote under writes: on 17 and 18 nothing may be lost; a lost
-# slot's marker; decoding on a standby; two instances started at once),
-# and `slot create` on healthy, lost and invalidated slots (17+ makes
-# FAILOVER slots; about 20 s).
+# slot's marker; decoding on a standby; two instances started at once; a
+# standby that synchronized_standby_slots names, down: on 17 and 18 a
+# wait, never an exit; a standby that lagged, promoted: nothing of the new
+# timeline skipped), and `slot create` on healthy, lost and invalidated
+# slots (17+ makes FAILOVER slots; about 20 s).
 # The versions run side by side, each with its own log in $BUILD: about
 # two and a half minutes for all three on 2 cores, against seven and a
 # half one after another.

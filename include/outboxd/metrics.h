@@ -18,9 +18,10 @@ typedef enum ob_ready_state {
 	OB_READY_STREAMING,
 	OB_READY_STANDBY,
 	OB_READY_KAFKA_DOWN,
-	OB_READY_PG_REFUSED, /* connecting, and Postgres refused the last attempt */
-	OB_READY_BACKLOG,    /* publishing the backlog before the slot exists */
-	OB_READY_STALLED,    /* streaming, but waiting events make no progress */
+	OB_READY_PG_REFUSED,   /* connecting, and Postgres refused the last attempt */
+	OB_READY_BACKLOG,      /* publishing the backlog before the slot exists */
+	OB_READY_STALLED,      /* streaming, but waiting events make no progress */
+	OB_READY_STANDBY_WAIT, /* streaming, but the server waits for a standby */
 	OB_READY_STATE_COUNT
 } ob_ready_state;
 
@@ -94,6 +95,13 @@ void ob_metrics_set_failover_ready(bool applies, bool ready);
 const char *ob_metrics_failover_word(void);
 /* The wal_status word of pg_replication_slots as an ob_wal_status. */
 ob_wal_status ob_wal_status_parse(const char *word);
+/* Logical replication began to wait, at since_ms (monotonic), for a
+ * standby that synchronized_standby_slots names (pgwarning.h): counted in
+ * outboxd_standby_waits_total. It ends with ob_metrics_standby_wait_end(),
+ * when the stream moves again, which counts as progress (no stall is
+ * counted from before it). */
+void ob_metrics_standby_wait_begin(int64_t since_ms);
+void ob_metrics_standby_wait_end(void);
 void ob_metrics_set_connected(bool postgres, bool kafka);
 void ob_metrics_reconnect(ob_reconnect_target target);
 void ob_metrics_set_ready(ob_ready_state state);
@@ -126,7 +134,11 @@ void ob_metrics_heartbeat(void);
 
 /* For /readyz: the state and its one-word name. While the relay is
  * connecting and the latest attempt was refused, the state is
- * OB_READY_PG_REFUSED. While it streams (or the inbox consumes) and
+ * OB_READY_PG_REFUSED. While it streams and the server waits for a
+ * standby (ob_metrics_standby_wait_begin()), the state is
+ * OB_READY_STANDBY_WAIT once the wait has lasted stall_after_ms, and
+ * OB_READY_STREAMING before (never OB_READY_STALLED). Otherwise, while it
+ * streams (or the inbox consumes) and
  * events wait (transactions received and not confirmed, outbox rows
  * committed in WAL the stream has not read, the inbox's records not
  * stored) with no event acknowledged, no position confirmed and no inbox

@@ -25,7 +25,7 @@ struct ob_pgconn {
 	/* The replication stream (pgrepl.c). */
 	char *copybuf;    /* the last message from PQgetCopyData, owned */
 	ob_recode recode; /* wal2json's text to UTF-8, when the database is not */
-	bool streaming;   /* START_REPLICATION succeeded: the COPY is open */
+	bool streaming;   /* START_REPLICATION sent and not refused: the COPY is open */
 	/* A warning while streaming that a publication was passed over
 	 * (PostgreSQL 18), and the notice receiver it chains to. */
 	bool pub_skipped;

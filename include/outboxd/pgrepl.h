@@ -164,6 +164,11 @@ ob_pg_status ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start,
 			     const ob_leafset *tables);
 
 int ob_pgrepl_socket(const ob_pgconn *p);
+/* The next message of the stream, without waiting: OB_READ_NONE when none
+ * is buffered, OB_READ_ERROR (logged) when the stream ended or a warning
+ * said a publication was passed over. A warning that the server waits for
+ * a standby (pgwarning.h) does not end it; the wait ends with the first
+ * message that shows the stream moving again. */
 ob_read_result ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg);
 /* Send a standby status update; only flush moves the slot. */
 bool ob_pgrepl_send_status(ob_pgconn *p, ob_lsn write, ob_lsn flush,

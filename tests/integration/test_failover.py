@@ -2,7 +2,8 @@
 the primary's data directory: the version matrix's servers have no
 pg_basebackup), crashed and promoted under steady writes; the slot marker
 that tells a first start from a lost slot; decoding on a standby; two
-instances started at once.
+instances started at once; a standby that synchronized_standby_slots
+names, down (a wait, never an exit).
 
 What each test asserts depends on the server's major version, never
 skipped: PostgreSQL 17+ has failover slots (nothing may be lost across a
@@ -11,7 +12,9 @@ the recovery must publish what was lost); 16+ decodes on a standby, 15
 must refuse it clearly. Every run prints its lost and duplicated counts.
 """
 
+import datetime
 import os
+import re
 import threading
 import time
 import uuid
@@ -22,8 +25,9 @@ import pytest
 import harness
 from conftest import OUTBOX_SQL
 from harness import lsn_to_int, wait_until
-from test_faults import expect_exit, id_counts, make_topic
-from test_ops import http_get
+from test_faults import (check_delivery, collect_all, confirmed, expect_exit,
+                         id_counts, make_topic, scrape, wait_confirmed)
+from test_ops import http_get, wait_http
 
 PHYSICAL_SLOT = "standby1"
 
@@ -273,6 +277,128 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
         again = outboxd_factory(pgoutput_on(standby.conninfo()))
         again.wait_log(r"streaming from slot", 30)
         assert again.stop() == 0, again.log_tail()
+
+
+# ---------------------------------------------------------------------------
+# a standby that synchronized_standby_slots waits for, down
+
+STALL_MS = 3000
+WAIT_LINE = (r"(\S+) warning: logical replication is waiting for the standby "
+             r"of replication slot %s, which the primary's "
+             r"synchronized_standby_slots names" % PHYSICAL_SLOT)
+
+
+def write_events(cluster, agg, n, per_txn=100):
+    """Commits n outbox rows of aggregate type agg, per_txn a transaction;
+    returns their ids."""
+    ids = []
+    conn = cluster.connect()
+    conn.autocommit = False
+    try:
+        for first in range(0, n, per_txn):
+            with conn, conn.cursor() as cur:
+                cur.execute(
+                    "INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+                    "event_type, payload) SELECT %s, 'k' || (g %% 7), 'e', "
+                    "jsonb_build_object('n', g) FROM generate_series(%s, %s) "
+                    "g RETURNING id::text",
+                    (agg, first, min(first + per_txn, n) - 1))
+                ids += [r[0] for r in cur.fetchall()]
+    finally:
+        conn.close()
+    return ids
+
+
+def log_age(match):
+    """Seconds since the log line whose timestamp match.group(1) holds."""
+    stamp = datetime.datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
+    return time.time() - stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("until", ["standby-back", "parameter-amended"])
+def test_standby_down_is_a_wait_never_an_exit(pair, broker, consumer,
+                                              outboxd_factory, test_id,
+                                              slot_name, until):
+    """17+: the primary's synchronized_standby_slots names the standby's
+    physical slot, and the standby stops (while outboxd streams, or before
+    it starts). The walsender then sends nothing past what the standby has
+    and warns that the slot "does not have active_pid", with SQLSTATE
+    55000, the same as 18's "skipped loading publication". outboxd took
+    every such warning for that one: it ended the stream, and after five
+    tries exited 1 advising to drop the slot, none of the events written
+    meanwhile published. Now the stream waits: outboxd keeps running,
+    /readyz says ready until http.stall_after_ms has passed since the wait
+    began, then waiting-for-standby, outboxd_standby_waits_total counts
+    one wait, and the log names the slot and the fix, never dropping the
+    slot. Once the standby streams again (or the parameter is amended and
+    reloaded) every event written meanwhile is published exactly once and
+    the slot confirms past them. 15 and 16 have no such parameter: the
+    events are published while the standby is down."""
+    primary, standby = pair
+    agg = "sbw_%s" % test_id
+    topic = make_topic(broker, agg)
+    port = harness.free_port()
+    overrides = pgoutput_on(primary.conninfo())
+    overrides["postgres"]["reconnect_max_backoff_ms"] = 200
+    overrides["http"] = {"listen": "127.0.0.1:%d" % port,
+                         "stall_after_ms": STALL_MS}
+    before = []
+    if until == "parameter-amended":
+        standby.stop()
+    d = outboxd_factory(overrides)
+    d.wait_log(r"streaming from slot", 40)
+    if until == "standby-back":
+        before = write_events(primary, agg, 200)
+        check_delivery(collect_all(consumer, topic, before), before, True)
+        standby.stop()
+    during = write_events(primary, agg, 1000)
+    written = primary.wal_lsn()
+    if major() < 17:
+        check_delivery(collect_all(consumer, topic, before + during),
+                       before + during, True)
+        wait_confirmed(primary, slot_name, written, 30)
+        assert scrape(port)["outboxd_standby_waits_total"] == 0
+        assert http_get(port, "/readyz")[1].split()[0] == "ready"
+        assert d.stop() == 0, d.log_tail()
+        return
+    line = d.wait_log(WAIT_LINE, 30)
+    ready, age = http_get(port, "/readyz"), log_age(line)
+    if age < STALL_MS / 1000.0 - 1.0:
+        # Not yet: the word it would say otherwise (kafka-down, when
+        # outboxd started during the wait and has produced nothing yet).
+        assert ready[1].split()[0] == ("ready" if before else "kafka-down"),\
+            (ready, age)
+    wait_http(port, "/readyz", 503, "waiting-for-standby", 30, daemon=d)
+    assert http_get(port, "/readyz")[1] == "waiting-for-standby\n"
+    # Waiting, not failing: no stream ends, the slot stays where it was,
+    # nothing written meanwhile is published.
+    time.sleep(3)
+    assert d.running(), d.log_tail()
+    assert scrape(port)["outboxd_standby_waits_total"] == 1
+    assert confirmed(primary, slot_name) < written
+    published = id_counts(consumer.collect([topic], 0, timeout=2, settle=1))
+    assert not set(published) & set(during), "published while withheld"
+    log = d.log_text()
+    assert "replication stream ended" not in log, d.log_tail()
+    if until == "standby-back":
+        standby.start()
+    else:
+        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
+        primary.sql("SELECT pg_reload_conf()")
+    records = collect_all(consumer, topic, before + during)
+    check_delivery(records, before + during, True)
+    wait_confirmed(primary, slot_name, written, 30)
+    d.wait_log(r"waits for no standby any more", 10)
+    wait_http(port, "/readyz", 200, "ready", 20, daemon=d)
+    assert scrape(port)["outboxd_standby_waits_total"] == 1
+    log = d.log_text()
+    assert len(re.findall(WAIT_LINE, log)) == 1, d.log_tail()
+    assert "drop the slot" not in log and "cannot get past it" not in log, \
+        d.log_tail()
+    print("standby wait pg%d (%s): %d events written while it was down, "
+          "/readyz answered %r %.1f s after the wait began, all published "
+          "once" % (major(), until, len(during), ready, age))
+    assert d.stop() == 0, d.log_tail()
 
 
 def test_check_names_each_missing_failover_setting(pg, outboxd_factory):

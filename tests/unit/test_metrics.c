@@ -98,6 +98,7 @@ test_declared_metrics(void **state)
 	    {"outboxd_slot_retained_wal_bytes", "gauge"},
 	    {"outboxd_slot_wal_status", "gauge"},
 	    {"outboxd_ready", "gauge"},
+	    {"outboxd_standby_waits_total", "counter"},
 	};
 	char *text;
 	char line[256];
