@@ -145,7 +145,8 @@ struct seq {
 	int16_t epoch;
 	int64_t next;
 	long batches; /* batches taken (not refused here) */
-	long records; /* records the mock cluster wrote */
+	long records; /* records the mock cluster wrote (those whose response
+		       * was lost taken as written) */
 	struct recent recent[RECENT_MAX];
 	int nrecent; /* batches ever kept in recent (ring position) */
 	struct seq *chain;
@@ -441,6 +442,7 @@ judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t inje
 	acc->s = s;
 	acc->slot = (int)(r - s->recent);
 	acc->base = base;
+	s->records += count; /* until its response says otherwise */
 	if ((int64_t)base + count > s->next)
 		s->next = (int64_t)base + count;
 	s->batches++;
@@ -618,8 +620,8 @@ rewrite_partition(struct rd *r, const char *topic, void *arg)
 		    rc->base != a->base || rc->fate != FATE_SENT)
 			continue;
 		rc->fate = be16s(err) == 0 ? FATE_WRITTEN : FATE_REFUSED;
-		if (rc->fate == FATE_WRITTEN)
-			a->s->records += rc->count;
+		if (rc->fate == FATE_REFUSED)
+			a->s->records -= rc->count;
 	}
 }
 

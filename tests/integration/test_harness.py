@@ -130,6 +130,43 @@ def test_mockbroker_refuses_batches_sent_behind_a_refused_one(broker, consumer):
         "records sent behind the refused one were written: %s" % written)
 
 
+def test_mockbroker_answers_a_retry_of_a_written_batch_as_a_duplicate(
+        broker, consumer):
+    """As a Kafka broker does, the test broker keeps each idempotent
+    producer's last five batches per partition and answers a retry of one
+    it already wrote DUPLICATE_SEQUENCE_NUMBER, without writing it again
+    (the producer takes that as success). Here the broker writes the batch
+    at once but answers 2.5 s later, after the producer's request timeout
+    (socket.timeout.ms 1 s): the producer sends it again. librdkafka's mock cluster alone
+    wrote it twice (the fault checker's seed 0 blamed outboxd for 321 such
+    duplicates after a broker outage)."""
+    from confluent_kafka import Producer
+    topic = "harness.dup.%d" % time.time_ns()
+    assert broker.create_topic(topic, 1) == "ok"
+    p = Producer({"bootstrap.servers": broker.bootstraps,
+                  "enable.idempotence": True, "linger.ms": 0,
+                  "socket.timeout.ms": 1000, "message.timeout.ms": 60000,
+                  "log_level": 0})
+    p.produce(topic, value=b"warm")
+    assert p.flush(20) == 0
+    before = int(broker.cmd("duplicates").split()[1])
+    reports = []
+    assert broker.cmd("rtt all 2500") == "ok"
+    try:
+        p.produce(topic, value=b"once", on_delivery=lambda e, m: reports.append(e))
+        time.sleep(1.6)  # socket.timeout.ms passed: the request is retried
+    finally:
+        broker.cmd("rtt all 0")
+    assert p.flush(30) == 0
+    assert reports == [None], reports
+    assert int(broker.cmd("duplicates").split()[1]) - before >= 1, \
+        "the producer never retried the batch"
+    written = [r["value"] for r in
+               consumer.collect([topic], 2, timeout=10, settle=1.0)]
+    assert written == [b"warm", b"once"], written
+    assert broker.cmd("producers %s" % topic) == "ok 2"
+
+
 def test_pgcluster_wal2json_and_restart(pg):
     """The cluster runs with wal_level=logical, decodes with wal2json v2,
     reports slots and survives an immediate (crash) restart."""
