@@ -36,6 +36,14 @@ typedef struct checker {
 	ob_slot_info slot;
 } checker;
 
+/* What a failure whose cause was logged ends with. */
+#define SEE_THE_LOG " (see the log)"
+
+/* `check`'s log lines, held (ob_log_hold()) so that each problem is shown
+ * once, in the table: what was logged since the last result line, which a
+ * failure ending in SEE_THE_LOG shows in place of those words. */
+static char held[1024];
+
 /* Print a result line (name, status word, detail), or log it when there
  * is no output (the relay's checks): failures as errors, warnings as
  * warnings. */
@@ -43,14 +51,24 @@ static void OB_PRINTF(4, 0)
     put_result(checker *c, const char *name, const char *status, const char *fmt, va_list ap)
 {
 	char detail[1024];
+	size_t n, see = strlen(SEE_THE_LOG);
+	bool show_held;
 
 	vsnprintf(detail, sizeof(detail), fmt, ap);
-	if (c->out != NULL)
-		fprintf(c->out, "%-20s %-4s %s\n", name, status, detail);
-	else if (strcmp(status, "FAIL") == 0)
+	n = strlen(detail);
+	if (c->out != NULL) {
+		show_held = strcmp(status, "FAIL") == 0 && held[0] != '\0' && n >= see &&
+			    strcmp(detail + n - see, SEE_THE_LOG) == 0;
+		if (show_held)
+			detail[n - see] = '\0';
+		fprintf(c->out, "%-20s %-4s %s%s%s\n", name, status, detail, show_held ? ": " : "",
+			show_held ? held : "");
+		held[0] = '\0';
+	} else if (strcmp(status, "FAIL") == 0) {
 		ob_error("%s: %s", name, detail);
-	else if (strcmp(status, "warn") == 0)
+	} else if (strcmp(status, "warn") == 0) {
 		ob_warn("%s: %s", name, detail);
+	}
 }
 
 static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
@@ -84,7 +102,7 @@ query(checker *c, const char *name, const char *sql, char **value)
 	 * SIGTERM, a statement or lock timeout) says nothing about the
 	 * database: retry rather than call it an operator error. */
 	c->query_failed = true;
-	report(c, name, false, "query failed (see the log)");
+	report(c, name, false, "query failed" SEE_THE_LOG);
 	return false;
 }
 
@@ -282,7 +300,7 @@ read_slot(checker *c)
 		return true;
 	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &c->slot)) {
 		c->query_failed = true;
-		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
+		report(c, "slot", false, "could not read pg_replication_slots" SEE_THE_LOG);
 		return false;
 	}
 	c->slot_read = true;
@@ -320,7 +338,7 @@ check_publication(checker *c)
 	 * failing with "publication does not exist"). */
 	if (ob_pgsql_connect(c->cfg, OB_PGCONN_PLAIN, &plain) != OB_PG_OK) {
 		c->query_failed = true;
-		report(c, "publication", false, "could not connect to check it (see the log)");
+		report(c, "publication", false, "could not connect to check it" SEE_THE_LOG);
 		return;
 	}
 	st = ob_publication_prepare(plain, c->cfg, c->slot.exists, c->out == NULL && c->all_ok,
@@ -374,7 +392,7 @@ check_standby(checker *c)
 
 	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
 		c->query_failed = true;
-		report(c, "hot standby", false, "query failed (see the log)");
+		report(c, "hot standby", false, "query failed" SEE_THE_LOG);
 	} else if (standby && v >= OB_STANDBY_DECODING_MIN_SERVER) {
 		report(c, "hot standby", true,
 		       "the server is a hot standby: outboxd decodes there (the publication must "
@@ -444,7 +462,7 @@ slot_failure_fix(const checker *c, const char *state)
 	if (ob_sqlstate_is(state, OB_SQLSTATE_UNDEFINED_FILE) &&
 	    c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
 		return "the server has no wal2json: install it (" OB_WAL2JSON_PACKAGE_HINT ")";
-	return "see the log";
+	return NULL;
 }
 
 /* Whether the row that marks the slot as made can be written (slotmark.h),
@@ -475,7 +493,7 @@ check_slot(checker *c)
 	ob_slot_info info;
 
 	if (!ob_pgrepl_slot_info(c->pg, cfg->pg.slot, &info)) {
-		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
+		report(c, "slot", false, "could not read pg_replication_slots" SEE_THE_LOG);
 		return;
 	}
 	if (!info.exists) {
@@ -485,11 +503,13 @@ check_slot(checker *c)
 		char *ignored = NULL;
 		bool ok = ob_pgsql_query_value(c->pg, sql, &ignored);
 
+		const char *fix = ok ? NULL : slot_failure_fix(c, ob_pgsql_error_state(c->pg));
+
 		if (ok)
 			report(c, plugin, true, "output plugin loads");
 		else
-			report(c, plugin, false, "could not create a slot: %s",
-			       slot_failure_fix(c, ob_pgsql_error_state(c->pg)));
+			report(c, plugin, false, "could not create a slot%s%s",
+			       fix != NULL ? ": " : SEE_THE_LOG, fix != NULL ? fix : "");
 		report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
 		       cfg->pg.create_slot ? "does not exist yet; outboxd will create it"
 					   : "does not exist and postgres.create_slot is false; "
@@ -528,7 +548,7 @@ check_failover(checker *c)
 
 	if (!ob_failover_read(c->pg, c->cfg, &st)) {
 		c->query_failed = true;
-		report(c, "failover", false, "query failed (see the log)");
+		report(c, "failover", false, "query failed" SEE_THE_LOG);
 		return;
 	}
 	if (st.verdict == OB_FAILOVER_NA && !c->cfg->pg.slot_failover) {
@@ -660,7 +680,7 @@ check_backlog(checker *c)
 	else if (st == OB_PG_FATAL)
 		report(c, "backlog", false, "%s", ob_backlog_error(b));
 	else
-		report(c, "backlog", false, "could not check outbox.backlog_where (see the log)");
+		report(c, "backlog", false, "could not check outbox.backlog_where" SEE_THE_LOG);
 	ob_backlog_close(b);
 }
 
@@ -711,9 +731,12 @@ ob_check_run(const ob_config *cfg, FILE *out)
 {
 	checker c = {.cfg = cfg, .out = out, .all_ok = true};
 	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
+	bool kafka_ok;
 
-	if (!ob_producer_check_config(cfg))
-		report(&c, "kafka settings", false, "a [kafka] property is invalid (see the log)");
+	ob_log_hold(held, sizeof(held));
+	kafka_ok = ob_producer_check_config(cfg);
+	if (!kafka_ok)
+		report(&c, "kafka settings", false, "a [kafka] property is invalid" SEE_THE_LOG);
 	if (cfg->inbox.topics[0] != '\0' && !cfg->publisher_set) {
 		/* A receiving service's config: no outbox to publish from. */
 		report(&c, "publisher", true,
@@ -726,7 +749,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 			report(&c, "postgres", false, "refused (%s): %s",
 			       ob_pg_refusal_name(refusal), fix);
 		else
-			report(&c, "postgres", false, "could not connect with \"%s\" (see the log)",
+			report(&c, "postgres", false, "could not connect with \"%s\"" SEE_THE_LOG,
 			       masked);
 	} else {
 		report(&c, "postgres", true, "connected with \"%s\"", masked);
@@ -741,8 +764,10 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);
 	}
-	check_broker(&c);
+	if (kafka_ok) /* else no client can be made: the line above says why */
+		check_broker(&c);
 	check_inbox(&c);
+	ob_log_hold(NULL, 0);
 	free(masked);
 	fprintf(out, "%s\n", c.all_ok ? "all checks passed" : "some checks failed");
 	return c.all_ok ? 0 : 2;

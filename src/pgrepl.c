@@ -530,8 +530,15 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 				 cfg->pg.slot, OB_LSN_ARGS(start), options);
 	PGresult *res;
 	ob_pg_status st = OB_PG_OK;
+	ob_slot_info confirmed = {0};
 
 	free(options);
+	/* The position the server starts from, to name it (the slot is
+	 * this connection's to take: nothing moves it meanwhile). */
+	if (start == 0 && !ob_pgrepl_slot_info(p, cfg->pg.slot, &confirmed)) {
+		free(sql);
+		return OB_PG_RETRY;
+	}
 	res = ob_pgsql_exec(p, sql);
 	if (PQresultStatus(res) != PGRES_COPY_BOTH) {
 		const char *msg = ob_pgsql_keep_error(p, res);
@@ -550,7 +557,8 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 	} else {
 		p->streaming = true;
 		if (start == 0)
-			ob_info("streaming from slot %s at its confirmed position", cfg->pg.slot);
+			ob_info("streaming from slot %s at its confirmed position " OB_LSN_FMT,
+				cfg->pg.slot, OB_LSN_ARGS(confirmed.confirmed_flush));
 		else
 			ob_info("streaming from slot %s at " OB_LSN_FMT
 				" (or its confirmed position, if later)",

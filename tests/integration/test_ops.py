@@ -516,6 +516,36 @@ def test_check_and_run_fail_on_wal_level_replica(broker, outboxd_factory,
         cluster.destroy()
 
 
+def test_check_reports_each_problem_once_in_its_table(broker,
+                                                      outboxd_factory,
+                                                      tmp_path):
+    """With wal_level = replica and two bad [kafka] properties, `check`
+    writes its table only: no log line on stderr beside it, each bad
+    property named once (in the kafka settings line, not again as an
+    unreachable broker), the server's refusal to make a slot shown as the
+    plugin line's cause."""
+    cluster = harness.PgCluster(str(tmp_path / "replica"),
+                                wal_level="replica").start()
+    try:
+        cluster.run_file(str(SQL_DIR / "outbox.sql"))
+        d = outboxd_factory({"postgres": {"conninfo": cluster.conninfo()},
+                             "kafka": {"bogus.one": "1", "bogus.two": "2"},
+                             "log": {"level": "info"}}, start=False)
+        rc, out, err = d.run_cmd(["check"])
+        text = "rc=%s\n%s\n--- stderr:\n%s" % (rc, out, err)
+        assert rc == EXIT_USAGE, text
+        assert err == "", text
+        for word in ("bogus.one", "bogus.two"):
+            assert sum(word in line for line in out.splitlines()) == 1, text
+        failed = {name: detail for name, _, detail in failed_checks(out)}
+        assert "bogus.one" in failed.get("kafka settings", ""), text
+        assert "kafka" not in failed, text
+        assert "wal_level" in failed, text
+        assert "wal_level" in failed.get("wal2json", ""), text
+    finally:
+        cluster.destroy()
+
+
 def test_check_fails_naming_kafka_when_broker_unreachable(pg,
                                                           outboxd_factory):
     d = outboxd_factory({"kafka": {"bootstrap.servers": "127.0.0.1:%d"
