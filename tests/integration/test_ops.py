@@ -775,7 +775,8 @@ def unit_settings(text):
 
 
 def test_systemd_unit_verifies():
-    """Type=notify (deploy/README.md, "systemd") running `outboxd run`; `systemd-analyze
+    """Type=notify (deploy/README.md, "systemd") running `outboxd run`,
+    reloaded with SIGHUP; `systemd-analyze
     verify` (where installed) complains of nothing but the binary not being
     installed at /usr/bin/outboxd."""
     path = DEPLOY_DIR / "outboxd.service"
@@ -784,6 +785,9 @@ def test_systemd_unit_verifies():
     exec_start = unit[("Service", "ExecStart")][-1].split()
     assert exec_start[0].endswith("/outboxd") and exec_start[1] == "run", \
         exec_start
+    # `systemctl reload` sends SIGHUP (test_reload.py).
+    assert unit.get(("Service", "ExecReload")) == \
+        ["/bin/kill -HUP $MAINPID"], unit
     assert ("Install", "WantedBy") in unit, unit
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
