@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import harness
-from conftest import REPO_ROOT
+from conftest import BUILD_DIR, REPO_ROOT
 from harness import free_port, header, lsn_to_int, wait_until
 from test_cli import (EXIT_USAGE, closed_port_conninfo, describe,
                       run_outboxd, wait_slot_active, write_config)
@@ -594,6 +594,22 @@ def test_sql_files_and_least_privilege_role_stream(pg, broker, consumer,
     assert d.stop() == 0, d.log_tail()
 
 
+def test_examples_run_twice_beside_the_applications_orders_table(pg,
+                                                                  test_id):
+    """sql/examples.sql on a database that has an `orders` table of its
+    own (another shape): it runs to the end, twice, writing each run's
+    events, and leaves the application's table alone."""
+    db = fresh_db(pg, "ops_examples_%s" % test_id)
+    pg.sql("CREATE TABLE public.orders (id bigint PRIMARY KEY, note text)",
+           dbname=db)
+    for run in (1, 2):
+        pg.run_file(str(SQL_DIR / "examples.sql"), dbname=db)
+        kept = pg.sql("SELECT event_type FROM public.outbox ORDER BY seq",
+                      dbname=db)
+        assert kept == [("order-archived",)] * run, kept
+    assert pg.sql("SELECT count(*) FROM public.orders", dbname=db) == [(0,)]
+
+
 # ---------------------------------------------------------------------------
 # README configuration reference vs. src/config.c
 
@@ -772,6 +788,28 @@ def unit_settings(text):
         assert sep and section, "bad unit line %r" % line
         out.setdefault((section, key.strip()), []).append(value.strip())
     return out
+
+
+def test_man_pages_name_files_meson_installs():
+    """Every /usr/share/outboxd path the man pages name is a file `meson
+    install` installs there (with --prefix=/usr), and every SQL file of
+    sql/ is installed (meson introspect of the build under test)."""
+    r = subprocess.run(["meson", "introspect", str(BUILD_DIR), "--installed"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, describe(r)
+    installed = {re.sub(r"^.*?/share/", "/usr/share/", dest): src
+                 for src, dest in json.loads(r.stdout).items()}
+    pages = "".join((DEPLOY_DIR / name).read_text()
+                    for name in ("outboxd.1", "outboxd.ini.5"))
+    named = set(re.findall(r"/usr/share/outboxd/[\w./]*\w", pages))
+    assert "/usr/share/outboxd/outboxd.ini" in named, named
+    for path in named:  # a file, or a folder files are installed in
+        assert path in installed or any(p.startswith(path + "/")
+                                        for p in installed), \
+            (path, sorted(installed))
+    for sql in SQL_DIR.glob("*.sql"):
+        assert installed.get("/usr/share/outboxd/sql/" + sql.name) == \
+            str(sql), (sql, sorted(installed))
 
 
 def test_systemd_unit_verifies():
