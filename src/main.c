@@ -59,6 +59,7 @@ static const char usage_text[] =
 	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s " example "\n"                   \
 	"  -h, --help               show this help\n"
 #define COMMON_OPTIONS COMMON_OPTIONS_FOR("postgres.slot=orders")
+#define INBOX_OPTIONS  COMMON_OPTIONS_FOR("inbox.topics=orders")
 
 /* The help of each command: `outboxd COMMAND --help`. */
 static const struct command_help {
@@ -157,10 +158,9 @@ static const struct command_help {
      "SIGTERM or SIGINT (sql/inbox.sql makes the tables, sql/inbox_role.sql the\n"
      "role). Serves /metrics, /healthz and /readyz on http.listen. SIGHUP reads the\n"
      "configuration again, as for run.\n"
-     "\n" COMMON_OPTIONS_FOR("inbox.topics=orders") "\n"
-						    "Exit codes: 0 stopped by a signal, 1 needs an "
-						    "operator (the last log line says\n"
-						    "why), 2 usage or configuration error.\n"},
+     "\n" INBOX_OPTIONS "\n"
+     "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
+     "why), 2 usage or configuration error.\n"},
 };
 
 typedef struct cli {
@@ -250,7 +250,6 @@ parse_args(int argc, char **argv, cli *c)
 			return usage_error("option needs a value:", argv[optind - 1]);
 		default: {
 			char short_opt[3] = {'-', (char)optopt, '\0'};
-
 			bool long_opt = strncmp(argv[optind - 1], "--", 2) == 0;
 
 			return usage_error("invalid option",
