@@ -450,7 +450,8 @@ check_replication(checker *c)
 }
 
 /* What to do about a temporary slot the server would not create, by its
- * SQLSTATE: the cause, not every possible one. */
+ * SQLSTATE: the cause, not every possible one; NULL when it is none of
+ * those (the server's message says it). */
 static const char *
 slot_failure_fix(const checker *c, const char *state)
 {
@@ -502,7 +503,6 @@ check_slot(checker *c)
 					 (int)getpid(), plugin);
 		char *ignored = NULL;
 		bool ok = ob_pgsql_query_value(c->pg, sql, &ignored);
-
 		const char *fix = ok ? NULL : slot_failure_fix(c, ob_pgsql_error_state(c->pg));
 
 		if (ok)
