@@ -48,6 +48,22 @@ def section_text(markdown, title):
     return lines[start:end]
 
 
+# The files `meson install` puts under /usr/share/outboxd (meson.build,
+# with --prefix=/usr): a man page names them where they are installed, not
+# where they are in the source tree.
+INSTALLED = [(re.compile(r"^(\.\./)?sql/(?=[^/]+$)"), "/usr/share/outboxd/sql/"),
+             (re.compile(r"^deploy/outboxd\.ini$"),
+              "/usr/share/outboxd/outboxd.ini")]
+
+
+def installed(path):
+    """path (a `code` span) as installed, when it names a shipped file
+    (a folder alone is left as it is)."""
+    for pattern, where in INSTALLED:
+        path = pattern.sub(where, path)
+    return path
+
+
 def escape(text):
     return text.replace("\\", "\\e").replace("-", "\\-")
 
@@ -59,7 +75,7 @@ def inline(text):
     out = []
     for i, part in enumerate(re.split(r"(`[^`]*`|\*\*[^*]+\*\*)", text)):
         if part.startswith("`") and part.endswith("`") and len(part) > 1:
-            out.append("\\fB" + escape(part[1:-1]) + "\\fR")
+            out.append("\\fB" + escape(installed(part[1:-1])) + "\\fR")
         elif part.startswith("**") and part.endswith("**"):
             out.append("\\fB" + escape(part[2:-2]) + "\\fR")
         else:
@@ -158,8 +174,9 @@ def page(name, spec, markdown):
     out += [".fi", ".SH DESCRIPTION"]
     out += render(body)
     out += [".SH SEE ALSO", spec["see_also"] + ",",
-            "and deploy/README.md, sql/README.md and tests/README.md "
-            "in outboxd's source tree."]
+            "/usr/share/outboxd/sql/README.md (the database side),",
+            "and deploy/README.md and tests/README.md in outboxd's source "
+            "tree."]
     return "\n".join(out) + "\n"
 
 

@@ -6,7 +6,10 @@
 --     psql -v ON_ERROR_STOP=1 -d app \
 --          -f sql/outbox.sql -f sql/role.sql -f sql/examples.sql
 --
--- It may be run again and again; every run writes new events. With outboxd
+-- It may be run again and again, also on a database that has an "orders"
+-- table of its own: the examples' table is in a schema of their own,
+-- outbox_examples, made before any event is written. Every run writes new
+-- events. With outboxd
 -- streaming, each event below becomes one Kafka record on topic
 -- "outbox.event.order" (default topic template outbox.event.{aggregate_type}).
 --
@@ -28,8 +31,11 @@
 
 \set ON_ERROR_STOP 1
 
--- The domain table of the examples: a minimal "orders" aggregate.
-CREATE TABLE IF NOT EXISTS public.orders (
+-- The domain table of the examples: a minimal "orders" aggregate, in a
+-- schema of its own so as not to meet the application's tables. Drop it
+-- with DROP SCHEMA outbox_examples CASCADE.
+CREATE SCHEMA IF NOT EXISTS outbox_examples;
+CREATE TABLE IF NOT EXISTS outbox_examples.orders (
     id          uuid          PRIMARY KEY DEFAULT gen_random_uuid(),
     customer_id text          NOT NULL,
     status      text          NOT NULL DEFAULT 'created',
@@ -110,7 +116,7 @@ SELECT pg_logical_emit_message(
 -- insert-then-delete (a)...
 
 BEGIN;
-INSERT INTO public.orders (customer_id, total)
+INSERT INTO outbox_examples.orders (customer_id, total)
 VALUES ('c-42', 99.90)
 RETURNING id AS order_id \gset
 INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, headers)
@@ -119,7 +125,7 @@ SELECT 'order', o.id::text, 'created',
                           'status', o.status, 'total', o.total),
        jsonb_build_object('traceparent',
                           '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')
-FROM public.orders o
+FROM outbox_examples.orders o
 WHERE o.id = :'order_id'
 RETURNING id AS event_id \gset
 DELETE FROM public.outbox WHERE id = :'event_id';
@@ -130,7 +136,7 @@ COMMIT;
 -- consumer sees "created" before "paid".
 
 BEGIN;
-UPDATE public.orders
+UPDATE outbox_examples.orders
    SET status = 'paid', updated_at = now()
  WHERE id = :'order_id';
 SELECT pg_logical_emit_message(
@@ -145,14 +151,14 @@ SELECT pg_logical_emit_message(
                                             'paid_at', o.updated_at)
     )::text
 ) AS message_lsn
-FROM public.orders o
+FROM outbox_examples.orders o
 WHERE o.id = :'order_id';
 COMMIT;
 
 -- A transaction that rolls back publishes nothing, whichever form it used.
 
 BEGIN;
-UPDATE public.orders SET status = 'cancelled', updated_at = now()
+UPDATE outbox_examples.orders SET status = 'cancelled', updated_at = now()
  WHERE id = :'order_id';
 INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
 VALUES ('order', :'order_id', 'cancelled', '{}');

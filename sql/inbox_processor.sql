@@ -2,9 +2,16 @@
 -- `outboxd inbox` fills (sql/inbox.sql). Any number of processes may run
 -- this at once: SKIP LOCKED hands each row to one of them.
 --
+-- The order: seq, the order outboxd stored the rows in, which gives each
+-- key's events in the order the publisher committed them (sql/README.md,
+-- "The order of the inbox"). With several processors at once, SKIP LOCKED
+-- may hand two events of one key to two of them; where a key's events
+-- must be handled one after the other, let one processor handle each key
+-- (below).
+--
 -- One round, in one transaction:
 --
---   1. take a batch of unprocessed rows, oldest first, locking them;
+--   1. take a batch of unprocessed rows in seq order, locking them;
 --   2. handle each row in the application (in this same transaction when
 --      the handler writes to this database: then the effect and the
 --      "processed" mark commit together, exactly once);
@@ -19,12 +26,14 @@ BEGIN;
 
 -- 1. A batch of at most 100 rows (the partial index inbox_unprocessed
 --    serves this query).
-SELECT id, topic, key, type, payload, payload_raw, headers, received_at
+SELECT seq, id, topic, key, type, payload, payload_raw, headers, received_at
 FROM public.inbox
 WHERE processed_at IS NULL AND error IS NULL
-ORDER BY received_at
+ORDER BY seq
 LIMIT 100
 FOR UPDATE SKIP LOCKED;
+-- With N processors that must keep each key's order, processor i (0 to
+-- N-1) adds to the WHERE clause: AND abs(hashtext(coalesce(key, ''))::bigint) % N = i
 
 -- 3a. A row handled: (application code passes the id as a parameter)
 --     UPDATE public.inbox SET processed_at = now() WHERE id = $1;
@@ -36,7 +45,7 @@ FOR UPDATE SKIP LOCKED;
 WITH batch AS (
     SELECT id FROM public.inbox
     WHERE processed_at IS NULL AND error IS NULL
-    ORDER BY received_at
+    ORDER BY seq
     LIMIT 100
     FOR UPDATE SKIP LOCKED)
 UPDATE public.inbox i SET processed_at = now()

@@ -2,19 +2,18 @@
  * check.c: preflight checks of the database, the slot and the broker.
  *
  * A check fills a result line (ok or not, and a detail naming the fix) and
- * report() prints or logs it. The database checks are shared with the
+ * ob_checker_report() prints or logs it. The database checks are shared with the
  * relay, which runs them on every connection before streaming.
  */
 #include "outboxd/check.h"
+#include "outboxd/checker.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "outboxd/backlog.h"
 #include "outboxd/backlogsql.h"
-#include "outboxd/failover.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
@@ -22,40 +21,43 @@
 #include "outboxd/producer.h"
 #include "outboxd/recode.h"
 #include "outboxd/publication.h"
-#include "outboxd/slotmark.h"
-#include "outboxd/sqlstate.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
 
-typedef struct checker {
-	ob_pgconn *pg;
-	const ob_config *cfg;
-	FILE *out; /* print every result here, or log failures when NULL */
-	bool all_ok;
-	bool query_failed; /* a query failed: the answer is unknown, not no */
-	char *table_oid;   /* set by check_table when the table exists */
-	bool slot_read;    /* slot holds the slot's state (read_slot) */
-	ob_slot_info slot;
-} checker;
+/* `check`'s log lines, held (ob_log_hold()) so that each problem is shown
+ * once, in the table: what was logged since the last result line, which a
+ * failure ending in OB_CHECK_SEE_THE_LOG shows in place of those words. */
+static char held[1024];
 
 /* Print a result line (name, status word, detail), or log it when there
  * is no output (the relay's checks): failures as errors, warnings as
  * warnings. */
 static void OB_PRINTF(4, 0)
-    put_result(checker *c, const char *name, const char *status, const char *fmt, va_list ap)
+    put_result(ob_checker *c, const char *name, const char *status, const char *fmt, va_list ap)
 {
 	char detail[1024];
+	size_t n, see = strlen(OB_CHECK_SEE_THE_LOG);
+	bool show_held;
 
 	vsnprintf(detail, sizeof(detail), fmt, ap);
-	if (c->out != NULL)
-		fprintf(c->out, "%-20s %-4s %s\n", name, status, detail);
-	else if (strcmp(status, "FAIL") == 0)
+	n = strlen(detail);
+	if (c->out != NULL) {
+		show_held = strcmp(status, "FAIL") == 0 && held[0] != '\0' && n >= see &&
+			    strcmp(detail + n - see, OB_CHECK_SEE_THE_LOG) == 0;
+		if (show_held)
+			detail[n - see] = '\0';
+		fprintf(c->out, "%-20s %-4s %s%s%s\n", name, status, detail, show_held ? ": " : "",
+			show_held ? held : "");
+		held[0] = '\0';
+	} else if (strcmp(status, "FAIL") == 0) {
 		ob_error("%s: %s", name, detail);
-	else if (strcmp(status, "warn") == 0)
+	} else if (strcmp(status, "warn") == 0) {
 		ob_warn("%s: %s", name, detail);
+	}
 }
 
-static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const char *fmt, ...)
+void
+ob_checker_report(ob_checker *c, const char *name, bool ok, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -66,8 +68,8 @@ static void OB_PRINTF(4, 5) report(checker *c, const char *name, bool ok, const 
 	va_end(ap);
 }
 
-/* A result that passes but costs something the operator should choose. */
-static void OB_PRINTF(3, 4) warn(checker *c, const char *name, const char *fmt, ...)
+void
+ob_checker_warn(ob_checker *c, const char *name, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -76,9 +78,8 @@ static void OB_PRINTF(3, 4) warn(checker *c, const char *name, const char *fmt, 
 	va_end(ap);
 }
 
-/* Run a query for one value; a failed query is a failed check. */
-static bool
-query(checker *c, const char *name, const char *sql, char **value)
+bool
+ob_checker_query(ob_checker *c, const char *name, const char *sql, char **value)
 {
 	if (ob_pgsql_query_value(c->pg, sql, value))
 		return true;
@@ -86,64 +87,68 @@ query(checker *c, const char *name, const char *sql, char **value)
 	 * SIGTERM, a statement or lock timeout) says nothing about the
 	 * database: retry rather than call it an operator error. */
 	c->query_failed = true;
-	report(c, name, false, "query failed (see the log)");
+	ob_checker_report(c, name, false, "query failed" OB_CHECK_SEE_THE_LOG);
 	return false;
 }
 
 static void
-check_wal_level(checker *c)
+check_wal_level(ob_checker *c)
 {
 	char *level = NULL;
 
-	if (!query(c, "wal_level", "SHOW wal_level", &level))
+	if (!ob_checker_query(c, "wal_level", "SHOW wal_level", &level))
 		return;
 	if (level != NULL && strcmp(level, "logical") == 0)
-		report(c, "wal_level", true, "logical");
+		ob_checker_report(c, "wal_level", true, "logical");
 	else
-		report(c, "wal_level", false,
-		       "wal_level is %s; set wal_level = logical in postgresql.conf and restart "
-		       "Postgres",
-		       level ? level : "unknown");
+		ob_checker_report(
+		    c, "wal_level", false,
+		    "wal_level is %s; set wal_level = logical in postgresql.conf and restart "
+		    "Postgres",
+		    level ? level : "unknown");
 	free(level);
 }
 
 /* Keys and text go out as UTF-8 (recode.h): wal2json's need converting. */
 static void
-check_encoding(checker *c)
+check_encoding(ob_checker *c)
 {
 	char *enc = NULL;
 
-	if (!query(c, "encoding", "SHOW server_encoding", &enc) || enc == NULL)
+	if (!ob_checker_query(c, "encoding", "SHOW server_encoding", &enc) || enc == NULL)
 		return;
 	if (strcmp(enc, "SQL_ASCII") == 0)
-		warn(c, "encoding", "SQL_ASCII declares none: text goes out as the bytes written");
+		ob_checker_warn(c, "encoding",
+				"SQL_ASCII declares none: text goes out as the bytes written");
 	else if (c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON &&
 		 ob_recode_need_of(enc) != OB_RECODE_NONE)
-		report(c, "encoding", ob_recode_need_of(enc) == OB_RECODE_CONVERT,
-		       "%s, wal2json's text converted to UTF-8 (else: use pgoutput)", enc);
+		ob_checker_report(c, "encoding", ob_recode_need_of(enc) == OB_RECODE_CONVERT,
+				  "%s, wal2json's text converted to UTF-8 (else: use pgoutput)",
+				  enc);
 	else
-		report(c, "encoding", true, "%s, published as UTF-8", enc);
+		ob_checker_report(c, "encoding", true, "%s, published as UTF-8", enc);
 	free(enc);
 }
 
 /* A partitioned outbox table, with the number of its leaf partitions
  * (sql/README.md, "Partitioned outbox tables"). */
 static void
-report_partitions(checker *c)
+report_partitions(ob_checker *c)
 {
 	char *sql = ob_xasprintf(
 	    "SELECT count(*) FROM pg_partition_tree(%s::oid::regclass) WHERE isleaf", c->table_oid);
 	char *count = NULL;
 
-	if (query(c, "outbox table", sql, &count))
-		report(c, "outbox table", true, "%s.%s (partitioned, %s partitions)",
-		       c->cfg->outbox.schema, c->cfg->outbox.table_name, count ? count : "0");
+	if (ob_checker_query(c, "outbox table", sql, &count))
+		ob_checker_report(c, "outbox table", true, "%s.%s (partitioned, %s partitions)",
+				  c->cfg->outbox.schema, c->cfg->outbox.table_name,
+				  count ? count : "0");
 	free(count);
 	free(sql);
 }
 
 static void
-check_table(checker *c)
+check_table(ob_checker *c)
 {
 	const ob_config *cfg = c->cfg;
 	char *schema = ob_pgsql_quote_literal(c->pg, cfg->outbox.schema);
@@ -155,26 +160,27 @@ check_table(checker *c)
 			 schema, table);
 	char *row = NULL;
 
-	if (query(c, "outbox table", sql, &row)) {
+	if (ob_checker_query(c, "outbox table", sql, &row)) {
 		char *comma = row ? strchr(row, ',') : NULL;
 
 		if (comma == NULL) {
-			report(c, "outbox table", false,
-			       "table %s.%s does not exist; create it (sql/outbox.sql) or set "
-			       "outbox.table%s",
-			       cfg->outbox.schema, cfg->outbox.table_name,
-			       strchr(cfg->outbox.table, '"') != NULL
-				   ? " (its names are taken as written, case kept: write them "
-				     "without SQL quotes)"
-				   : "");
+			ob_checker_report(
+			    c, "outbox table", false,
+			    "table %s.%s does not exist; create it (sql/outbox.sql) or set "
+			    "outbox.table%s",
+			    cfg->outbox.schema, cfg->outbox.table_name,
+			    strchr(cfg->outbox.table, '"') != NULL
+				? " (its names are taken as written, case kept: write them "
+				  "without SQL quotes)"
+				: "");
 		} else {
 			*comma = '\0';
 			c->table_oid = ob_xstrdup(row);
 			if (comma[1] == 'p')
 				report_partitions(c);
 			else
-				report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
-				       cfg->outbox.table_name);
+				ob_checker_report(c, "outbox table", true, "%s.%s",
+						  cfg->outbox.schema, cfg->outbox.table_name);
 		}
 	}
 	free(row);
@@ -241,12 +247,12 @@ note_mapped(const ob_config *cfg, const char *columns, bool in, char *list, size
  * GENERATED ... STORED ones with generated; false (reported) when the query
  * failed. */
 static bool
-read_columns(checker *c, bool generated, char **columns)
+read_columns(ob_checker *c, bool generated, char **columns)
 {
 	char *sql = ob_xasprintf("SELECT string_agg(attname, ',') FROM pg_attribute WHERE "
 				 "attrelid = %s AND attnum > 0 AND NOT attisdropped%s",
 				 c->table_oid, generated ? " AND attgenerated <> ''" : "");
-	bool ok = query(c, "outbox columns", sql, columns);
+	bool ok = ob_checker_query(c, "outbox columns", sql, columns);
 
 	free(sql);
 	return ok;
@@ -258,7 +264,7 @@ read_columns(checker *c, bool generated, char **columns)
  * neither sets nor reads, so it refuses them there too), where wal2json
  * does, so the two decoders would publish the same rows differently. */
 static void
-check_columns(checker *c)
+check_columns(ob_checker *c)
 {
 	const ob_config *cfg = c->cfg;
 	char missing[512] = "", generated[512] = "";
@@ -276,44 +282,30 @@ check_columns(checker *c)
 		note_mapped(cfg, gen, true, generated, sizeof(generated));
 	}
 	if (missing[0] != '\0')
-		report(c, "outbox columns", false,
-		       "%s.%s has no column %s; add the column or change the [outbox] mapping",
-		       cfg->outbox.schema, cfg->outbox.table_name, missing);
+		ob_checker_report(
+		    c, "outbox columns", false,
+		    "%s.%s has no column %s; add the column or change the [outbox] mapping",
+		    cfg->outbox.schema, cfg->outbox.table_name, missing);
 	else if (generated[0] != '\0')
-		report(c, "outbox columns", false,
-		       "%s.%s: mapped column %s %s GENERATED ALWAYS AS (...) STORED, which "
-		       "postgres.plugin = pgoutput does not send, so its rows would not be "
-		       "published as wal2json publishes them; make it a plain column filled by the "
-		       "application or a trigger, or set postgres.plugin = wal2json",
-		       cfg->outbox.schema, cfg->outbox.table_name, generated,
-		       strchr(generated, ',') != NULL ? "are" : "is");
+		ob_checker_report(
+		    c, "outbox columns", false,
+		    "%s.%s: mapped column %s %s GENERATED ALWAYS AS (...) STORED, which "
+		    "postgres.plugin = pgoutput does not send, so its rows would not be "
+		    "published as wal2json publishes them; make it a plain column filled by the "
+		    "application or a trigger, or set postgres.plugin = wal2json",
+		    cfg->outbox.schema, cfg->outbox.table_name, generated,
+		    strchr(generated, ',') != NULL ? "are" : "is");
 	else
-		report(c, "outbox columns", true, "%s", columns ? columns : "");
+		ob_checker_report(c, "outbox columns", true, "%s", columns ? columns : "");
 out:
 	free(gen);
 	free(columns);
 }
 
-/* Read the slot's state into c->slot, once; false (reported) when the
- * query failed. */
-static bool
-read_slot(checker *c)
-{
-	if (c->slot_read)
-		return true;
-	if (!ob_pgrepl_slot_info(c->pg, c->cfg->pg.slot, &c->slot)) {
-		c->query_failed = true;
-		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
-		return false;
-	}
-	c->slot_read = true;
-	return true;
-}
-
 /* pgoutput's server version and publication; without out (the relay) a
  * missing publication is created, unless an earlier check failed. */
 static void
-check_publication(checker *c)
+check_publication(ob_checker *c)
 {
 	int v = ob_pgsql_server_version(c->pg);
 	char detail[1024];
@@ -323,13 +315,14 @@ check_publication(checker *c)
 	if (c->cfg->pg.plugin != OB_PLUGIN_PGOUTPUT || c->table_oid == NULL)
 		return;
 	if (v < OB_PGOUTPUT_MIN_SERVER) {
-		report(c, "pgoutput", false,
-		       "the server is %d.%d; postgres.plugin = pgoutput needs PostgreSQL 14 or "
-		       "later (logical messages): use wal2json",
-		       v / 10000, v % 10000);
+		ob_checker_report(
+		    c, "pgoutput", false,
+		    "the server is %d.%d; postgres.plugin = pgoutput needs PostgreSQL 14 or "
+		    "later (logical messages): use wal2json",
+		    v / 10000, v % 10000);
 		return;
 	}
-	if (!read_slot(c))
+	if (!ob_checker_read_slot(c))
 		return;
 	/* A slot of the other plugin is the slot check's to name. */
 	if (c->slot.exists && strcmp(c->slot.plugin, "pgoutput") != 0)
@@ -341,7 +334,8 @@ check_publication(checker *c)
 	 * failing with "publication does not exist"). */
 	if (ob_pgsql_connect(c->cfg, OB_PGCONN_PLAIN, &plain) != OB_PG_OK) {
 		c->query_failed = true;
-		report(c, "publication", false, "could not connect to check it (see the log)");
+		ob_checker_report(c, "publication", false,
+				  "could not connect to check it" OB_CHECK_SEE_THE_LOG);
 		return;
 	}
 	st = ob_publication_prepare(plain, c->cfg, c->slot.exists, c->out == NULL && c->all_ok,
@@ -349,7 +343,7 @@ check_publication(checker *c)
 	ob_pgsql_close(plain);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
-	report(c, "publication", st == OB_PG_OK, "%s", detail);
+	ob_checker_report(c, "publication", st == OB_PG_OK, "%s", detail);
 }
 
 /* Whether the role may SELECT the outbox table, which the backlog reads.
@@ -357,19 +351,20 @@ check_publication(checker *c)
  * backlog is about to be read (backlog_where is set and the slot does not
  * exist yet): the stream itself reads no row of the table. */
 static void
-check_select(checker *c)
+check_select(ob_checker *c)
 {
 	const ob_config *cfg = c->cfg;
 	char *schema, *table, *sql, *grant = NULL;
 	char detail[1024];
 
-	if (c->table_oid == NULL || (c->out == NULL && (cfg->outbox.backlog_where[0] == '\0' ||
-							!read_slot(c) || c->slot.exists)))
+	if (c->table_oid == NULL ||
+	    (c->out == NULL &&
+	     (cfg->outbox.backlog_where[0] == '\0' || !ob_checker_read_slot(c) || c->slot.exists)))
 		return;
 	schema = ob_pgsql_quote_literal(c->pg, cfg->outbox.schema);
 	table = ob_pgsql_quote_literal(c->pg, cfg->outbox.table_name);
 	sql = ob_backlogsql_grant_query(schema, table);
-	if (query(c, "table privilege", sql, &grant)) {
+	if (ob_checker_query(c, "table privilege", sql, &grant)) {
 		if (grant == NULL)
 			snprintf(detail, sizeof(detail), "%s.%s no longer exists",
 				 cfg->outbox.schema, cfg->outbox.table_name);
@@ -377,7 +372,8 @@ check_select(checker *c)
 			snprintf(detail, sizeof(detail), "SELECT granted");
 		else
 			ob_backlogsql_select_denied(cfg, grant, detail, sizeof(detail));
-		report(c, "table privilege", grant != NULL && grant[0] == '\0', "%s", detail);
+		ob_checker_report(c, "table privilege", grant != NULL && grant[0] == '\0', "%s",
+				  detail);
 	}
 	free(grant);
 	free(sql);
@@ -388,20 +384,21 @@ check_select(checker *c)
 /* A hot standby decodes from PostgreSQL 16 on; reported only when the
  * server is one. */
 static void
-check_standby(checker *c)
+check_standby(ob_checker *c)
 {
 	int v = ob_pgsql_server_version(c->pg);
 	bool standby;
 
 	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
 		c->query_failed = true;
-		report(c, "hot standby", false, "query failed (see the log)");
+		ob_checker_report(c, "hot standby", false, "query failed" OB_CHECK_SEE_THE_LOG);
 	} else if (standby && v >= OB_STANDBY_DECODING_MIN_SERVER) {
-		report(c, "hot standby", true,
-		       "the server is a hot standby: outboxd decodes there (the publication must "
-		       "be made on the primary)");
+		ob_checker_report(
+		    c, "hot standby", true,
+		    "the server is a hot standby: outboxd decodes there (the publication must "
+		    "be made on the primary)");
 	} else if (standby) {
-		report(
+		ob_checker_report(
 		    c, "hot standby", false,
 		    "the server is a hot standby, and PostgreSQL %d cannot decode there (that came "
 		    "with 16): point postgres.conninfo at the primary (naming several hosts, add "
@@ -413,7 +410,7 @@ check_standby(checker *c)
 ob_pg_status
 ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 {
-	checker c = {.pg = pg, .cfg = cfg, .out = out, .all_ok = true};
+	ob_checker c = {.pg = pg, .cfg = cfg, .out = out, .all_ok = true};
 
 	check_standby(&c);
 	check_wal_level(&c);
@@ -429,216 +426,12 @@ ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 }
 
 static void
-check_server(checker *c)
+check_server(ob_checker *c)
 {
 	int v = ob_pgsql_server_version(c->pg);
 
-	report(c, "server version", v >= 100000, "%d.%d%s", v / 10000, v % 10000,
-	       v >= 100000 ? "" : "; outboxd needs PostgreSQL 10 or later");
-}
-
-static void
-check_replication(checker *c)
-{
-	char *repl = NULL;
-
-	if (query(c, "replication role",
-		  "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
-		  &repl))
-		report(c, "replication role", repl != NULL && strcmp(repl, "t") == 0, "%s",
-		       repl != NULL && strcmp(repl, "t") == 0
-			   ? "current user may replicate"
-			   : "current user lacks REPLICATION; ALTER ROLE ... REPLICATION "
-			     "(sql/role.sql)");
-	free(repl);
-}
-
-/* What to do about a temporary slot the server would not create, by its
- * SQLSTATE: the cause, not every possible one. */
-static const char *
-slot_failure_fix(const checker *c, const char *state)
-{
-	if (ob_sqlstate_is(state, OB_SQLSTATE_OBJECT_NOT_IN_PREREQUISITE))
-		return "wal_level is not logical (see the wal_level line)";
-	if (ob_sqlstate_is(state, OB_SQLSTATE_CONFIGURATION_LIMIT))
-		return "no replication slot is free: raise max_replication_slots or drop an "
-		       "unused slot";
-	if (ob_sqlstate_is(state, OB_SQLSTATE_UNDEFINED_FILE) &&
-	    c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
-		return "the server has no wal2json: install it (" OB_WAL2JSON_PACKAGE_HINT ")";
-	return "see the log";
-}
-
-/* Whether the row that marks the slot as made can be written (slotmark.h),
- * before outboxd creates the slot; not on a hot standby, where it is
- * neither read nor written. */
-static void
-check_marker(checker *c)
-{
-	char detail[1024];
-	bool standby;
-	ob_pg_status st;
-
-	if (!ob_pgrepl_in_recovery(c->pg, &standby) || standby)
-		return;
-	st = ob_slotmark_check(c->pg, c->cfg, detail, sizeof(detail));
-	if (st == OB_PG_RETRY)
-		c->query_failed = true;
-	report(c, "slot marker", st == OB_PG_OK, "%s", detail);
-}
-
-/* Whether the missing slot was lost: its marker row is there
- * (slotmark.h), written at since. Never on a hot standby, where the
- * marker is not read. */
-static bool
-slot_lost(checker *c, char *since, size_t since_len)
-{
-	bool standby, marked = false;
-
-	if (!ob_pgrepl_in_recovery(c->pg, &standby)) {
-		c->query_failed = true;
-		return false;
-	}
-	if (!standby && ob_slotmark_read(c->pg, c->cfg, &marked, since, since_len) != OB_PG_OK)
-		c->query_failed = true;
-	return marked;
-}
-
-/* The slot, or whether one could be created: a temporary slot proves
- * that the output plugin loads and that a slot is free. */
-static void
-check_slot(checker *c)
-{
-	const ob_config *cfg = c->cfg;
-	const char *plugin = ob_plugin_name(cfg->pg.plugin);
-	ob_slot_info info;
-	char since[64];
-
-	if (!ob_pgrepl_slot_info(c->pg, cfg->pg.slot, &info)) {
-		report(c, "slot", false, "could not read pg_replication_slots (see the log)");
-		return;
-	}
-	if (!info.exists) {
-		char *sql = ob_xasprintf("CREATE_REPLICATION_SLOT \"outboxd_check_%d\" TEMPORARY "
-					 "LOGICAL %s (SNAPSHOT 'nothing')",
-					 (int)getpid(), plugin);
-		char *ignored = NULL;
-		bool ok = ob_pgsql_query_value(c->pg, sql, &ignored);
-
-		if (ok)
-			report(c, plugin, true, "output plugin loads");
-		else
-			report(c, plugin, false, "could not create a slot: %s",
-			       slot_failure_fix(c, ob_pgsql_error_state(c->pg)));
-		if (slot_lost(c, since, sizeof(since)))
-			report(c, "slot", false,
-			       "%s was lost: it does not exist, but outboxd created it (at %s; its "
-			       "row in %s." OB_SLOTMARK_TABLE "), and run and slot create exit 1 "
-			       "rather than start a new slot past the events committed since. "
-			       "To recover, " OB_SLOTMARK_RECOVERY,
-			       cfg->pg.slot, since, cfg->outbox.schema);
-		else
-			report(c, "slot", cfg->pg.create_slot, "%s %s", cfg->pg.slot,
-			       cfg->pg.create_slot
-				   ? "does not exist yet; outboxd will create it"
-				   : "does not exist and postgres.create_slot is false; "
-				     "run \"outboxd slot create\"");
-		check_marker(c);
-		free(ignored);
-		free(sql);
-		return;
-	}
-	report(c, plugin, strcmp(info.plugin, plugin) == 0, "slot plugin is %s%s", info.plugin,
-	       strcmp(info.plugin, plugin) == 0
-		   ? ""
-		   : "; postgres.plugin says otherwise: " OB_PLUGIN_SWITCH_HINT);
-	if (strcmp(info.wal_status, "lost") == 0)
-		report(c, "slot", false,
-		       "%s has been invalidated (wal_status lost), and run and slot create exit 1 "
-		       "until it is replaced (--accept-gap drops it before it creates the new "
-		       "one). To recover, " OB_SLOTMARK_RECOVERY "; and raise "
-		       "max_slot_wal_keep_size",
-		       cfg->pg.slot);
-	else
-		report(c, "slot", true, "%s: %s, confirmed " OB_LSN_FMT ", %lld bytes retained%s",
-		       cfg->pg.slot, info.wal_status, OB_LSN_ARGS(info.confirmed_flush),
-		       (long long)info.retained_bytes,
-		       info.active_pid ? " (active in another process: this one would be a standby)"
-				       : "");
-}
-
-/* Whether the slot survives a promotion (failover.h): each missing
- * setting is a warning naming its fix (a primary without a standby is no
- * error), and so is a standby's copy in sight that is not ready. */
-static void
-check_failover(checker *c)
-{
-	ob_failover_state st;
-	char detail[768];
-	bool seen, ready;
-
-	if (!ob_failover_read(c->pg, c->cfg, &st)) {
-		c->query_failed = true;
-		report(c, "failover", false, "query failed (see the log)");
-		return;
-	}
-	if (st.verdict == OB_FAILOVER_NA && !c->cfg->pg.slot_failover) {
-		report(c, "failover", true, "not checked: %s", st.why);
-		return;
-	}
-	if (st.verdict != OB_FAILOVER_READY) {
-		warn(c, "failover", "%s", st.why);
-		return;
-	}
-	report(c, "failover", true, "%s", st.why);
-	if (!read_slot(c))
-		return;
-	ob_failover_standby_copy(c->cfg, c->slot.confirmed_flush, &seen, &ready, detail,
-				 sizeof(detail));
-	if (seen && ready)
-		report(c, "standby copy", true, "%s", detail);
-	else
-		warn(c, "standby copy", "%s", detail);
-}
-
-/* What the slot's WAL may cost: without a bound (max_slot_wal_keep_size =
- * -1) the server keeps every WAL file the slot has not confirmed, so an
- * outboxd stopped or stalled long enough fills its disk; with one, a slot
- * further behind is invalidated (wal_status lost) and must be recreated
- * and its events republished. An unreserved slot is past the bound
- * already and is lost at the next checkpoint unless outboxd catches up; a
- * lost one is the slot check's failure. */
-static void
-check_wal_retention(checker *c)
-{
-	char *keep = NULL;
-
-	if (!read_slot(c) || !query(c, "wal retention", "SHOW max_slot_wal_keep_size", &keep))
-		goto done;
-	if (c->slot.exists && strcmp(c->slot.wal_status, "lost") == 0)
-		goto done;
-	if (c->slot.exists && strcmp(c->slot.wal_status, "unreserved") == 0)
-		warn(c, "wal retention",
-		     "replication slot %s is unreserved: it holds more WAL than "
-		     "max_slot_wal_keep_size (%s) allows, and the next checkpoint invalidates it "
-		     "unless outboxd catches up first; an invalidated slot must be dropped and "
-		     "recreated, and the events committed since its position republished",
-		     c->cfg->pg.slot, keep != NULL ? keep : "?");
-	else if (keep != NULL && strcmp(keep, "-1") == 0)
-		warn(c, "wal retention",
-		     "max_slot_wal_keep_size = -1: the slot keeps all the WAL it has not "
-		     "confirmed, so an outboxd stopped or stalled long enough fills the server's "
-		     "disk (and Postgres stops); a limit (ALTER SYSTEM SET max_slot_wal_keep_size "
-		     "= '50GB', sized for the longest outage to ride out) bounds the WAL kept, at "
-		     "the cost of the slot being invalidated (wal_status lost: drop, recreate, "
-		     "republish) when outboxd falls further behind than that");
-	else
-		report(c, "wal retention", true,
-		       "max_slot_wal_keep_size = %s: a slot further behind than that is "
-		       "invalidated (wal_status lost) and must be recreated",
-		       keep != NULL ? keep : "?");
-done:
-	free(keep);
+	ob_checker_report(c, "server version", v >= 100000, "%d.%d%s", v / 10000, v % 10000,
+			  v >= 100000 ? "" : "; outboxd needs PostgreSQL 10 or later");
 }
 
 /* Every slot of a database decodes every logical message, and outboxd
@@ -648,7 +441,7 @@ done:
  * slots (found by their walsender's application_name) for the operator to
  * compare (deploy/README.md, "Several deployments on one database"). */
 static void
-check_message_prefix(checker *c)
+check_message_prefix(ob_checker *c)
 {
 	const ob_config *cfg = c->cfg;
 	char *sql, *others = NULL;
@@ -662,19 +455,20 @@ check_message_prefix(checker *c)
 	    "WHERE s.database = current_database() AND s.slot_type = 'logical' AND NOT s.temporary "
 	    "AND s.slot_name <> '%s' AND r.application_name = 'outboxd'",
 	    cfg->pg.slot);
-	if (!query(c, "message prefix", sql, &others))
+	if (!ob_checker_query(c, "message prefix", sql, &others))
 		goto done;
 	if (others != NULL && others[0] != '\0')
-		warn(c, "message prefix",
-		     "another outboxd streams slot %s of this database: unless its "
-		     "outbox.message_prefix differs from \"%s\", both publish every logical "
-		     "message with that prefix; give each deployment its own (deploy/README.md, "
-		     "\"Several deployments on one database\")",
-		     others, cfg->outbox.message_prefix);
+		ob_checker_warn(
+		    c, "message prefix",
+		    "another outboxd streams slot %s of this database: unless its "
+		    "outbox.message_prefix differs from \"%s\", both publish every logical "
+		    "message with that prefix; give each deployment its own (deploy/README.md, "
+		    "\"Several deployments on one database\")",
+		    others, cfg->outbox.message_prefix);
 	else
-		report(c, "message prefix", true,
-		       "%s: no other outboxd streams a slot of this database",
-		       cfg->outbox.message_prefix);
+		ob_checker_report(c, "message prefix", true,
+				  "%s: no other outboxd streams a slot of this database",
+				  cfg->outbox.message_prefix);
 done:
 	free(others);
 	free(sql);
@@ -684,7 +478,7 @@ done:
  * "Migrating from a polling outbox processor"), with the planner's
  * estimate of the rows they match and the order settled. */
 static void
-check_backlog(checker *c)
+check_backlog(ob_checker *c)
 {
 	const ob_config *cfg = c->cfg;
 	ob_pg_status st = OB_PG_RETRY;
@@ -692,49 +486,53 @@ check_backlog(checker *c)
 
 	if (cfg->outbox.backlog_where[0] == '\0')
 		return;
-	if (read_slot(c) && c->slot.exists) {
+	if (ob_checker_read_slot(c) && c->slot.exists) {
 		/* run reads the backlog only when it creates the slot. */
-		report(c, "backlog", true,
-		       "not read: slot %s exists, and the backlog is published only when outboxd "
-		       "creates it",
-		       cfg->pg.slot);
+		ob_checker_report(
+		    c, "backlog", true,
+		    "not read: slot %s exists, and the backlog is published only when outboxd "
+		    "creates it",
+		    cfg->pg.slot);
 		return;
 	}
 	if (ob_backlog_connect(cfg, NULL, NULL, &b) == OB_PG_OK)
 		st = ob_backlog_verify(b);
 	if (st == OB_PG_OK)
-		report(c, "backlog", true,
-		       "outbox.backlog_where \"%s\" is valid (the planner estimates %lld rows), "
-		       "ordered by %s",
-		       cfg->outbox.backlog_where, (long long)ob_backlog_estimate(b),
-		       ob_backlog_order(b));
+		ob_checker_report(
+		    c, "backlog", true,
+		    "outbox.backlog_where \"%s\" is valid (the planner estimates %lld rows), "
+		    "ordered by %s",
+		    cfg->outbox.backlog_where, (long long)ob_backlog_estimate(b),
+		    ob_backlog_order(b));
 	else if (st == OB_PG_FATAL)
-		report(c, "backlog", false, "%s", ob_backlog_error(b));
+		ob_checker_report(c, "backlog", false, "%s", ob_backlog_error(b));
 	else
-		report(c, "backlog", false, "could not check outbox.backlog_where (see the log)");
+		ob_checker_report(c, "backlog", false,
+				  "could not check outbox.backlog_where" OB_CHECK_SEE_THE_LOG);
 	ob_backlog_close(b);
 }
 
 static void
-check_broker(checker *c)
+check_broker(ob_checker *c)
 {
 	char detail[512];
 	bool dlq_exists = false;
 	bool ok = ob_producer_probe(c->cfg, BROKER_PROBE_TIMEOUT_MS, c->cfg->outbox.dlq_topic,
 				    &dlq_exists, detail, sizeof(detail));
 
-	report(c, "kafka", ok, "%s", detail);
+	ob_checker_report(c, "kafka", ok, "%s", detail);
 	if (ok)
-		report(c, "dead-letter topic", true, "%s %s", c->cfg->outbox.dlq_topic,
-		       dlq_exists ? "exists"
-				  : "does not exist yet (created on first use if the cluster "
-				    "auto-creates topics)");
+		ob_checker_report(c, "dead-letter topic", true, "%s %s", c->cfg->outbox.dlq_topic,
+				  dlq_exists
+				      ? "exists"
+				      : "does not exist yet (created on first use if the cluster "
+					"auto-creates topics)");
 }
 
 /* The inbox's database and tables, when inbox.topics says the inbox is
  * used (sql/README.md, "The inbox tables"). */
 static void
-check_inbox(checker *c)
+check_inbox(ob_checker *c)
 {
 	ob_inboxdb *db = NULL;
 	char detail[1024];
@@ -743,16 +541,17 @@ check_inbox(checker *c)
 		return;
 	switch (ob_inboxdb_connect(c->cfg, false, &db, detail, sizeof(detail))) {
 	case OB_INBOXDB_OK:
-		report(c, "inbox tables", true, "%s.%s and %s.outboxd_inbox_offsets",
-		       c->cfg->inbox.schema, c->cfg->inbox.table_name, c->cfg->inbox.schema);
+		ob_checker_report(c, "inbox tables", true, "%s.%s and %s.outboxd_inbox_offsets",
+				  c->cfg->inbox.schema, c->cfg->inbox.table_name,
+				  c->cfg->inbox.schema);
 		ob_inboxdb_close(db);
 		break;
 	case OB_INBOXDB_FATAL:
-		report(c, "inbox tables", false, "%s", detail);
+		ob_checker_report(c, "inbox tables", false, "%s", detail);
 		break;
 	case OB_INBOXDB_RETRY:
 	case OB_INBOXDB_REJECTED:
-		report(c, "inbox postgres", false, "%s", detail);
+		ob_checker_report(c, "inbox postgres", false, "%s", detail);
 		break;
 	}
 }
@@ -760,40 +559,45 @@ check_inbox(checker *c)
 int
 ob_check_run(const ob_config *cfg, FILE *out)
 {
-	checker c = {.cfg = cfg, .out = out, .all_ok = true};
+	ob_checker c = {.cfg = cfg, .out = out, .all_ok = true};
 	char *masked = ob_log_mask_conninfo(cfg->pg.conninfo);
+	bool kafka_ok;
 
-	if (!ob_prodconf_check(cfg))
-		report(&c, "kafka settings", false, "a [kafka] property is invalid (see the log)");
+	ob_log_hold(held, sizeof(held));
+	kafka_ok = ob_prodconf_check(cfg);
+	if (!kafka_ok)
+		ob_checker_report(&c, "kafka settings", false,
+				  "a [kafka] property is invalid" OB_CHECK_SEE_THE_LOG);
 	if (cfg->inbox.topics[0] != '\0' && !cfg->publisher_set) {
 		/* A receiving service's config: no outbox to publish from. */
-		report(&c, "publisher", true,
-		       "not configured (postgres.conninfo, postgres.slot and outbox.table unset)");
+		ob_checker_report(
+		    &c, "publisher", true,
+		    "not configured (postgres.conninfo, postgres.slot and outbox.table unset)");
 	} else if (ob_pgrepl_connect(cfg, &c.pg) != OB_PG_OK) {
 		const char *fix;
 		ob_pg_refusal refusal = ob_pgconnect_refusal(&fix);
 
 		if (refusal != OB_PG_REFUSAL_NONE)
-			report(&c, "postgres", false, "refused (%s): %s",
-			       ob_pg_refusal_name(refusal), fix);
+			ob_checker_report(&c, "postgres", false, "refused (%s): %s",
+					  ob_pg_refusal_name(refusal), fix);
 		else
-			report(&c, "postgres", false, "could not connect with \"%s\" (see the log)",
-			       masked);
+			ob_checker_report(&c, "postgres", false,
+					  "could not connect with \"%s\"" OB_CHECK_SEE_THE_LOG,
+					  masked);
 	} else {
-		report(&c, "postgres", true, "connected with \"%s\"", masked);
+		ob_checker_report(&c, "postgres", true, "connected with \"%s\"", masked);
 		check_server(&c);
 		if (ob_check_database(c.pg, cfg, out) != OB_PG_OK)
 			c.all_ok = false;
-		check_replication(&c);
-		check_slot(&c);
-		check_failover(&c);
-		check_wal_retention(&c);
+		ob_checker_slot(&c);
 		check_message_prefix(&c);
 		check_backlog(&c);
 		ob_pgrepl_close(c.pg, false);
 	}
-	check_broker(&c);
+	if (kafka_ok) /* else no client can be made: the line above says why */
+		check_broker(&c);
 	check_inbox(&c);
+	ob_log_hold(NULL, 0);
 	free(masked);
 	fprintf(out, "%s\n", c.all_ok ? "all checks passed" : "some checks failed");
 	return c.all_ok ? 0 : 2;

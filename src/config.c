@@ -8,11 +8,11 @@
  * `outboxd inbox` are named again in inbox_defaults[].
  */
 #include "outboxd/config.h"
+#include "outboxd/topic.h"
 
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
-#include <regex.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +37,12 @@ typedef struct config_key {
 	const char *key;
 	key_type type;
 	size_t offset;
+	size_t size; /* of the field: values are compared by it (strings by strcmp) */
 	const char *default_value;
 } config_key;
 
-#define OFF(field) offsetof(ob_config, field)
+/* A row's offset and size of its field. */
+#define OFF(field) offsetof(ob_config, field), sizeof(((ob_config *)NULL)->field)
 
 static const config_key config_keys[] = {
     {"postgres", "conninfo", KEY_STRING, OFF(pg.conninfo), ""},
@@ -309,7 +311,7 @@ set_kafka(ob_config *cfg, const char *key, const char *value, const char *origin
 }
 
 char *
-ob_config_expand_env(const char *value, const char *origin)
+ob_config_expand_env(const char *value, const char *setting)
 {
 	size_t cap = strlen(value) + 1, len = 0;
 	char *out = ob_xmalloc(cap);
@@ -324,7 +326,7 @@ ob_config_expand_env(const char *value, const char *origin)
 			char *name;
 
 			if (end == NULL) {
-				ob_error("unterminated ${ in %s", origin);
+				ob_error("unterminated ${ in %s", setting);
 				free(out);
 				return NULL;
 			}
@@ -332,7 +334,7 @@ ob_config_expand_env(const char *value, const char *origin)
 			piece = getenv(name);
 			if (piece == NULL) {
 				ob_error("environment variable %s used in %s is not set", name,
-					 origin);
+					 setting);
 				free(name);
 				free(out);
 				return NULL;
@@ -360,9 +362,11 @@ bool
 ob_config_set(ob_config *cfg, const char *section, const char *key, const char *value,
 	      const char *origin)
 {
-	char *expanded = ob_config_expand_env(value, origin);
+	char *setting = ob_xasprintf("%s.%s (%s)", section, key, origin);
+	char *expanded = ob_config_expand_env(value, setting);
 	bool ok = false;
 
+	free(setting);
 	if (expanded == NULL)
 		return false;
 	if (strcmp(section, "kafka") == 0) {
@@ -438,8 +442,28 @@ ob_config_free(ob_config *cfg)
 typedef struct ini_state {
 	ob_config *cfg;
 	const char *path;
+	const char *const *overrides; /* -s assignments: their keys are not read */
+	size_t overrides_len;
 	bool ok;
 } ini_state;
+
+/* True when one of st's -s assignments sets section.name: the file's
+ * value is then never used, so it is not read (its ${NAME} need not be
+ * set). */
+static bool
+overridden(const ini_state *st, const char *section, const char *name)
+{
+	size_t s = strlen(section), n = strlen(name);
+
+	for (size_t i = 0; i < st->overrides_len; i++) {
+		const char *o = st->overrides[i];
+
+		if (strncmp(o, section, s) == 0 && o[s] == '.' &&
+		    strncmp(o + s + 1, name, n) == 0 && o[s + 1 + n] == '=')
+			return true;
+	}
+	return false;
+}
 
 /* value without an inline '#' comment: libinih ends a value at a ';'
  * after whitespace, and outboxd does the same at a '#' (inih's rule for
@@ -472,7 +496,8 @@ on_ini_entry(void *user, const char *section, const char *name, const char *valu
 	char *stripped;
 
 	snprintf(origin, sizeof(origin), "in %s", st->path);
-	if (name == NULL) /* a section header alone */
+	/* A section header alone, or a key an -s assignment sets. */
+	if (name == NULL || overridden(st, section, name))
 		return 1;
 	stripped = strip_hash_comment(value);
 	if (!ob_config_set(st->cfg, section, name, stripped, origin))
@@ -482,10 +507,11 @@ on_ini_entry(void *user, const char *section, const char *name, const char *valu
 	return 1;
 }
 
-bool
-ob_config_load_file(ob_config *cfg, const char *path)
+/* Apply the INI file at path, less the keys the n overrides set. */
+static bool
+load_file(ob_config *cfg, const char *path, const char *const *overrides, size_t n)
 {
-	ini_state st = {cfg, path, true};
+	ini_state st = {cfg, path, overrides, n, true};
 	int rc = ini_parse(path, on_ini_entry, &st);
 
 	if (rc < 0) {
@@ -498,6 +524,25 @@ ob_config_load_file(ob_config *cfg, const char *path)
 		return false;
 	}
 	return st.ok;
+}
+
+bool
+ob_config_load_file(ob_config *cfg, const char *path)
+{
+	return load_file(cfg, path, NULL, 0);
+}
+
+bool
+ob_config_load(ob_config *cfg, bool inbox, const char *path, const char *const *overrides, size_t n)
+{
+	bool ok = true;
+
+	init_defaults(cfg, inbox);
+	if (path != NULL && path[0] != '\0')
+		ok = load_file(cfg, path, overrides, n);
+	for (size_t i = 0; i < n; i++)
+		ok = ob_config_set_override(cfg, overrides[i]) && ok;
+	return ok && ob_config_finish(cfg);
 }
 
 bool
@@ -541,49 +586,6 @@ split_table(const char *key, const char *t, char **schema, char **name)
 		return false;
 	}
 	return true;
-}
-
-ob_topic_scan
-ob_topic_template_next(const char **cursor, ob_topic_piece *piece)
-{
-	const char *p = *cursor;
-	const char *end;
-
-	if (*p == '\0')
-		return OB_TOPIC_END;
-	if (*p == '{') {
-		end = strchr(p, '}');
-		if (end == NULL || end == p + 1 ||
-		    memchr(p + 1, '{', (size_t)(end - p - 1)) != NULL)
-			return OB_TOPIC_BAD_BRACE;
-		*piece = (ob_topic_piece){p + 1, (size_t)(end - p - 1), true};
-		*cursor = end + 1;
-		return OB_TOPIC_PIECE;
-	}
-	if (*p == '}')
-		return OB_TOPIC_BAD_BRACE;
-	end = p + strcspn(p, "{}");
-	*piece = (ob_topic_piece){p, (size_t)(end - p), false};
-	*cursor = end;
-	return OB_TOPIC_PIECE;
-}
-
-bool
-ob_topic_name_valid(const char *name, size_t len, bool partial)
-{
-	if (len > OB_TOPIC_NAME_MAX || (!partial && len == 0))
-		return false;
-	/* Compared by range, not looked up in a string of the legal
-	 * characters: every record's topic comes through here. */
-	for (size_t i = 0; i < len; i++) {
-		char c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-'))
-			return false;
-	}
-	return partial ||
-	       !((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'));
 }
 
 /* Check that every {column} of the template of key (outbox.topic,
@@ -652,53 +654,6 @@ check_plain_name(const char *key, const char *name)
 	return false;
 }
 
-/* True when the subscription entry topic (a name, or a regular expression
- * when it starts with '^', in librdkafka's POSIX extended syntax) matches
- * name. */
-static bool
-subscription_matches(const char *topic, const char *name)
-{
-	regex_t re;
-	bool match;
-
-	if (topic[0] != '^')
-		return strcmp(topic, name) == 0;
-	if (regcomp(&re, topic, REG_EXTENDED | REG_NOSUB) != 0)
-		return false; /* librdkafka refuses it when the inbox subscribes */
-	match = regexec(&re, name, 0, NULL, 0) == 0;
-	regfree(&re);
-	return match;
-}
-
-char **
-ob_config_inbox_topics(const char *topics, size_t *n)
-{
-	char *copy = ob_xstrdup(topics);
-	char **out = ob_xcalloc(strlen(topics) / 2 + 2, sizeof(*out));
-	char *save = NULL;
-
-	*n = 0;
-	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-		char *end = t + strlen(t);
-
-		t += strspn(t, " \t");
-		while (end > t && (end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		if (*t != '\0')
-			out[(*n)++] = ob_xstrdup(t);
-	}
-	free(copy);
-	return out;
-}
-
-void
-ob_config_free_topics(char **topics, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(topics[i]);
-	free(topics);
-}
-
 /* The inbox's own limits: batch_max within one statement's parameters,
  * and a subscription that never takes in the dead-letter topic (the inbox
  * would consume its own dead letters, each failing again, forever). */
@@ -706,7 +661,7 @@ static bool
 check_inbox(const ob_config *cfg)
 {
 	size_t n;
-	char **topics = ob_config_inbox_topics(cfg->inbox.topics, &n);
+	char **topics = ob_topic_subscriptions(cfg->inbox.topics, &n);
 	bool ok = true;
 
 	if (cfg->inbox.batch_max > OB_INBOX_BATCH_LIMIT) {
@@ -716,7 +671,7 @@ check_inbox(const ob_config *cfg)
 		ok = false;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (subscription_matches(topics[i], cfg->outbox.dlq_topic)) {
+		if (ob_topic_subscription_matches(topics[i], cfg->outbox.dlq_topic)) {
 			ob_error(
 			    "inbox.topics entry \"%s\" takes in outbox.dlq_topic (%s): the inbox "
 			    "would consume its own dead letters; change one of them",
@@ -724,7 +679,7 @@ check_inbox(const ob_config *cfg)
 			ok = false;
 		}
 	}
-	ob_config_free_topics(topics, n);
+	ob_topic_subscriptions_free(topics, n);
 	return ok;
 }
 
@@ -754,6 +709,32 @@ ob_config_finish(ob_config *cfg)
 	    !check_plain_name("postgres.publication", cfg->pg.publication))
 		ok = false;
 	return ok;
+}
+
+void
+ob_config_diff(const ob_config *a, const ob_config *b,
+	       void (*changed)(const char *section, const char *key, void *ctx), void *ctx)
+{
+	for (size_t i = 0; i < OB_ARRAY_LEN(config_keys); i++) {
+		const config_key *k = &config_keys[i];
+		const char *va = (const char *)a + k->offset, *vb = (const char *)b + k->offset;
+		bool same = k->type == KEY_STRING || k->type == KEY_NONEMPTY
+				? strcmp(*(char *const *)va, *(char *const *)vb) == 0
+				: memcmp(va, vb, k->size) == 0;
+
+		if (!same)
+			changed(k->section, k->key, ctx);
+	}
+	for (size_t i = 0; i < a->kafka_len; i++) {
+		const char *now = ob_config_kafka_get(b, a->kafka[i].key);
+
+		if (now == NULL || strcmp(now, a->kafka[i].value) != 0)
+			changed("kafka", a->kafka[i].key, ctx);
+	}
+	for (size_t i = 0; i < b->kafka_len; i++) {
+		if (ob_config_kafka_get(a, b->kafka[i].key) == NULL)
+			changed("kafka", b->kafka[i].key, ctx);
+	}
 }
 
 const char *

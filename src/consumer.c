@@ -10,6 +10,7 @@
 
 #include "outboxd/kafka.h"
 #include "outboxd/log.h"
+#include "outboxd/topic.h"
 #include "outboxd/metrics.h"
 
 #define SEEK_TIMEOUT_MS  10000
@@ -285,12 +286,12 @@ static rd_kafka_topic_partition_list_t *
 topic_list(const char *topics)
 {
 	size_t n;
-	char **names = ob_config_inbox_topics(topics, &n);
+	char **names = ob_topic_subscriptions(topics, &n);
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)n + 1);
 
 	for (size_t i = 0; i < n; i++)
 		rd_kafka_topic_partition_list_add(list, names[i], RD_KAFKA_PARTITION_UA);
-	ob_config_free_topics(names, n);
+	ob_topic_subscriptions_free(names, n);
 	return list;
 }
 

@@ -559,5 +559,8 @@ ob_inboxdb_commit(ob_inboxdb *db, const ob_inbox_row *rows, size_t n_rows,
 		    exec(db, "commit an inbox transaction", "COMMIT", NULL, NULL, error, error_len);
 	if (st != OB_INBOXDB_OK)
 		*inserted = 0;
+	else
+		ob_debug("stored %zu record(s), %llu of them new, and %zu position(s)", n_rows,
+			 (unsigned long long)*inserted, n_pos);
 	return st;
 }

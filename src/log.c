@@ -8,6 +8,7 @@
 #include "outboxd/log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +19,12 @@
 #define OB_LOG_LINE_MAX    4096
 #define OB_LOG_CONTEXT_MAX 4
 
-static ob_log_format log_format = OB_LOG_TEXT;
-static ob_log_level log_level = OB_LOG_INFO;
+/* Atomic: SIGHUP changes them (reload.h) while librdkafka's threads log. */
+static _Atomic ob_log_format log_format = OB_LOG_TEXT;
+static _Atomic ob_log_level log_level = OB_LOG_INFO;
+/* This thread's held lines (ob_log_hold()): NULL when it writes them. */
+static _Thread_local char *hold_buf;
+static _Thread_local size_t hold_len;
 static ob_log_field log_context[OB_LOG_CONTEXT_MAX];
 
 static const char *const level_names[] = {"debug", "info", "warning", "error"};
@@ -51,14 +56,29 @@ ob_log_format_parse(const char *s, ob_log_format *out)
 void
 ob_log_configure(ob_log_format format, ob_log_level level)
 {
-	log_format = format;
-	log_level = level;
+	atomic_store_explicit(&log_format, format, memory_order_relaxed);
+	atomic_store_explicit(&log_level, level, memory_order_relaxed);
 }
 
 bool
 ob_log_enabled(ob_log_level level)
 {
-	return level >= log_level;
+	return level >= atomic_load_explicit(&log_level, memory_order_relaxed);
+}
+
+const char *
+ob_log_level_name(ob_log_level level)
+{
+	return level_names[level];
+}
+
+void
+ob_log_hold(char *buf, size_t len)
+{
+	hold_buf = len > 0 ? buf : NULL;
+	hold_len = len;
+	if (hold_buf != NULL)
+		hold_buf[0] = '\0';
 }
 
 void
@@ -95,6 +115,7 @@ typedef struct line_buf {
 	char *p;
 	size_t len;
 	size_t cap;
+	bool json; /* the line's format, read once: a reload may change it meanwhile */
 } line_buf;
 
 static bool
@@ -160,7 +181,7 @@ lb_put_field(line_buf *lb, const ob_log_field *f)
 {
 	if (f->key == NULL || f->value == NULL)
 		return;
-	if (log_format == OB_LOG_JSON) {
+	if (lb->json) {
 		/* Start a field only if its escaped key and opening fit. */
 		if (!lb_room(lb, strlen(f->key) * 6 + 8))
 			return;
@@ -189,7 +210,8 @@ log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_lis
 	char buf[OB_LOG_LINE_MAX + OB_LOG_RESERVE];
 	char msg[OB_LOG_LINE_MAX];
 	char ts[40];
-	line_buf lb = {buf, 0, OB_LOG_LINE_MAX};
+	line_buf lb = {buf, 0, OB_LOG_LINE_MAX,
+		       atomic_load_explicit(&log_format, memory_order_relaxed) == OB_LOG_JSON};
 	struct timeval tv;
 	struct tm tm;
 
@@ -204,8 +226,14 @@ log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_lis
 		if (*c == '\n' || *c == '\t' || *c == '\r')
 			*c = ' ';
 	}
+	if (hold_buf != NULL && level >= OB_LOG_WARNING) {
+		size_t used = strlen(hold_buf);
 
-	if (log_format == OB_LOG_JSON) {
+		snprintf(hold_buf + used, hold_len - used, "%s%s", used > 0 ? "; " : "", msg);
+		return;
+	}
+
+	if (lb.json) {
 		lb_puts(&lb, "{\"ts\":\"");
 		lb_puts(&lb, ts);
 		snprintf(ts, sizeof(ts), ".%03ldZ", (long)(tv.tv_usec / 1000));
@@ -227,7 +255,7 @@ log_emit(ob_log_level level, const ob_log_field *fields, const char *fmt, va_lis
 		lb_put_field(&lb, &fields[i]);
 	for (size_t i = 0; i < OB_LOG_CONTEXT_MAX; i++)
 		lb_put_field(&lb, &log_context[i]);
-	if (log_format == OB_LOG_JSON)
+	if (lb.json)
 		lb_force(&lb, '}');
 	lb_force(&lb, '\n');
 	if (write(STDERR_FILENO, buf, lb.len) < 0) {

@@ -23,6 +23,7 @@
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
 #include "outboxd/relay.h"
+#include "outboxd/reload.h"
 #include "outboxd/runtime.h"
 #include "outboxd/slotcreate.h"
 #include "outboxd/slotmark.h"
@@ -56,12 +57,15 @@ static const char usage_text[] =
     "\n"
     "Exit codes: 0 stopped cleanly, 1 needs an operator, 2 usage or configuration error.\n";
 
-#define COMMON_OPTIONS                                                                             \
+/* The options every command takes; example is a setting of that command. */
+#define COMMON_OPTIONS_FOR(example)                                                                \
 	"Options:\n"                                                                               \
 	"  -c, --config FILE        INI configuration file (also $OUTBOXD_CONFIG; default\n"       \
 	"                           " DEFAULT_CONFIG " when it exists)\n"                          \
-	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s postgres.slot=orders\n"          \
+	"  -s, --set S.KEY=VALUE    override one setting, e.g. -s " example "\n"                   \
 	"  -h, --help               show this help\n"
+#define COMMON_OPTIONS COMMON_OPTIONS_FOR("postgres.slot=orders")
+#define INBOX_OPTIONS  COMMON_OPTIONS_FOR("inbox.topics=orders")
 
 /* The help of each command: `outboxd COMMAND --help`. */
 static const struct command_help {
@@ -76,7 +80,8 @@ static const struct command_help {
      "(postgres.slot) to Kafka until SIGTERM or SIGINT, creating the slot first when\n"
      "it is missing (postgres.create_slot). Serves /metrics, /healthz and /readyz on\n"
      "http.listen (default 127.0.0.1:7187). Reconnects to Postgres and Kafka by\n"
-     "itself.\n"
+     "itself. SIGHUP reads the configuration again: log.level and log.format change\n"
+     "at once, and every other setting that changed is logged as needing a restart.\n"
      "\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
      "why), 2 usage or configuration error.\n"},
@@ -166,7 +171,8 @@ static const struct command_help {
      "  retained_wal_bytes    WAL kept for the slot\n"
      "  failover, synced      the slot's flags (PostgreSQL 17 and later)\n"
      "  failover_ready        whether a promoted standby would have the slot, and why\n"
-     "  standby_copy          what a standby's copy of the slot holds\n"
+     "  standby_copy          what a standby's copy of the slot holds (PostgreSQL 17\n"
+     "                        and later, with postgres.slot_failover, on a primary)\n"
      "\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 printed, 1 the slot does not exist, 2 usage or configuration\n"
      "error.\n"},
@@ -177,8 +183,9 @@ static const struct command_help {
      "row of inbox.table in inbox.conninfo's database, one row per event id, until\n"
      "SIGTERM or SIGINT (sql/inbox.sql makes the tables, sql/inbox_role.sql the\n"
      "role). Serves /metrics, /healthz and /readyz on http.listen (default\n"
-     "127.0.0.1:7188, another port than the publisher's).\n"
-     "\n" COMMON_OPTIONS "\n"
+     "127.0.0.1:7188, another port than the publisher's). SIGHUP reads the\n"
+     "configuration again, as for run.\n"
+     "\n" INBOX_OPTIONS "\n"
      "Exit codes: 0 stopped by a signal, 1 needs an operator (the last log line says\n"
      "why), 2 usage or configuration error.\n"},
 };
@@ -194,10 +201,11 @@ typedef struct cli {
 	bool accept_gap;    /* slot create --accept-gap */
 } cli;
 
+/* One line on stderr: what went wrong, with arg (NULL: none). */
 static int
 usage_error(const char *what, const char *arg)
 {
-	fprintf(stderr, "outboxd: %s%s%s%s\nTry \"outboxd --help\".\n", what, arg ? " \"" : "",
+	fprintf(stderr, "outboxd: %s%s%s%s (try \"outboxd --help\")\n", what, arg ? " \"" : "",
 		arg ? arg : "", arg ? "\"" : "");
 	return OB_EXIT_CONFIG;
 }
@@ -249,7 +257,8 @@ parse_args(int argc, char **argv, cli *c)
 	bool named = false;
 
 	c->overrides = ob_xcalloc((size_t)argc, sizeof(*c->overrides));
-	while ((opt = getopt_long(argc, argv, "c:s:hV", longopts, NULL)) != -1) {
+	opterr = 0; /* usage_error() says it, in one line */
+	while ((opt = getopt_long(argc, argv, ":c:s:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
 			c->config_path = optarg;
@@ -269,8 +278,15 @@ parse_args(int argc, char **argv, cli *c)
 		case OPT_ACCEPT_GAP:
 			c->accept_gap = true;
 			break;
-		default:
-			return usage_error("invalid option", NULL);
+		case ':':
+			return usage_error("option needs a value:", argv[optind - 1]);
+		default: {
+			char short_opt[3] = {'-', (char)optopt, '\0'};
+			bool long_opt = strncmp(argv[optind - 1], "--", 2) == 0;
+
+			return usage_error("invalid option",
+					   optopt != 0 && !long_opt ? short_opt : argv[optind - 1]);
+		}
 		}
 	}
 	named = optind < argc;
@@ -315,24 +331,16 @@ default_config(void)
 	return DEFAULT_CONFIG;
 }
 
-static bool
-load_config(const cli *c, ob_config *cfg)
+/* The configuration file c names (-c, else OUTBOXD_CONFIG, else
+ * DEFAULT_CONFIG when it exists); NULL or "": none. */
+static const char *
+config_path(const cli *c)
 {
 	const char *path = c->config_path ? c->config_path : getenv("OUTBOXD_CONFIG");
-	bool ok = true;
 
 	if (path == NULL && access(default_config(), F_OK) == 0)
 		path = default_config();
-
-	if (strcmp(c->command, "inbox") == 0)
-		ob_config_init_inbox(cfg);
-	else
-		ob_config_init(cfg);
-	if (path != NULL && path[0] != '\0')
-		ok = ob_config_load_file(cfg, path);
-	for (size_t i = 0; i < c->overrides_len; i++)
-		ok = ob_config_set_override(cfg, c->overrides[i]) && ok;
-	return ok && ob_config_finish(cfg);
+	return path;
 }
 
 static void
@@ -415,8 +423,8 @@ run(const ob_config *cfg, bool inbox)
 		log_startup(cfg);
 	ob_metrics_init(cfg->http.stall_after_ms, inbox ? OB_METRICS_INBOX : OB_METRICS_PUBLISHER,
 			fixed_topic(cfg));
-	if (!ob_http_start(cfg->http.listen, &http))
-		return OB_EXIT_OPERATOR; /* the address is taken or not ours */
+	if (!ob_http_start(cfg->http.listen, &http)) /* the address is taken or not ours */
+		return ob_runtime_exit(inbox ? "outboxd inbox" : "outboxd", OB_EXIT_OPERATOR);
 	rc = inbox ? ob_inbox_run(cfg) : ob_relay_run(cfg);
 	ob_http_stop(http);
 	return rc;
@@ -493,17 +501,21 @@ main(int argc, char **argv)
 {
 	cli c = {0};
 	ob_config cfg;
+	bool inbox;
 	int rc = parse_args(argc, argv, &c);
 
 	if (rc >= 0) {
 		free(c.overrides);
 		return rc;
 	}
-	if (!load_config(&c, &cfg)) {
+	inbox = strcmp(c.command, "inbox") == 0;
+	if (!ob_config_load(&cfg, inbox, config_path(&c), c.overrides, c.overrides_len)) {
 		rc = OB_EXIT_CONFIG;
 		goto out;
 	}
 	ob_log_configure(cfg.log.format, cfg.log.level);
+	/* The daemons read it again on SIGHUP (reload.h). */
+	ob_reload_init(inbox, config_path(&c), c.overrides, c.overrides_len, &cfg);
 	if (!settings_fit(&cfg, c.command)) {
 		rc = OB_EXIT_CONFIG;
 		goto out;

@@ -551,6 +551,7 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 	char *options, *sql;
 	PGresult *res;
 	ob_pg_status st = prepare_recode(p, cfg);
+	ob_slot_info confirmed = {0};
 
 	if (st != OB_PG_OK)
 		return st;
@@ -559,6 +560,12 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 	sql = ob_xasprintf("START_REPLICATION SLOT \"%s\" LOGICAL " OB_LSN_FMT " (%s)",
 			   cfg->pg.slot, OB_LSN_ARGS(start), options);
 	free(options);
+	/* The position the server starts from, to name it (the slot is
+	 * this connection's to take: nothing moves it meanwhile). */
+	if (start == 0 && !ob_pgrepl_slot_info(p, cfg->pg.slot, &confirmed)) {
+		free(sql);
+		return OB_PG_RETRY;
+	}
 	/* The stream's notices count from here: libpq hands over those that
 	 * came with the COPY's start before it returns it (on_notice()). */
 	ob_pgwarning_stream_started(&standby_wait);
@@ -581,7 +588,8 @@ ob_pgrepl_start(ob_pgconn *p, const ob_config *cfg, ob_lsn start, const ob_leafs
 		}
 	} else {
 		if (start == 0)
-			ob_info("streaming from slot %s at its confirmed position", cfg->pg.slot);
+			ob_info("streaming from slot %s at its confirmed position " OB_LSN_FMT,
+				cfg->pg.slot, OB_LSN_ARGS(confirmed.confirmed_flush));
 		else
 			ob_info("streaming from slot %s at " OB_LSN_FMT
 				" (or its confirmed position, if later)",

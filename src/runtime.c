@@ -7,6 +7,7 @@
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
+#include "outboxd/reload.h"
 #include "outboxd/signals.h"
 
 void
@@ -22,6 +23,8 @@ ob_runtime_tick(void)
 {
 	ob_metrics_heartbeat();
 	ob_notify_watchdog();
+	if (ob_signals_take_reload())
+		ob_reload_run();
 	return !ob_signals_stop_requested();
 }
 

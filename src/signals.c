@@ -1,5 +1,6 @@
 /*
- * signals.c: the stop flag set by SIGTERM and SIGINT (see signals.h).
+ * signals.c: the stop flag set by SIGTERM and SIGINT, and the reload flag
+ * set by SIGHUP (see signals.h).
  */
 #include "outboxd/signals.h"
 
@@ -7,12 +8,15 @@
 #include <string.h>
 
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t reload_requested;
 
 static void
 on_signal(int sig)
 {
-	(void)sig;
-	stop_requested = 1;
+	if (sig == SIGHUP)
+		reload_requested = 1;
+	else
+		stop_requested = 1;
 }
 
 void
@@ -25,6 +29,7 @@ ob_signals_install(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
 }
@@ -33,4 +38,13 @@ bool
 ob_signals_stop_requested(void)
 {
 	return stop_requested != 0;
+}
+
+bool
+ob_signals_take_reload(void)
+{
+	if (reload_requested == 0)
+		return false;
+	reload_requested = 0;
+	return true;
 }

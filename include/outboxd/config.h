@@ -18,6 +18,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/log.h"
+#include "outboxd/topic.h" /* topic templates and names, which the config checks */
 
 typedef enum ob_bad_event_policy {
 	OB_BAD_EVENT_DLQ = 0,
@@ -160,6 +161,16 @@ void ob_config_free(ob_config *cfg);
  * a syntax error, an unknown section or key, or a bad value. */
 bool ob_config_load_file(ob_config *cfg, const char *path) OB_MUST_CHECK;
 
+/* The three steps at once, as the command line asks: the defaults (of
+ * `outboxd inbox` when inbox), the
+ * file at path (NULL or "": none) less the keys that an assignment of
+ * overrides sets (their values in the file are not read, so a ${NAME} there
+ * need not be set), then the n overrides ("section.key=value", as -s) in
+ * order, then ob_config_finish(). False (logged) on any error; release cfg
+ * with ob_config_free() either way. */
+bool ob_config_load(ob_config *cfg, bool inbox, const char *path, const char *const *overrides,
+		    size_t n) OB_MUST_CHECK;
+
 /* Apply one "section.key=value" override (-s). */
 bool ob_config_set_override(ob_config *cfg, const char *assignment) OB_MUST_CHECK;
 
@@ -171,47 +182,19 @@ bool ob_config_set(ob_config *cfg, const char *section, const char *key, const c
 /* Check cross-key rules and derive the schema and table names. */
 bool ob_config_finish(ob_config *cfg) OB_MUST_CHECK;
 
-/* One piece of an outbox.topic template: literal text, or the name of a
- * {column} placeholder. Both point into the template. */
-typedef struct ob_topic_piece {
-	const char *text;
-	size_t len;
-	bool is_column;
-} ob_topic_piece;
-
-typedef enum ob_topic_scan {
-	OB_TOPIC_PIECE,     /* *piece is the next piece */
-	OB_TOPIC_END,       /* the template is used up */
-	OB_TOPIC_BAD_BRACE, /* a { without its }, an empty {}, or a lone } */
-} ob_topic_scan;
-
-/* The one reader of topic templates: the next piece of the template at
- * *cursor, which is advanced past it. Start with *cursor at the template's
- * first character. ob_config_finish() rejects templates that give
- * OB_TOPIC_BAD_BRACE, so the other readers only see pieces and the end. */
-ob_topic_scan ob_topic_template_next(const char **cursor, ob_topic_piece *piece);
-
-/* The longest Kafka topic name. */
-#define OB_TOPIC_NAME_MAX 249
-
-/* True when the len bytes at name are a legal Kafka topic name: 1 to
- * OB_TOPIC_NAME_MAX of [a-zA-Z0-9._-], and neither "." nor "..". With
- * partial, name is only a part of one (a template's literal text): any
- * length up to the limit, and dots alone are fine. */
-bool ob_topic_name_valid(const char *name, size_t len, bool partial);
-
 /* The value of a [kafka] property as set by the user, or NULL. */
 const char *ob_config_kafka_get(const ob_config *cfg, const char *key);
 
-/* The entries of inbox.topics (comma-separated, blanks around each
- * trimmed, empty entries left out) as *n strings; free them with
- * ob_config_free_topics(). */
-char **ob_config_inbox_topics(const char *topics, size_t *n);
-void ob_config_free_topics(char **topics, size_t n);
+/* Expand ${NAME} references in value; NULL (logged, naming setting: the
+ * key and where it was set) if one is unset or unterminated. The result is
+ * the caller's to free. */
+char *ob_config_expand_env(const char *value, const char *setting);
 
-/* Expand ${NAME} references in value; NULL (logged) if one is unset or
- * unterminated. The result is the caller's to free. */
-char *ob_config_expand_env(const char *value, const char *origin);
+/* Call changed(section, key, ctx) for every setting whose value differs
+ * between a and b, [kafka] properties by name (set in one and not the
+ * other, or to another value). */
+void ob_config_diff(const ob_config *a, const ob_config *b,
+		    void (*changed)(const char *section, const char *key, void *ctx), void *ctx);
 
 /* True for librdkafka property names whose values are secrets. */
 bool ob_config_is_secret_key(const char *key);

@@ -36,12 +36,23 @@ typedef struct ob_log_field {
 bool ob_log_level_parse(const char *s, ob_log_level *out) OB_MUST_CHECK;
 bool ob_log_format_parse(const char *s, ob_log_format *out) OB_MUST_CHECK;
 
+/* Set the format and the least level logged; safe while other threads
+ * log (each line is in one format). */
 void ob_log_configure(ob_log_format format, ob_log_level level);
 bool ob_log_enabled(ob_log_level level);
+/* "debug", "info", "warning" or "error". */
+const char *ob_log_level_name(ob_log_level level);
 
 /* Set (or with NULL clear) a field printed on every line. The strings are
  * copied. Only the main thread calls this, before librdkafka starts. */
 void ob_log_set_context(const char *key, const char *value);
+
+/* With buf, hold the calling thread's warning and error lines instead of
+ * writing them: each message (without time, level or fields) is appended
+ * to buf, "; " between them, as far as its len bytes go, until
+ * ob_log_hold(NULL, 0). The caller may empty buf meanwhile. For `check`,
+ * which reports every problem in its table. */
+void ob_log_hold(char *buf, size_t len);
 
 void ob_log(ob_log_level level, const char *fmt, ...) OB_PRINTF(2, 3);
 /* Like ob_log() with extra fields, ended by an entry whose key is NULL. */

@@ -20,11 +20,13 @@
 #define OB_EXIT_OPERATOR 1 /* needs an operator */
 #define OB_EXIT_CONFIG   2 /* usage or configuration error */
 
-/* Start a daemon: SIGTERM and SIGINT ask it to stop, systemd is told how
- * it is doing, and /readyz says connecting. */
+/* Start a daemon: SIGTERM and SIGINT ask it to stop, SIGHUP to read its
+ * configuration again, systemd is told how it is doing, and /readyz says
+ * connecting. */
 void ob_runtime_start(void);
-/* One turn of a loop, or of a wait: the heartbeat and the watchdog. True
- * until a stop was asked for. */
+/* One turn of a loop, or of a wait: the heartbeat, the watchdog, and
+ * the configuration read again after a SIGHUP (reload.h). True until a
+ * stop was asked for. */
 bool ob_runtime_tick(void);
 /* True once a stop was asked for. */
 bool ob_runtime_stop_requested(void);

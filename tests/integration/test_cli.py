@@ -172,6 +172,38 @@ def test_usage_errors_exit_2_naming_the_culprit(tmp_path):
             args, named, describe(r))
 
 
+def test_a_usage_error_is_one_line(tmp_path):
+    """A bad option, a missing value or an unknown command: one line on
+    stderr naming it (getopt's own message is not printed beside it)."""
+    cfg = offline_config(tmp_path)
+    for args, named in [(["--frobnicate"], '"--frobnicate"'),
+                        (["-x", "-c", cfg], '"-x"'),
+                        (["-c"], '"-c"'),
+                        (["--config"], '"--config"'),
+                        (["frobnicate"], '"frobnicate"')]:
+        r = run_outboxd(args, timeout=30)
+        assert r.returncode == EXIT_USAGE, "%s: %s" % (args, describe(r))
+        assert r.stdout == "", "%s: %s" % (args, describe(r))
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and named in lines[0] and \
+            "outboxd --help" in lines[0], "%s: %s" % (args, describe(r))
+
+
+def test_help_examples_and_lines_fit_the_command():
+    """`inbox --help` shows an -s example of an inbox key; `slot status
+    --help` says when its standby_copy line appears."""
+    r = run_outboxd(["inbox", "--help"])
+    assert r.returncode == 0, describe(r)
+    examples = re.findall(r"-s ([a-z_]+)\.[a-z_.]+=", r.stdout)
+    assert examples == ["inbox"], describe(r)
+    r = run_outboxd(["slot", "status", "--help"])
+    assert r.returncode == 0, describe(r)
+    # The line and its continuation lines, up to the next item or blank.
+    line = re.search(r"standby_copy(.*?)\n(?=  \S|\n)", r.stdout, re.S)
+    assert line and "17" in line.group(1) and \
+        "slot_failover" in line.group(1), describe(r)
+
+
 # ---------------------------------------------------------------------------
 # configuration errors
 
@@ -234,6 +266,48 @@ def test_unset_environment_variable_is_a_config_error(tmp_path):
     assert_config_accepted(["-c", cfg], env={var: "dlq_from_env"})
 
 
+def test_unset_variable_names_its_key_and_is_not_read_when_overridden(
+        tmp_path):
+    """The error names the setting (section.key) and the file once; a key
+    that -s overrides is not read from the file, so its ${NAME} need not
+    be set."""
+    var = "OB_TEST_SURELY_UNSET_%d" % os.getpid()
+    cfg = offline_config(tmp_path, "[outbox]\ndlq_topic = ${%s}\n" % var)
+    r = assert_config_error(["-c", cfg], [var, "outbox.dlq_topic",
+                                          "offline.ini"])
+    assert " in in " not in r.stderr, describe(r)
+    r = assert_config_error(["-c", cfg, "-s", "outbox.topic=${%s}" % var],
+                            [var, "outbox.topic (-s)"])
+    assert_config_accepted(["-c", cfg, "-s", "outbox.dlq_topic=t.dlq"])
+    # A [kafka] property too (its name has dots of its own).
+    kafka = offline_config(tmp_path, "[kafka]\nsasl.password = ${%s}\n" % var,
+                           "kafka.ini")
+    assert_config_error(["-c", kafka], [var, "kafka.sasl.password"])
+    assert_config_accepted(["-c", kafka, "-s", "kafka.sasl.password=pw"])
+
+
+def test_a_port_in_use_stops_as_every_exit_does(tmp_path):
+    """http.listen on a port another process holds: exit 1 naming the
+    address, with the "stopped (exit code 1)" line every daemon exit
+    ends with."""
+    import socket
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    try:
+        address = "127.0.0.1:%d" % held.getsockname()[1]
+        cfg = offline_config(tmp_path)
+        for args in (["run"], ["inbox", "-s", "inbox.topics=t"]):
+            r = run_outboxd(args + ["-c", cfg, "-s", "http.listen=" + address],
+                            timeout=30)
+            assert r.returncode == EXIT_OPERATOR, describe(r)
+            assert address in r.stderr, describe(r)
+            assert "stopped (exit code 1)" in r.stderr.splitlines()[-1], \
+                describe(r)
+    finally:
+        held.close()
+
+
 # ---------------------------------------------------------------------------
 # slot create | status | drop
 
@@ -276,8 +350,13 @@ def test_slot_create_status_drop(pg, broker, outboxd_factory, slot_name,
     assert status_field(st, "restart_lsn") == row["restart_lsn"], describe(r)
     assert status_field(st, "wal_status") == row["wal_status"], describe(r)
 
-    # While outboxd streams from it, status shows the walsender's pid.
+    # While outboxd streams from it, status shows the walsender's pid. It
+    # names the position it starts from.
     d = outboxd_factory({"postgres": {"create_slot": False}})
+    m = d.wait_log(r"streaming from slot %s at its confirmed position "
+                   r"([0-9A-F]+/[0-9A-F]+)" % slot_name)
+    assert m.group(1) == status_field(st, "confirmed_flush_lsn"), \
+        d.log_tail()
     row = wait_slot_active(pg, slot_name)
     st, before, after, r = status()
     assert status_field(st, "active_pid", "active", "pid") == \

@@ -9,7 +9,9 @@ promise: one row per event id, no record skipped, and stored positions
 equal to the records consumed."""
 
 import json
+import random
 import re
+import subprocess
 import threading
 import time
 import urllib.request
@@ -18,7 +20,7 @@ import uuid
 import pytest
 
 import harness
-from conftest import OUTBOXD_BIN, REPO_ROOT
+from conftest import OUTBOXD_BIN, REPO_ROOT, own_db
 from harness import header, wait_until
 
 INBOX_SQL = str(REPO_ROOT / "sql" / "inbox.sql")
@@ -581,3 +583,142 @@ def test_inbox_two_instances_share_the_group(inbox_env, broker):
     assert_exactly_once(env, feed.ids)
     assert a.running() and b.running()
     assert a.stop() == 0 and b.stop() == 0
+
+
+# ---------------------------------------------------------------------------
+# the processing order
+
+
+def processor_rounds(env):
+    """Runs sql/inbox_processor.sql with psql until a round takes no row;
+    returns the rows the rounds handed out, in order, as dicts of the
+    query's columns (text)."""
+    handed = []
+    while True:
+        r = subprocess.run(
+            [harness._pg_client_bin("psql"), "-X", "-q", "-A", "-F", "\x1f",
+             "-P", "footer=off", "-v", "ON_ERROR_STOP=1",
+             "-d", env.pg.conninfo(env.db), "-f", PROCESSOR_SQL],
+            capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        names = lines[0].split("\x1f")
+        rows = [dict(zip(names, line.split("\x1f"))) for line in lines[1:]]
+        if not rows:
+            return handed
+        handed += rows
+
+
+def processor_order():
+    """The ORDER BY list of sql/inbox_processor.sql's first query."""
+    with open(PROCESSOR_SQL) as f:
+        m = re.search(r"^ORDER BY (.+)$", f.read(), re.M)
+    assert m, "no ORDER BY in %s" % PROCESSOR_SQL
+    return m.group(1).strip()
+
+
+def assert_no_ties_within_a_key(env):
+    """The processor's order places every row of a key: no two rows of one
+    key share its sort key, so their order is the server's choice
+    nowhere."""
+    order = processor_order()
+    ties = env.sql("SELECT key, %s, count(*) FROM public.inbox "
+                   "GROUP BY key, %s HAVING count(*) > 1" % (order, order))
+    assert ties == [], "ORDER BY %s ties within a key: %s" % (order,
+                                                             ties[:5])
+
+
+def assert_commit_order(handed, committed):
+    """Each key's events were handed out in the order they were
+    committed, every one once."""
+    seen = {}
+    for row in handed:
+        body = json.loads(row["payload"])
+        seen.setdefault(row["key"], []).append(body["n"])
+    assert seen == committed, {
+        k: (seen.get(k), committed[k]) for k in committed
+        if seen.get(k) != committed[k]}
+
+
+def test_inbox_table_made_before_seq_still_works(inbox_env, broker):
+    """An inbox table made before seq existed (no seq, its queue index on
+    received_at): outboxd inbox neither writes nor reads seq, and stores
+    every record into it as before; `check` passes."""
+    env = inbox_env()
+    env.sql("ALTER TABLE public.inbox DROP COLUMN seq")
+    env.sql("CREATE INDEX inbox_unprocessed ON public.inbox (received_at) "
+            "WHERE processed_at IS NULL AND error IS NULL")
+    feed = Feed(broker, env.topic)
+    ids = feed.events(20)
+    feed.flush()
+    d = env.start()
+    assert_exactly_once(env, ids)
+    rc, out, err = d.run_cmd(["check"])
+    assert rc == 0, (rc, out, err)
+    assert d.stop() == 0, d.log_tail()
+
+
+def test_inbox_processor_order_follows_each_keys_commit_order(
+        inbox_env, broker, pg, outboxd_factory, test_id):
+    """outboxd publishes the events of six keys, committed a few at a
+    time in mixed order; outboxd inbox stores them in batches of at most
+    25 (several keys in a batch, several batches). The rounds of
+    sql/inbox_processor.sql hand out each key's events in commit order,
+    and its ORDER BY leaves no tie between two rows of a key (the order
+    never rests on the rows' storage order).
+    Then, as a service does now and then, half the processed rows are
+    deleted and the table vacuumed, so new rows fill room in earlier pages
+    (their storage order is no longer their insert order), and the next
+    events come out in commit order as well."""
+    env = inbox_env()
+    db = own_db(pg, "inbox_order_%s" % test_id)
+    outboxd_factory({"postgres": {"conninfo": pg.conninfo(db)},
+                     "outbox": {"topic": env.topic}})
+    d = env.start(inbox_batch_max=25)
+    d.wait_log(r"assigned %s \[" % re.escape(env.topic), 30)
+    keys = ["key-%d" % i for i in range(6)]
+    rng = random.Random(7)
+    committed = {k: [] for k in keys}
+    conn = pg.connect(db)
+
+    def commit_events(transactions):
+        """transactions, each of 3 to 8 events of random keys; returns
+        {key: [n, ...]} of the events written."""
+        written = {k: [] for k in keys}
+        for _ in range(transactions):
+            with conn.cursor() as cur:
+                cur.execute("BEGIN")
+                for _ in range(rng.randint(3, 8)):
+                    k = rng.choice(keys)
+                    n = len(committed[k])
+                    committed[k].append(n)
+                    written[k].append(n)
+                    cur.execute(
+                        "INSERT INTO public.outbox (aggregate_type, "
+                        "aggregate_id, event_type, payload) VALUES "
+                        "('order', %s, 'noted', %s)",
+                        (k, json.dumps({"key": k, "n": n})))
+                cur.execute("COMMIT")
+        return written
+
+    try:
+        for phase in (1, 2):
+            written = commit_events(60)
+            total = sum(len(v) for v in written.values())
+            wait_until(lambda: env.sql(
+                "SELECT count(*) FROM public.inbox WHERE processed_at IS "
+                "NULL")[0][0] == total, 60, 0.2,
+                "%d new rows stored" % total)
+            batches = env.sql(
+                "SELECT received_at, count(DISTINCT key) FROM public.inbox "
+                "WHERE processed_at IS NULL GROUP BY received_at")
+            assert len(batches) > 1 and max(n for _, n in batches) > 1, \
+                batches
+            assert_no_ties_within_a_key(env)
+            assert_commit_order(processor_rounds(env), written)
+            # Half the processed rows go; vacuum leaves their room.
+            env.sql("DELETE FROM public.inbox WHERE kafka_offset % 2 = 0")
+            env.sql("VACUUM public.inbox")
+    finally:
+        conn.close()
+    assert d.stop() == 0, d.log_tail()

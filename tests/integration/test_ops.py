@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import harness
-from conftest import REPO_ROOT
+from conftest import BUILD_DIR, REPO_ROOT
 from harness import free_port, header, lsn_to_int, wait_until
 from test_cli import (EXIT_USAGE, closed_port_conninfo, describe,
                       run_outboxd, wait_slot_active, write_config)
@@ -516,6 +516,36 @@ def test_check_and_run_fail_on_wal_level_replica(broker, outboxd_factory,
         cluster.destroy()
 
 
+def test_check_reports_each_problem_once_in_its_table(broker,
+                                                      outboxd_factory,
+                                                      tmp_path):
+    """With wal_level = replica and two bad [kafka] properties, `check`
+    writes its table only: no log line on stderr beside it, each bad
+    property named once (in the kafka settings line, not again as an
+    unreachable broker), the server's refusal to make a slot shown as the
+    plugin line's cause."""
+    cluster = harness.PgCluster(str(tmp_path / "replica"),
+                                wal_level="replica").start()
+    try:
+        cluster.run_file(str(SQL_DIR / "outbox.sql"))
+        d = outboxd_factory({"postgres": {"conninfo": cluster.conninfo()},
+                             "kafka": {"bogus.one": "1", "bogus.two": "2"},
+                             "log": {"level": "info"}}, start=False)
+        rc, out, err = d.run_cmd(["check"])
+        text = "rc=%s\n%s\n--- stderr:\n%s" % (rc, out, err)
+        assert rc == EXIT_USAGE, text
+        assert err == "", text
+        for word in ("bogus.one", "bogus.two"):
+            assert sum(word in line for line in out.splitlines()) == 1, text
+        failed = {name: detail for name, _, detail in failed_checks(out)}
+        assert "bogus.one" in failed.get("kafka settings", ""), text
+        assert "kafka" not in failed, text
+        assert "wal_level" in failed, text
+        assert "wal_level" in failed.get("wal2json", ""), text
+    finally:
+        cluster.destroy()
+
+
 def test_check_fails_naming_kafka_when_broker_unreachable(pg,
                                                           outboxd_factory):
     d = outboxd_factory({"kafka": {"bootstrap.servers": "127.0.0.1:%d"
@@ -562,6 +592,22 @@ def test_sql_files_and_least_privilege_role_stream(pg, broker, consumer,
                             "created", "paid"]), got
     assert pg.sql("SELECT count(*) FROM public.outbox", dbname=db) == [(1,)]
     assert d.stop() == 0, d.log_tail()
+
+
+def test_examples_run_twice_beside_the_applications_orders_table(pg,
+                                                                  test_id):
+    """sql/examples.sql on a database that has an `orders` table of its
+    own (another shape): it runs to the end, twice, writing each run's
+    events, and leaves the application's table alone."""
+    db = fresh_db(pg, "ops_examples_%s" % test_id)
+    pg.sql("CREATE TABLE public.orders (id bigint PRIMARY KEY, note text)",
+           dbname=db)
+    for run in (1, 2):
+        pg.run_file(str(SQL_DIR / "examples.sql"), dbname=db)
+        kept = pg.sql("SELECT event_type FROM public.outbox ORDER BY seq",
+                      dbname=db)
+        assert kept == [("order-archived",)] * run, kept
+    assert pg.sql("SELECT count(*) FROM public.orders", dbname=db) == [(0,)]
 
 
 # ---------------------------------------------------------------------------
@@ -744,8 +790,31 @@ def unit_settings(text):
     return out
 
 
+def test_man_pages_name_files_meson_installs():
+    """Every /usr/share/outboxd path the man pages name is a file `meson
+    install` installs there (with --prefix=/usr), and every SQL file of
+    sql/ is installed (meson introspect of the build under test)."""
+    r = subprocess.run(["meson", "introspect", str(BUILD_DIR), "--installed"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, describe(r)
+    installed = {re.sub(r"^.*?/share/", "/usr/share/", dest): src
+                 for src, dest in json.loads(r.stdout).items()}
+    pages = "".join((DEPLOY_DIR / name).read_text()
+                    for name in ("outboxd.1", "outboxd.ini.5"))
+    named = set(re.findall(r"/usr/share/outboxd/[\w./]*\w", pages))
+    assert "/usr/share/outboxd/outboxd.ini" in named, named
+    for path in named:  # a file, or a folder files are installed in
+        assert path in installed or any(p.startswith(path + "/")
+                                        for p in installed), \
+            (path, sorted(installed))
+    for sql in SQL_DIR.glob("*.sql"):
+        assert installed.get("/usr/share/outboxd/sql/" + sql.name) == \
+            str(sql), (sql, sorted(installed))
+
+
 def test_systemd_unit_verifies():
-    """Type=notify (deploy/README.md, "systemd") running `outboxd run`; `systemd-analyze
+    """Type=notify (deploy/README.md, "systemd") running `outboxd run`,
+    reloaded with SIGHUP; `systemd-analyze
     verify` (where installed) complains of nothing but the binary not being
     installed at /usr/bin/outboxd."""
     path = DEPLOY_DIR / "outboxd.service"
@@ -754,6 +823,9 @@ def test_systemd_unit_verifies():
     exec_start = unit[("Service", "ExecStart")][-1].split()
     assert exec_start[0].endswith("/outboxd") and exec_start[1] == "run", \
         exec_start
+    # `systemctl reload` sends SIGHUP (test_reload.py).
+    assert unit.get(("Service", "ExecReload")) == \
+        ["/bin/kill -HUP $MAINPID"], unit
     assert ("Install", "WantedBy") in unit, unit
     analyze = shutil.which("systemd-analyze")
     if analyze is None:

@@ -487,6 +487,100 @@ test_override_after_file(void **state)
 	ob_config_free(&cfg);
 }
 
+/* ob_config_load(): a key -s sets is not read from the file, so neither its
+ * ${NAME} nor its value there is judged; the other keys of the file are. */
+static void
+test_load_skips_overridden_keys(void **state)
+{
+	static const char *const overrides[] = {"postgres.conninfo=host=x",
+						"kafka.sasl.password=pw"};
+	char *path = write_temp("[postgres]\nconninfo = password=${OBT_SURELY_UNSET}\n"
+				"slot = from_file\n[kafka]\nsasl.password = ${OBT_SURELY_UNSET}\n"
+				"[outbox]\ntopic = ${OBT_SURELY_UNSET}\n");
+	ob_config cfg;
+	char *log;
+	bool ok;
+
+	(void)state;
+	unsetenv("OBT_SURELY_UNSET");
+	capture_start();
+	ok = ob_config_load(&cfg, false, path, overrides, 2);
+	log = capture_end();
+	assert_false(ok);
+	/* The one key left to the file is named, once, with the file. */
+	assert_contains(log, "environment variable OBT_SURELY_UNSET used in outbox.topic (in ");
+	assert_null(strstr(log, "conninfo"));
+	assert_null(strstr(log, "sasl.password"));
+	assert_null(strstr(log, " in in "));
+	free(log);
+	ob_config_free(&cfg);
+
+	capture_start();
+	ok = ob_config_load(&cfg, false, path,
+			    (const char *const[]){"postgres.conninfo=host=x",
+						  "kafka.sasl.password=pw", "outbox.topic=t"},
+			    3);
+	log = capture_end();
+	assert_true(ok);
+	assert_string_equal(cfg.pg.conninfo, "host=x");
+	assert_string_equal(cfg.pg.slot, "from_file");
+	assert_string_equal(ob_config_kafka_get(&cfg, "sasl.password"), "pw");
+	free(log);
+	ob_config_free(&cfg);
+	unlink(path);
+	free(path);
+}
+
+/* ob_config_diff() names each changed setting once: ordinary keys of every
+ * type, and [kafka] properties changed, added or removed. */
+typedef struct diff_seen {
+	char names[512];
+} diff_seen;
+
+static void
+note_changed(const char *section, const char *key, void *ctx)
+{
+	diff_seen *seen = ctx;
+	size_t len = strlen(seen->names);
+
+	snprintf(seen->names + len, sizeof(seen->names) - len, "%s.%s;", section, key);
+}
+
+static void
+test_diff_names_changed_settings(void **state)
+{
+	ob_config a, b;
+	diff_seen seen = {""};
+
+	(void)state;
+	ob_config_init(&a);
+	ob_config_init(&b);
+	assert_true(override(&a, "kafka.linger.ms=5", NULL));
+	assert_true(override(&a, "kafka.acks=all", NULL));
+	ob_config_diff(&a, &b, note_changed, &seen);
+	assert_string_equal(seen.names, "kafka.linger.ms;kafka.acks;");
+
+	seen.names[0] = '\0';
+	assert_true(override(&b, "kafka.linger.ms=5", NULL));
+	assert_true(override(&b, "kafka.acks=all", NULL));
+	assert_true(override(&b, "kafka.client.id=x", NULL));
+	assert_true(override(&b, "postgres.status_interval_ms=700", NULL));
+	assert_true(override(&b, "postgres.create_slot=false", NULL));
+	assert_true(override(&b, "postgres.plugin=pgoutput", NULL));
+	assert_true(override(&b, "outbox.topic=t", NULL));
+	assert_true(override(&b, "log.level=debug", NULL));
+	ob_config_diff(&a, &b, note_changed, &seen);
+	assert_string_equal(seen.names,
+			    "postgres.create_slot;postgres.plugin;postgres.status_interval_ms;"
+			    "outbox.topic;log.level;kafka.client.id;");
+
+	seen.names[0] = '\0';
+	ob_config_diff(&b, &b, note_changed, &seen);
+	assert_string_equal(seen.names, "");
+	ob_config_free(&a);
+	ob_config_free(&b);
+}
+
 /* --- ${NAME} expansion ------------------------------------------------------ */
 
 typedef struct expand_case {
@@ -863,6 +957,8 @@ main(void)
 	    cmocka_unit_test(test_overrides_table),
 	    cmocka_unit_test(test_override_values),
 	    cmocka_unit_test(test_override_after_file),
+	    cmocka_unit_test(test_load_skips_overridden_keys),
+	    cmocka_unit_test(test_diff_names_changed_settings),
 	    cmocka_unit_test(test_expand_env_table),
 	    cmocka_unit_test(test_expand_env_in_settings),
 	    cmocka_unit_test(test_finish_table),

@@ -214,6 +214,33 @@ test_level_filter(void **state)
 	free(out);
 }
 
+/* ob_log_hold(): the thread's warnings and errors go to the buffer, "; "
+ * between them, cut at its size; other levels are written; after
+ * ob_log_hold(NULL, 0) everything is written again. */
+static void
+test_hold(void **state)
+{
+	char held[32];
+	char *out;
+
+	(void)state;
+	ob_log_configure(OB_LOG_TEXT, OB_LOG_INFO);
+	capture_start();
+	ob_log_hold(held, sizeof(held));
+	ob_info("written %d", 1);
+	ob_warn("held %d", 2);
+	ob_error("held %d", 3);
+	ob_error("a long message that does not fit whole");
+	ob_log_hold(NULL, 0);
+	ob_error("written %d", 4);
+	out = capture_end();
+	assert_string_equal(held, "held 2; held 3; a long message ");
+	assert_non_null(strstr(out, "written 1"));
+	assert_non_null(strstr(out, "written 4"));
+	assert_null(strstr(out, "held"));
+	free(out);
+}
+
 static void
 test_context_fields(void **state)
 {
@@ -344,6 +371,7 @@ main(void)
 	    cmocka_unit_test(test_json_levels_and_escaping),
 	    cmocka_unit_test(test_json_multiline_message),
 	    cmocka_unit_test(test_level_filter),
+	    cmocka_unit_test(test_hold),
 	    cmocka_unit_test(test_context_fields),
 	    cmocka_unit_test(test_text_line),
 	    cmocka_unit_test(test_json_long_message_stays_valid),
