@@ -90,7 +90,13 @@ ob_fork_follow(ob_timeline *tl, ob_pgconn *pg, int tli, ob_deliveries *d, ob_lsn
 	if (*received > switch_point)
 		*received = switch_point;
 	ob_metrics_timeline_switch(beyond);
-	if (known)
+	if (known && beyond == 0 && exact)
+		ob_info("the server is on timeline %d now (was %d), which left timeline %d "
+			"at " OB_LSN_FMT ", before outboxd's position " OB_LSN_FMT
+			" (WAL without events): reading the "
+			"slot again from there; nothing outboxd published lies past it",
+			tli, was, was, OB_LSN_ARGS(switch_point), OB_LSN_ARGS(reached));
+	else if (known)
 		ob_warn(
 		    "the server is on timeline %d now (was %d), which left timeline %d "
 		    "at " OB_LSN_FMT ", before outboxd's position " OB_LSN_FMT
