@@ -40,15 +40,17 @@ def test_publisher_command_of_an_inbox_only_config_is_refused(pg, broker, tmp_pa
 
 
 def test_check_does_not_promise_to_retry(pg, outboxd_factory, test_id):
-    """A refused connection in `check` names the refusal and its fix, and
-    says nothing of retrying: check connects once and exits."""
+    """A refused connection in `check` names the refusal and its fix on
+    its line of the table (each problem once, there, not also on stderr),
+    and says nothing of retrying: check connects once and exits."""
     role = "ob_op_%s" % test_id
     pg.sql("CREATE ROLE %s LOGIN" % role)
     d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=role)}},
                         start=False)
     rc, out, err = d.run_cmd(["check"], timeout=30)
     assert rc == 2, (rc, out, err)
-    assert "refused (privilege)" in err, err
+    assert re.search(r"^postgres\s+FAIL refused \(privilege\)", out, re.M), out
+    assert "refused" not in err, err
     assert "retrying" not in err + out, err
 
 
