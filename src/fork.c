@@ -46,6 +46,18 @@ check_slot_start(ob_pgconn *pg, const ob_config *cfg, ob_lsn switch_point)
 		cfg->pg.slot, OB_LSN_ARGS(info.confirmed_flush), OB_LSN_ARGS(switch_point));
 }
 
+/* Whether a unit replay counts as handed over (whole, or cut off in the
+ * middle) lies past switch_point: a transaction whose commit the new
+ * timeline does not have, though every record of it read so far lies
+ * before the switch point (a transaction cut off by the crash). */
+static bool
+handed_past(const ob_replay *r, ob_lsn switch_point)
+{
+	ob_pos bound = ob_pos_bound(switch_point);
+
+	return r->handed > bound || r->partial > bound;
+}
+
 ob_pg_status
 ob_fork_follow(ob_timeline *tl, ob_pgconn *pg, int tli, ob_deliveries *d, ob_lsn *received)
 {
@@ -65,7 +77,11 @@ ob_fork_follow(ob_timeline *tl, ob_pgconn *pg, int tli, ob_deliveries *d, ob_lsn
 		return st;
 	if (confirmable > reached)
 		reached = confirmable;
-	if (known && reached <= switch_point) {
+	if (ob_pos_lsn(d->replay.handed) > reached)
+		reached = ob_pos_lsn(d->replay.handed);
+	if (ob_pos_lsn(d->replay.partial) > reached)
+		reached = ob_pos_lsn(d->replay.partial);
+	if (known && reached <= switch_point && !handed_past(&d->replay, switch_point)) {
 		ob_info("the server is on timeline %d now (was %d), which left timeline %d "
 			"at " OB_LSN_FMT ", past everything read from it (" OB_LSN_FMT
 			"): a standby was promoted, "
