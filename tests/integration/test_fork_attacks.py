@@ -1,0 +1,110 @@
+"""Attacks on the stream across a promotion (fork.c): interleavings the
+failover tests do not inject. Each test says what it found."""
+
+import os
+import time
+
+import psycopg2
+
+import harness
+from harness import lsn_to_int, wait_until
+from test_failover import (SnapshotNudger, both_hosts, major, metric_value,
+                           pair, sync_ready, write_events)  # noqa: F401
+from test_faults import id_counts, make_topic
+
+
+def copy_slot_files(primary, standby, slot):
+    """Before 17: the standby (stopped) gets the primary's slot files as
+    Patroni copies them, as the last checkpoint (one the standby received
+    too) wrote them: no WAL of the primary's is written past the
+    standby's meanwhile."""
+    standby._run_server_cmd(["cp", "-a", os.path.join(
+        primary.datadir, "pg_replslot", slot), os.path.join(
+        standby.datadir, "pg_replslot", slot)])
+    standby._run_server_cmd(["sh", "-c", "cp -a %s/. %s/" % (
+        os.path.join(primary.datadir, "pg_logical", "snapshots"),
+        os.path.join(standby.datadir, "pg_logical", "snapshots"))])
+
+
+def test_fork_inside_a_transaction_cut_off_before_the_switch_point_counts_it(
+        pair, broker, consumer, outboxd_factory, test_id, slot_name):  # noqa: F811
+    """A big transaction T writes its rows while the standby streams, the
+    standby stops (it has every row of T, not its commit), then T commits
+    on the primary: T's changes lie before the switch point, its commit
+    past it. The broker is down, so outboxd hands T's first events over
+    until the producer queue is full and is cut off there when the
+    primary dies: everything it read (received) lies below the switch
+    point, but T is not in the new primary's history (its commit is not),
+    and T's events reach the topic once the broker is back. They are
+    events handed to Kafka from the old timeline past the switch point:
+    outboxd_events_beyond_fork_total must count them."""
+    primary, standby = pair
+    if major() >= 17:
+        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
+        primary.sql("SELECT pg_reload_conf()")
+    agg = "cut_%s" % test_id
+    topic = make_topic(broker, agg)
+    port = harness.free_port()
+    d = outboxd_factory({"postgres": {"conninfo": both_hosts(primary, standby),
+                                      "standby_retry_ms": 500},
+                         "http": {"listen": "127.0.0.1:%d" % port}})
+    d.wait_log(r"streaming from slot", 40)
+    warm = write_events(primary, agg, 10, prefix="warm")
+    wait_until(lambda: len(id_counts(consumer.collect(
+        [topic], 10, timeout=2, settle=0.5))) >= 10, 30, 0.2,
+        "the warm-up events published")
+    if major() >= 17:
+        nudger = SnapshotNudger(primary)
+        nudger.start()
+        try:
+            wait_until(lambda: sync_ready(standby, slot_name), 60, 0.2,
+                       "the standby's copy of the slot is sync-ready")
+        finally:
+            nudger.halt()
+    big = psycopg2.connect(primary.conninfo())
+    try:
+        with big.cursor() as cur:
+            cur.execute("INSERT INTO public.outbox (id, aggregate_type, "
+                        "aggregate_id, event_type, payload) SELECT "
+                        "gen_random_uuid(), %s, 'k' || (g %% 7), 'big', "
+                        "jsonb_build_object('n', g, 'pad', repeat('x', 1000)) "
+                        "FROM generate_series(1, 30000) g", (agg,))
+        if major() < 17:
+            primary.sql("CHECKPOINT")  # received by the standby too
+        # The insert position: T's rows are not all written out yet.
+        rows_end = lsn_to_int(primary.sql(
+            "SELECT pg_current_wal_insert_lsn()")[0][0])
+        wait_until(lambda: lsn_to_int(standby.sql(
+            "SELECT pg_last_wal_replay_lsn()")[0][0]) >= rows_end, 60, 0.1,
+            "the standby has T's rows")
+        standby.stop("fast")
+        if major() < 17:
+            copy_slot_files(primary, standby, slot_name)
+        broker.cmd("down all")
+        try:
+            big.commit()  # T's commit: past the switch point
+            time.sleep(5)  # outboxd hands T over until the queue is full
+            primary.kill9()
+        finally:
+            broker.cmd("up all")
+    finally:
+        big.close()
+    standby.start()
+    standby.promote()
+    fresh = write_events(standby, agg, 20, prefix="fresh")
+    wait_until(lambda: set(warm + fresh) <= set(id_counts(consumer.collect(
+        [topic], len(warm) + len(fresh), timeout=2, settle=0.5))), 90, 0.5,
+        "the new primary's events published")
+    time.sleep(3)
+    records = consumer.collect([topic], 0, timeout=5, settle=2)
+    known = set(warm) | set(fresh)
+    cut = set(i for i in id_counts(records) if i not in known)
+    beyond = metric_value(port, "outboxd_events_beyond_fork_total")
+    print("fork inside T pg%d: %d of T's events published from timeline 1, "
+          "outboxd_events_beyond_fork_total %s" % (major(), len(cut), beyond))
+    assert cut, "the attack did not cut T off: " + d.log_tail()
+    assert beyond == len(cut), (
+        "%d events of T (not in the new primary's history) published, "
+        "%s counted beyond the fork; log:\n%s" % (len(cut), beyond,
+                                                 d.log_tail()))
+    assert d.running()
