@@ -108,3 +108,33 @@ def test_fork_inside_a_transaction_cut_off_before_the_switch_point_counts_it(
         "%s counted beyond the fork; log:\n%s" % (len(cut), beyond,
                                                  d.log_tail()))
     assert d.running()
+
+
+def test_slot_create_if_not_exists_is_not_satisfied_by_another_databases_slot(
+        pg, outboxd_factory, slot_name, test_id, decoder):
+    """outboxd's slot (made by `slot create`, marker row written) is lost,
+    and a slot of the same name now exists in another database of the
+    cluster (slot names are cluster-wide: another tool, or outboxd of
+    another service, took it). `slot create --if-not-exists` must not
+    call that slot healthy and exit 0: `run` refuses it ("belongs to
+    database ..."), so a deployment script goes on to a run that exits,
+    and the lost slot's recovery is never named."""
+    d = outboxd_factory(start=False)
+    rc, _, err = d.run_cmd(["slot", "create"], timeout=120)
+    assert rc == 0, err
+    pg.drop_slot(slot_name)  # lost: the marker row stays
+    other = "other_%s" % test_id.lower()
+    pg.sql("CREATE DATABASE %s" % other)
+    try:
+        pg.sql("SELECT pg_create_logical_replication_slot(%s, %s)",
+               (slot_name, decoder), dbname=other)
+        rc, _, err = d.run_cmd(["slot", "create", "--if-not-exists"],
+                               timeout=120)
+        print("slot create --if-not-exists with the name taken in database "
+              "%s: exit %d: %s" % (other, rc, err.strip()[-300:]))
+        assert rc != 0, "exit 0 on a slot of another database: " + err
+        rc, out, err = d.run_cmd(["check"], timeout=60)
+        assert rc != 0, out + err
+    finally:
+        pg.drop_slot(slot_name)
+        pg.sql("DROP DATABASE %s" % other)
