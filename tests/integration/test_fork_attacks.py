@@ -1,30 +1,15 @@
 """Attacks on the stream across a promotion (fork.c): interleavings the
 failover tests do not inject. Each test says what it found."""
 
-import os
 import time
 
 import psycopg2
 
-import harness
 from harness import lsn_to_int, wait_until
-from test_failover import (SnapshotNudger, both_hosts, give_standby_the_slot,
-                           major, metric_value,
-                           pair, sync_ready, write_events)  # noqa: F401
-from test_faults import id_counts, make_topic
-
-
-def copy_slot_files(primary, standby, slot):
-    """Before 17: the standby (stopped) gets the primary's slot files as
-    Patroni copies them, as the last checkpoint (one the standby received
-    too) wrote them: no WAL of the primary's is written past the
-    standby's meanwhile."""
-    standby._run_server_cmd(["cp", "-a", os.path.join(
-        primary.datadir, "pg_replslot", slot), os.path.join(
-        standby.datadir, "pg_replslot", slot)])
-    standby._run_server_cmd(["sh", "-c", "cp -a %s/. %s/" % (
-        os.path.join(primary.datadir, "pg_logical", "snapshots"),
-        os.path.join(standby.datadir, "pg_logical", "snapshots"))])
+from test_failover import (SnapshotNudger, copy_slot_files,
+                           give_standby_the_slot, major, metric_value, pair,
+                           start_on_pair, sync_ready, write_events)  # noqa: F401
+from test_faults import id_counts
 
 
 def test_fork_inside_a_transaction_cut_off_before_the_switch_point_counts_it(
@@ -40,20 +25,9 @@ def test_fork_inside_a_transaction_cut_off_before_the_switch_point_counts_it(
     events handed to Kafka from the old timeline past the switch point:
     outboxd_events_beyond_fork_total must count them."""
     primary, standby = pair
-    if major() >= 17:
-        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
-        primary.sql("SELECT pg_reload_conf()")
     agg = "cut_%s" % test_id
-    topic = make_topic(broker, agg)
-    port = harness.free_port()
-    d = outboxd_factory({"postgres": {"conninfo": both_hosts(primary, standby),
-                                      "standby_retry_ms": 500},
-                         "http": {"listen": "127.0.0.1:%d" % port}})
-    d.wait_log(r"streaming from slot", 40)
-    warm = write_events(primary, agg, 10, prefix="warm")
-    wait_until(lambda: len(id_counts(consumer.collect(
-        [topic], 10, timeout=2, settle=0.5))) >= 10, 30, 0.2,
-        "the warm-up events published")
+    d, topic, port, warm = start_on_pair(pair, broker, consumer,
+                                         outboxd_factory, agg)
     if major() >= 17:
         nudger = SnapshotNudger(primary)
         nudger.start()
@@ -106,8 +80,9 @@ def test_fork_inside_a_transaction_cut_off_before_the_switch_point_counts_it(
     assert cut, "the attack did not cut T off: " + d.log_tail()
     assert beyond == len(cut), (
         "%d events of T (not in the new primary's history) published, "
-        "%s counted beyond the fork; log:\n%s" % (len(cut), beyond,
-                                                 d.log_tail()))
+        "%s counted beyond the fork; the fork as logged:\n%s" % (
+            len(cut), beyond, "\n".join(
+                ln for ln in d.log_text().splitlines() if "timeline" in ln)))
     assert d.running()
 
 
@@ -154,20 +129,9 @@ def test_fork_with_the_broker_down_acknowledges_the_old_timeline_late(
     the fork is exact, and the new primary's slot settles at its WAL
     position, never past it."""
     primary, standby = pair
-    if major() >= 17:
-        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
-        primary.sql("SELECT pg_reload_conf()")
     agg = "late_%s" % test_id
-    topic = make_topic(broker, agg)
-    port = harness.free_port()
-    d = outboxd_factory({"postgres": {"conninfo": both_hosts(primary, standby),
-                                      "standby_retry_ms": 500},
-                         "http": {"listen": "127.0.0.1:%d" % port}})
-    d.wait_log(r"streaming from slot", 40)
-    warm = write_events(primary, agg, 10, prefix="warm")
-    wait_until(lambda: len(id_counts(consumer.collect(
-        [topic], 10, timeout=2, settle=0.5))) >= 10, 30, 0.2,
-        "the warm-up events published")
+    d, topic, port, warm = start_on_pair(pair, broker, consumer,
+                                         outboxd_factory, agg)
     give_standby_the_slot(primary, standby, slot_name)
     broker.cmd("down all")
     try:
