@@ -1,5 +1,7 @@
-"""Attacks on the stream across a promotion (fork.c): interleavings the
-failover tests do not inject. Each test says what it found."""
+"""Attacks on the newest changes (fork.c: the stream across a promotion;
+slot create; outboxd's own kafka.message.timeout.ms): faults and
+interleavings the other tests do not inject. Each test says what it
+found."""
 
 import time
 
@@ -9,6 +11,9 @@ from harness import lsn_to_int, wait_until
 from test_failover import (SnapshotNudger, copy_slot_files,
                            give_standby_the_slot, major, metric_value, pair,
                            start_on_pair, sync_ready, write_events)  # noqa: F401
+from test_broker_errors import (
+    test_expired_record_never_lets_a_later_one_of_its_key_go_first as
+    expired_record_goes_first_never)
 from test_faults import id_counts
 
 
@@ -178,3 +183,22 @@ def test_fork_with_the_broker_down_acknowledges_the_old_timeline_late(
                 % r["key"]
             last[r["key"]] = order[i]
     assert d.running()
+
+
+def test_delivery_timeout_alias_is_enforced_by_outboxd_too(
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+    """Passed (about 20 s): kafka.delivery.timeout.ms, librdkafka's other
+    name for message.timeout.ms, is read as outboxd's timeout and never
+    reaches librdkafka either: an expired record still never lets a later
+    one of its key go first."""
+    made = []
+
+    def factory(*args, **kwargs):
+        made.append(outboxd_factory(*args, **kwargs))
+        return made[-1]
+
+    expired_record_goes_first_never(
+        own_cluster, broker, consumer, factory, slot_name, test_id,
+        timeout_key="delivery.timeout.ms")
+    # outboxd's own timeout fired (else the test proves nothing).
+    assert "delivery timed out: " in made[0].log_text(), made[0].log_tail()
