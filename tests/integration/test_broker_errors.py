@@ -960,7 +960,8 @@ def test_refused_batch_while_the_producer_queue_is_full(
 
 
 def test_expired_record_never_lets_a_later_one_of_its_key_go_first(
-        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id,
+        timeout_key="message.timeout.ms"):
     """kafka.message.timeout.ms set, every broker down: e1 of key K is
     handed over, two seconds later e2 of K; then Postgres goes away, so
     outboxd is away from the stream (reconnecting) when e1's time runs
@@ -977,7 +978,7 @@ def test_expired_record_never_lets_a_later_one_of_its_key_go_first(
     topic = make_topic(broker, agg)
     d = outboxd_factory({**on_cluster(
         cluster, postgres_reconnect_max_backoff_ms="500"),
-        "kafka": {"message.timeout.ms": "4000"}})
+        "kafka": {timeout_key: "4000"}})
     wait_streaming(cluster, slot_name)
     feed = Feed(cluster, agg, keys=1)
     broker.cmd("down all")

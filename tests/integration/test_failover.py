@@ -791,12 +791,41 @@ def give_standby_the_slot(primary, standby, slot):
         return
     standby.stop("fast")
     primary.sql("CHECKPOINT")
+    copy_slot_files(primary, standby, slot)
+
+
+def copy_slot_files(primary, standby, slot):
+    """The stopped standby gets the primary's files of slot, as the last
+    checkpoint wrote them, and the snapshots logical decoding serialized
+    (give_standby_the_slot says why)."""
     standby._run_server_cmd(["cp", "-a", os.path.join(
         primary.datadir, "pg_replslot", slot), os.path.join(
         standby.datadir, "pg_replslot", slot)])
     standby._run_server_cmd(["sh", "-c", "cp -a %s/. %s/" % (
         os.path.join(primary.datadir, "pg_logical", "snapshots"),
         os.path.join(standby.datadir, "pg_logical", "snapshots"))])
+
+
+def start_on_pair(pair, broker, consumer, outboxd_factory, agg):
+    """outboxd on both hosts of pair, the primary waiting for no standby
+    (17+: what a fresh install has, so the slot may confirm WAL the
+    standby never got), 10 events of agg published: (daemon, topic, http
+    port, their ids)."""
+    primary, standby = pair
+    if major() >= 17:
+        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
+        primary.sql("SELECT pg_reload_conf()")
+    topic = make_topic(broker, agg)
+    port = harness.free_port()
+    d = outboxd_factory({"postgres": {"conninfo": both_hosts(primary, standby),
+                                      "standby_retry_ms": 500},
+                         "http": {"listen": "127.0.0.1:%d" % port}})
+    d.wait_log(r"streaming from slot", 40)
+    warm = write_events(primary, agg, 10, prefix="warm")
+    wait_until(lambda: len(id_counts(consumer.collect(
+        [topic], 10, timeout=2, settle=0.5))) >= 10, 30, 0.2,
+        "the warm-up events published")
+    return d, topic, port, warm
 
 
 def test_promotion_of_a_standby_that_lagged_loses_nothing(
@@ -815,23 +844,9 @@ def test_promotion_of_a_standby_that_lagged_loses_nothing(
     published and cannot be taken back: the log names them and
     outboxd_events_beyond_fork_total counts them, exactly."""
     primary, standby = pair
-    if major() >= 17:
-        # What a fresh install has: no wait for the standby, so the slot
-        # may confirm WAL the standby never got.
-        primary.sql("ALTER SYSTEM RESET synchronized_standby_slots")
-        primary.sql("SELECT pg_reload_conf()")
     agg = "lag_%s" % test_id
-    topic = make_topic(broker, agg)
-    hosts = both_hosts(primary, standby)
-    port = harness.free_port()
-    d = outboxd_factory({"postgres": {"conninfo": hosts,
-                                      "standby_retry_ms": 500},
-                         "http": {"listen": "127.0.0.1:%d" % port}})
-    d.wait_log(r"streaming from slot", 40)
-    warm = write_events(primary, agg, 10, prefix="warm")
-    wait_until(lambda: len(id_counts(consumer.collect(
-        [topic], 10, timeout=2, settle=0.5))) >= 10, 30, 0.2,
-        "the warm-up events published")
+    d, topic, port, warm = start_on_pair(pair, broker, consumer,
+                                         outboxd_factory, agg)
     give_standby_the_slot(primary, standby, slot_name)
     # Timeline 1 only: the standby is down.
     lagged = write_events(primary, agg, 200, size=1000, prefix="lagged")
