@@ -155,7 +155,12 @@ check_slot(ob_checker *c)
 			  strcmp(info.plugin, plugin) == 0
 			      ? ""
 			      : "; postgres.plugin says otherwise: " OB_PLUGIN_SWITCH_HINT);
-	if (strcmp(info.wal_status, "lost") == 0)
+	if (ob_pgrepl_slot_elsewhere(c->pg, &info))
+		ob_checker_report(c, "slot", false,
+				  "%s belongs to database %s, and run and slot create exit "
+				  "1: " OB_SLOT_ELSEWHERE_FIX,
+				  cfg->pg.slot, info.database, info.database);
+	else if (strcmp(info.wal_status, "lost") == 0)
 		ob_checker_report(
 		    c, "slot", false,
 		    "%s has been invalidated (wal_status lost), and run and slot create exit 1 "

@@ -3,10 +3,32 @@
  */
 #include "outboxd/fork.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+
+/* TIMELINE_HISTORY: the history file of timeline tli (2 or more), its
+ * lines "parent-tli switch-point reason" (timeline.h). *content is
+ * allocated, the caller frees it. False (logged) on error. */
+static bool
+timeline_history(ob_pgconn *pg, int tli, char **content)
+{
+	char cmd[64], err[256];
+	ob_pgres *res;
+	bool ok;
+
+	snprintf(cmd, sizeof(cmd), "TIMELINE_HISTORY %d", tli);
+	res = ob_pgsql_exec(pg, cmd);
+	ok = ob_pgres_tuples(res) && ob_pgres_rows(res) == 1 && ob_pgres_columns(res) >= 2;
+	*content = ok ? ob_xstrdup(ob_pgres_value(res, 0, 1)) : NULL;
+	if (!ok)
+		ob_error("could not read the history of timeline %d: %s", tli,
+			 ob_pgres_error(res, err, sizeof(err)));
+	ob_pgres_free(res);
+	return ok;
+}
 
 /* Where the server's timeline tli left timeline was: false when its
  * history does not say (a server on an older timeline than the one
@@ -20,7 +42,7 @@ find_switch_point(ob_pgconn *pg, int tli, int was, bool *known, ob_lsn *switch_p
 	*known = false;
 	if (tli < was)
 		return OB_PG_OK;
-	if (!ob_pgrepl_timeline_history(pg, tli, &history))
+	if (!timeline_history(pg, tli, &history))
 		return OB_PG_RETRY;
 	*known = ob_timeline_switch_point(history, was, switch_point);
 	free(history);

@@ -455,10 +455,10 @@ ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn
 			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
 		return OB_PG_FATAL;
 	}
-	if (db != NULL && strcmp(info.database, db) != 0) {
-		ob_error("replication slot %s belongs to database %s, not %s; set "
-			 "postgres.slot to another name or connect to %s",
-			 slot, info.database, db, info.database);
+	if (ob_pgrepl_slot_elsewhere(p, &info)) {
+		ob_error(
+		    "replication slot %s belongs to database %s, not %s: " OB_SLOT_ELSEWHERE_FIX,
+		    slot, info.database, db, info.database);
 		return OB_PG_FATAL;
 	}
 	if (strcmp(info.wal_status, "lost") == 0) {
@@ -619,29 +619,11 @@ ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys)
 }
 
 bool
-ob_pgrepl_timeline_history(ob_pgconn *p, int tli, char **content)
+ob_pgrepl_slot_elsewhere(ob_pgconn *p, const ob_slot_info *info)
 {
-	char cmd[64];
-	PGresult *res;
-	bool ok;
+	const char *db = PQdb(p->conn);
 
-	snprintf(cmd, sizeof(cmd), "TIMELINE_HISTORY %d", tli);
-	res = ob_pgsql_exec(p, cmd);
-	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 2;
-	*content = NULL;
-	if (!ok) {
-		ob_error("could not read the history of timeline %d: %s", tli,
-			 ob_pgsql_keep_error(p, res));
-	} else {
-		/* The file's bytes, as they are (the server sends them raw). */
-		size_t len = (size_t)PQgetlength(res, 0, 1);
-
-		*content = ob_xmalloc(len + 1);
-		memcpy(*content, PQgetvalue(res, 0, 1), len);
-		(*content)[len] = '\0';
-	}
-	PQclear(res);
-	return ok;
+	return info->exists && db != NULL && strcmp(info->database, db) != 0;
 }
 
 int

@@ -172,6 +172,13 @@ ob_slotcreate_run(const ob_config *cfg, bool if_not_exists, bool accept_gap)
 		return OB_EXIT_OPERATOR;
 	if (!find_slot(pg, cfg, &f))
 		goto out;
+	if (ob_pgrepl_slot_elsewhere(pg, &f.info)) {
+		/* Slot names are the cluster's: no flag makes this one ours. */
+		ob_error("could not create replication slot %s: a slot of that name belongs to "
+			 "database %s: " OB_SLOT_ELSEWHERE_FIX,
+			 cfg->pg.slot, f.info.database, f.info.database);
+		goto out;
+	}
 	if (f.info.exists && !f.invalidated) {
 		rc = existing_slot(pg, cfg, &f.info, if_not_exists);
 		goto out;

@@ -150,10 +150,16 @@ ob_pg_status ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool str
  * (logged) on error. */
 bool ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys) OB_MUST_CHECK;
 
-/* TIMELINE_HISTORY: the history file of timeline tli (2 or more), its
- * lines "parent-tli switch-point reason" (timeline.h). *content is
- * allocated, the caller frees it. False (logged) on error. */
-bool ob_pgrepl_timeline_history(ob_pgconn *p, int tli, char **content) OB_MUST_CHECK;
+/* Whether the slot info (read on p) exists in another database than the
+ * one p is connected to: it is not outboxd's slot for this database. */
+bool ob_pgrepl_slot_elsewhere(ob_pgconn *p, const ob_slot_info *info);
+/* What to do about it, after "... belongs to database A, not B: ". A new
+ * name starts a new slot at the current position: outboxd's own slot of
+ * this database, if it had one, was lost. */
+#define OB_SLOT_ELSEWHERE_FIX                                                                      \
+	"connect to %s, or set postgres.slot to a name of this database's own (a new slot "        \
+	"starts at the current WAL position: if outboxd had a slot of this name in this "          \
+	"database, it was lost, and `slot create` says how to recover)"
 
 /* START_REPLICATION from start (0: the slot's confirmed position) with the
  * options outboxd needs from postgres.plugin (deploy/README.md,
