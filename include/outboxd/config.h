@@ -18,6 +18,7 @@
 
 #include "outboxd/common.h"
 #include "outboxd/log.h"
+#include "outboxd/topictpl.h"
 
 typedef enum ob_bad_event_policy {
 	OB_BAD_EVENT_DLQ = 0,
@@ -98,6 +99,8 @@ typedef struct ob_config {
 		int status_interval_ms;
 		int reconnect_max_backoff_ms;
 		int standby_retry_ms;
+		char *password_command; /* "" means libpq's own (conninfo, PGPASSWORD, ...) */
+		int credential_timeout_ms;
 	} pg;
 	struct {
 		char *table;      /* as configured: "schema.name" or "name" */
@@ -137,6 +140,11 @@ typedef struct ob_config {
 	ob_kafka_prop *kafka;
 	size_t kafka_len;
 	struct {
+		bool method_command; /* method = command: token_command feeds OAUTHBEARER */
+		char *token_command;
+		int credential_timeout_ms;
+	} kafka_auth;
+	struct {
 		char *listen;       /* "" disables the HTTP server */
 		int stall_after_ms; /* /readyz: stalled after this long without progress */
 	} http;
@@ -170,35 +178,6 @@ bool ob_config_set(ob_config *cfg, const char *section, const char *key, const c
 
 /* Check cross-key rules and derive the schema and table names. */
 bool ob_config_finish(ob_config *cfg) OB_MUST_CHECK;
-
-/* One piece of an outbox.topic template: literal text, or the name of a
- * {column} placeholder. Both point into the template. */
-typedef struct ob_topic_piece {
-	const char *text;
-	size_t len;
-	bool is_column;
-} ob_topic_piece;
-
-typedef enum ob_topic_scan {
-	OB_TOPIC_PIECE,     /* *piece is the next piece */
-	OB_TOPIC_END,       /* the template is used up */
-	OB_TOPIC_BAD_BRACE, /* a { without its }, an empty {}, or a lone } */
-} ob_topic_scan;
-
-/* The one reader of topic templates: the next piece of the template at
- * *cursor, which is advanced past it. Start with *cursor at the template's
- * first character. ob_config_finish() rejects templates that give
- * OB_TOPIC_BAD_BRACE, so the other readers only see pieces and the end. */
-ob_topic_scan ob_topic_template_next(const char **cursor, ob_topic_piece *piece);
-
-/* The longest Kafka topic name. */
-#define OB_TOPIC_NAME_MAX 249
-
-/* True when the len bytes at name are a legal Kafka topic name: 1 to
- * OB_TOPIC_NAME_MAX of [a-zA-Z0-9._-], and neither "." nor "..". With
- * partial, name is only a part of one (a template's literal text): any
- * length up to the limit, and dots alone are fine. */
-bool ob_topic_name_valid(const char *name, size_t len, bool partial);
 
 /* The value of a [kafka] property as set by the user, or NULL. */
 const char *ob_config_kafka_get(const ob_config *cfg, const char *key);
