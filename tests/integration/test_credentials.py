@@ -21,7 +21,7 @@ import time
 import pytest
 
 import harness
-from conftest import OUTBOX_SQL
+from conftest import OUTBOX_SQL, OUTBOXD_BIN
 from harness import free_port, wait_until
 from test_cli import EXIT_USAGE
 from test_ops import (check_lines, commit_events, failed_checks,
@@ -292,3 +292,64 @@ def test_token_command_needs_oauthbearer(pg, broker, outboxd_factory,
     assert rc == EXIT_USAGE, (rc, out, err)
     assert "kafka_auth.method = command needs kafka.sasl.mechanism = " \
            "OAUTHBEARER (it is unset)" in err, err
+
+
+# ---------------------------------------------------------------------------
+# outboxd inbox: the same settings
+
+
+def test_inbox_connects_with_the_password_command(auth_pg, broker, test_id,
+                                                  tmp_path):
+    """`outboxd inbox` takes its password from postgres.password_command
+    too, with the inbox database in PGDATABASE, and runs it again when
+    its session is ended: every record is stored once."""
+    from test_inbox import Feed, InboxEnv, assert_exactly_once
+    env = InboxEnv(None, broker, test_id, tmp_path, cluster=auth_pg)
+    env.sql("GRANT SELECT, INSERT ON TABLE public.inbox TO %s" % ROLE)
+    env.sql("GRANT SELECT, INSERT, UPDATE ON TABLE "
+            "public.outboxd_inbox_offsets TO %s" % ROLE)
+    calls = str(tmp_path / "calls")
+    script = write_script(str(tmp_path / "getpw.sh"),
+                          'echo "$PGDATABASE" >> %s\necho pw-start\n' % calls)
+    feed = Feed(broker, env.topic)
+    ids = feed.events(30)
+    feed.flush()
+    try:
+        d = env.start(inbox_conninfo="host=127.0.0.1 port=%d dbname=%s user=%s"
+                      % (auth_pg.port, env.db, ROLE),
+                      postgres_password_command=script)
+        wait_until(lambda: env.rows() == 30, 60, 0.2, "the inbox stores")
+        before = count_lines(calls)
+        assert terminate_backends(auth_pg) >= 1
+        ids += feed.events(30)
+        feed.flush()
+        assert_exactly_once(env, ids)
+        assert count_lines(calls) > before
+        with open(calls) as f:
+            assert set(f.read().split()) == {env.db}
+        assert d.running(), d.log_tail()
+    finally:
+        env.stop_all()
+
+
+def test_inbox_consumer_runs_the_token_command(pg, broker, test_id,
+                                               tmp_path):
+    """The inbox's consumer gets its OAUTHBEARER tokens from the token
+    command as the producer does."""
+    from test_inbox import InboxEnv
+    env = InboxEnv(pg, broker, test_id, tmp_path)
+    command, calls = token_script(tmp_path, 3000)
+    try:
+        cfg = env.config()
+        cfg["kafka"].update({"security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "OAUTHBEARER"})
+        cfg["kafka_auth"] = {"method": "command", "token_command": command}
+        d = harness.Outboxd(OUTBOXD_BIN, cfg, str(tmp_path / "inbox"),
+                            command="inbox")
+        env.instances.append(d)
+        wait_until(lambda: count_lines(calls) >= 2, 20, 0.1,
+                   "the token command runs at start and again")
+        assert d.running(), d.log_tail()
+        assert "tok-" not in d.log_text()
+    finally:
+        env.stop_all()
