@@ -44,6 +44,17 @@ static struct {
 	char fix[1024];
 } last;
 
+/* How the latest attempt's credential came about (for `outboxd check`
+ * and the fix of a refused password): whether postgres.password_command
+ * ran, and what went wrong with it. */
+static struct {
+	bool command;
+	bool failed;
+	bool connected; /* the attempt connected */
+	int64_t ms;
+	char err[512];
+} cred;
+
 /* libpq's message without the LOCATION lines of a verbose message and
  * without trailing newlines. */
 static void
@@ -137,6 +148,7 @@ write_fix(PGconn *conn, ob_pg_refusal refusal)
 	    .sslmode = sslmode,
 	    .sslrootcert = sslrootcert,
 	    .password_given = !PQconnectionNeedsPassword(conn),
+	    .password_command = cred.command,
 	};
 
 	if (!unix_socket && hba_address(conn, address, sizeof(address)))
@@ -176,16 +188,6 @@ session_options(const char *conninfo)
 
 /* A command that connects once (check, slot): a refusal is not retried. */
 static bool one_shot;
-
-/* How the latest attempt's credential came about, for `outboxd check`:
- * whether postgres.password_command ran, and what went wrong with it. */
-static struct {
-	bool command;
-	bool failed;
-	bool connected; /* the attempt connected */
-	int64_t ms;
-	char err[512];
-} cred;
 
 void
 ob_pgconnect_one_shot(void)

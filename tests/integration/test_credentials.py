@@ -134,8 +134,10 @@ def test_password_rotated_while_streaming(auth_pg, broker, consumer,
             # the reconnect is refused until the file catches up.
             since = d.log_size()
             assert terminate_backends(pg) >= 1
-            d.wait_log(r"password authentication failed", timeout=20,
-                       since=since)
+            d.wait_log(r"password authentication failed.*refused "
+                       r"\(password\): the server rejected the password "
+                       r"postgres\.password_command gave for role",
+                       timeout=20, since=since)
             write_secret(secret, pw)
         else:
             write_secret(secret, pw)
@@ -308,9 +310,10 @@ def test_inbox_connects_with_the_password_command(auth_pg, broker, test_id,
     env.sql("GRANT SELECT, INSERT ON TABLE public.inbox TO %s" % ROLE)
     env.sql("GRANT SELECT, INSERT, UPDATE ON TABLE "
             "public.outboxd_inbox_offsets TO %s" % ROLE)
+    auth_pg.sql("ALTER ROLE %s PASSWORD 'pw-inbox'" % ROLE)
     calls = str(tmp_path / "calls")
     script = write_script(str(tmp_path / "getpw.sh"),
-                          'echo "$PGDATABASE" >> %s\necho pw-start\n' % calls)
+                          'echo "$PGDATABASE" >> %s\necho pw-inbox\n' % calls)
     feed = Feed(broker, env.topic)
     ids = feed.events(30)
     feed.flush()
