@@ -120,18 +120,23 @@ read_some(reader *r)
 	return true;
 }
 
-/* Read both pipes until they close, the deadline passes or stdout holds
- * too much; true when both closed in time. */
+/* How often the caller's tick runs while the command does. */
+#define TICK_MS 100
+
+/* Read both pipes until they close, the deadline passes, stdout holds
+ * too much or tick (when not NULL) returns false (then *stopped); true
+ * when both closed in time. */
 static bool
-read_pipes(reader *out, reader *err, int64_t deadline)
+read_pipes(reader *out, reader *err, int64_t deadline, bool (*tick)(void), bool *stopped)
 {
 	while ((out->fd >= 0 || err->fd >= 0) && !out->overflow) {
 		struct pollfd pfd[2] = {{out->fd, POLLIN, 0}, {err->fd, POLLIN, 0}};
 		int64_t left = deadline - ob_mono_ms();
 
-		if (left <= 0)
+		*stopped = left > 0 && tick != NULL && !tick();
+		if (left <= 0 || *stopped)
 			return false;
-		if (poll(pfd, 2, (int)left) < 0 && errno != EINTR)
+		if (poll(pfd, 2, left < TICK_MS ? (int)left : TICK_MS) < 0 && errno != EINTR)
 			return false;
 		for (int i = 0; i < 2; i++) {
 			reader *r = i == 0 ? out : err;
@@ -191,14 +196,14 @@ first_word(const char *command, char *buf, size_t size)
 
 bool
 ob_credcmd_run(const char *key, const char *command, int timeout_ms, const char *const *env,
-	       char **out, char *err, size_t err_len)
+	       bool (*tick)(void), char **out, char *err, size_t err_len)
 {
 	int64_t deadline = ob_mono_ms() + timeout_ms;
 	char errbuf[STDERR_KEEP], word[128], tail[STDERR_KEEP + 3];
 	reader ro = {-1, ob_xmalloc(OB_CREDCMD_MAX_OUTPUT), 0, OB_CREDCMD_MAX_OUTPUT, false};
 	reader re = {-1, errbuf, 0, sizeof(errbuf), false};
 	int po[2] = {-1, -1}, pe[2] = {-1, -1}, status = 0;
-	bool done = false, ended;
+	bool done = false, stopped = false, ended;
 	pid_t pid;
 
 	*out = NULL;
@@ -215,7 +220,7 @@ ob_credcmd_run(const char *key, const char *command, int timeout_ms, const char 
 	ro.fd = po[0];
 	re.fd = pe[0];
 	po[0] = pe[0] = -1;
-	done = read_pipes(&ro, &re, deadline);
+	done = read_pipes(&ro, &re, deadline, tick, &stopped);
 	ended = done && wait_child(pid, deadline, &status);
 	if (!ended) {
 		kill(-pid, SIGKILL);
@@ -227,6 +232,8 @@ ob_credcmd_run(const char *key, const char *command, int timeout_ms, const char 
 	if (ro.overflow)
 		snprintf(err, err_len, "%s (\"%s\") printed more than %d bytes", key, word,
 			 OB_CREDCMD_MAX_OUTPUT);
+	else if (stopped)
+		snprintf(err, err_len, "%s (\"%s\") was killed: outboxd is stopping", key, word);
 	else if (!ended)
 		snprintf(err, err_len, "%s (\"%s\") timed out after %d ms and was killed%s", key,
 			 word, timeout_ms, tail);

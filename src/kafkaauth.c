@@ -40,8 +40,10 @@ on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 	int64_t started = ob_mono_ms();
 	ob_credtoken tok = {0};
 	char err[512], why[256], *out = NULL;
+	/* On librdkafka's thread, so no tick: the daemon's heartbeat is the
+	 * main loop's. */
 	bool ok = ob_credcmd_run("kafka_auth.token_command", settings.command, settings.timeout_ms,
-				 NULL, &out, err, sizeof(err));
+				 NULL, NULL, &out, err, sizeof(err));
 
 	(void)oauthbearer_config;
 	(void)opaque;

@@ -18,6 +18,7 @@
 #include "outboxd/credcmd.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/runtime.h"
 
 /* Settings pinned on every connection so outboxd does not depend on the
  * database's or the role's defaults: how wal2json renders values (bytea
@@ -252,9 +253,11 @@ command_password(const char *conninfo, const char *command, int timeout_ms, char
 	int64_t started = ob_mono_ms();
 
 	cred.command = true;
-	cred.failed =
-	    !ob_credcmd_run("postgres.password_command", command, timeout_ms,
-			    (const char *const *)env, password, cred.err, sizeof(cred.err));
+	/* The daemon's loop stays alive while the command runs, and a stop
+	 * request ends it. */
+	cred.failed = !ob_credcmd_run("postgres.password_command", command, timeout_ms,
+				      (const char *const *)env, ob_runtime_tick, password, cred.err,
+				      sizeof(cred.err));
 	cred.ms = ob_mono_ms() - started;
 	for (size_t i = 0; env[i] != NULL; i++)
 		free(env[i]);

@@ -22,14 +22,17 @@
 /* Run command (the value of the setting key, e.g.
  * "postgres.password_command") for at most timeout_ms, with env (NULL, or
  * "NAME=value" strings ending with NULL) over the process's environment.
- * On success *out is what it printed without one trailing newline (and a
+ * While it runs, tick (when not NULL) is called about every 100 ms; when
+ * it returns false (the daemon is stopping) the command is killed. On
+ * success *out is what it printed without one trailing newline (and a
  * carriage return before it), never empty and without NUL bytes; the
  * caller frees it with ob_credcmd_free(). On failure (it could not be
- * started, exited non-zero or on a signal, timed out, printed nothing,
- * too much or a NUL byte) *out is NULL and err says so, naming key, the
- * command's first word and its exit status; nothing is logged. */
+ * started, exited non-zero or on a signal, timed out or was stopped,
+ * printed nothing, too much or a NUL byte) *out is NULL and err says so,
+ * naming key, the command's first word and its exit status; nothing is
+ * logged. */
 bool ob_credcmd_run(const char *key, const char *command, int timeout_ms, const char *const *env,
-		    char **out, char *err, size_t err_len) OB_MUST_CHECK;
+		    bool (*tick)(void), char **out, char *err, size_t err_len) OB_MUST_CHECK;
 
 /* Wipe and free a credential (NULL is a no-op). */
 void ob_credcmd_free(char *secret);

@@ -215,6 +215,23 @@ def test_failing_password_command_is_retried(auth_pg, broker,
     assert "leaked-pw-1234" not in d.log_text() + out + err
 
 
+def test_hanging_password_command_keeps_outboxd_alive_and_stoppable(
+        auth_pg, broker, outboxd_factory, test_id):
+    """While a password command hangs (here for up to 60 s), /healthz stays
+    200 (the loop's heartbeat goes on) and SIGTERM stops outboxd at once,
+    killing the command, rather than after the command's timeout."""
+    port = free_port()
+    d = outboxd_factory(password_overrides(auth_pg, port, "sleep 60",
+                                           test_id,
+                                           credential_timeout_ms=60000))
+    wait_http(port, "/readyz", 503, "connecting", daemon=d)
+    time.sleep(12)  # longer than /healthz's 10 s stall limit
+    wait_http(port, "/healthz", 200, "ok", timeout=1, daemon=d)
+    t0 = time.monotonic()
+    assert d.stop() == 0, d.log_tail()
+    assert time.monotonic() - t0 < 5, time.monotonic() - t0
+
+
 # ---------------------------------------------------------------------------
 # kafka_auth.token_command
 

@@ -45,8 +45,8 @@ test_runs(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const run_case *c = &cases[i];
 		char err[512] = "", *out = NULL;
-		bool ok =
-		    ob_credcmd_run(KEY, c->command, c->timeout_ms, NULL, &out, err, sizeof(err));
+		bool ok = ob_credcmd_run(KEY, c->command, c->timeout_ms, NULL, NULL, &out, err,
+					 sizeof(err));
 
 		if (c->out != NULL) {
 			assert_true(ok);
@@ -68,8 +68,8 @@ test_stdout_never_in_error(void **state)
 	char err[512], *out = NULL;
 
 	(void)state;
-	assert_false(
-	    ob_credcmd_run(KEY, "printf hunter2; exit 2", 5000, NULL, &out, err, sizeof(err)));
+	assert_false(ob_credcmd_run(KEY, "printf hunter2; exit 2", 5000, NULL, NULL, &out, err,
+				    sizeof(err)));
 	assert_null(strstr(err, "hunter2"));
 	assert_non_null(strstr(err, "status 2"));
 }
@@ -83,10 +83,36 @@ test_timeout_kills_the_group(void **state)
 	int64_t t0 = ob_mono_ms();
 
 	(void)state;
-	assert_false(ob_credcmd_run(KEY, "sleep 30 & sleep 30; echo late", 500, NULL, &out, err,
-				    sizeof(err)));
+	assert_false(ob_credcmd_run(KEY, "sleep 30 & sleep 30; echo late", 500, NULL, NULL, &out,
+				    err, sizeof(err)));
 	assert_true(ob_mono_ms() - t0 < 3000);
 	assert_non_null(strstr(err, "timed out"));
+}
+
+static int ticks;
+
+/* The daemon's tick: says stop on its fifth call. */
+static bool
+tick_until_fifth(void)
+{
+	return ++ticks < 5;
+}
+
+/* While the command runs the caller's tick runs too, and a stop request
+ * ends the command long before its timeout. */
+static void
+test_tick_runs_and_stops_the_command(void **state)
+{
+	char err[512], *out = NULL;
+	int64_t t0 = ob_mono_ms();
+
+	(void)state;
+	ticks = 0;
+	assert_false(
+	    ob_credcmd_run(KEY, "sleep 30", 20000, NULL, tick_until_fifth, &out, err, sizeof(err)));
+	assert_int_equal(ticks, 5);
+	assert_true(ob_mono_ms() - t0 < 3000);
+	assert_non_null(strstr(err, "(\"sleep\") was killed: outboxd is stopping"));
 }
 
 static void
@@ -100,7 +126,7 @@ test_environment(void **state)
 	setenv("OB_TEST_KEPT", "kept", 1);
 	assert_true(ob_credcmd_run(KEY,
 				   "printf '%s:%s:%s' \"$PGHOST\" \"$PGPORT\" \"$OB_TEST_KEPT\"",
-				   5000, env, &out, err, sizeof(err)));
+				   5000, env, NULL, &out, err, sizeof(err)));
 	assert_string_equal(out, "db.example:6432:kept");
 	ob_credcmd_free(out);
 }
@@ -153,6 +179,7 @@ main(void)
 	    cmocka_unit_test(test_runs),
 	    cmocka_unit_test(test_stdout_never_in_error),
 	    cmocka_unit_test(test_timeout_kills_the_group),
+	    cmocka_unit_test(test_tick_runs_and_stops_the_command),
 	    cmocka_unit_test(test_environment),
 	    cmocka_unit_test(test_tokens),
 	};
