@@ -14,7 +14,9 @@
 
 #include "outboxd/backlog.h"
 #include "outboxd/backlogsql.h"
+#include "outboxd/colmap.h"
 #include "outboxd/inboxdb.h"
+#include "outboxd/kafkaauth.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
 #include "outboxd/prodconf.h"
@@ -189,60 +191,6 @@ check_table(ob_checker *c)
 	free(table);
 }
 
-/* True if name is one of the comma-separated columns. */
-static bool
-has_column(const char *columns, const char *name)
-{
-	size_t len = strlen(name);
-	const char *p = columns;
-
-	while (p != NULL) {
-		if (strncmp(p, name, len) == 0 && (p[len] == ',' || p[len] == '\0'))
-			return true;
-		p = strchr(p, ',');
-		if (p != NULL)
-			p++;
-	}
-	return false;
-}
-
-/* Add name to the comma-separated list when it is (in) or is not (!in)
- * one of columns. */
-static void
-note_column(char *list, size_t size, const char *columns, bool in, const char *name)
-{
-	if (name[0] == '\0' || has_column(columns, name) != in ||
-	    strlen(list) + strlen(name) + 3 > size)
-		return;
-	strcat(list, list[0] ? ", " : "");
-	strcat(list, name);
-}
-
-/* Add to list each mapped column (the [outbox] *_column names and the
- * topic template's {column} placeholders) that is (in) or is not (!in) one
- * of the comma-separated columns. */
-static void
-note_mapped(const ob_config *cfg, const char *columns, bool in, char *list, size_t size)
-{
-	const char *mapped[] = {
-	    cfg->outbox.id_column,      cfg->outbox.key_column,     cfg->outbox.type_column,
-	    cfg->outbox.payload_column, cfg->outbox.headers_column, cfg->outbox.timestamp_column,
-	};
-	ob_topic_piece piece;
-
-	for (size_t i = 0; i < OB_ARRAY_LEN(mapped); i++)
-		note_column(list, size, columns, in, mapped[i]);
-	for (const char *cursor = cfg->outbox.topic;
-	     ob_topic_template_next(&cursor, &piece) == OB_TOPIC_PIECE;) {
-		char name[128];
-
-		if (!piece.is_column)
-			continue;
-		snprintf(name, sizeof(name), "%.*s", (int)piece.len, piece.text);
-		note_column(list, size, columns, in, name);
-	}
-}
-
 /* The table's columns (comma-separated) into *columns, or only its
  * GENERATED ... STORED ones with generated; false (reported) when the query
  * failed. */
@@ -272,14 +220,14 @@ check_columns(ob_checker *c)
 
 	if (c->table_oid == NULL || !read_columns(c, false, &columns))
 		return;
-	note_mapped(cfg, columns, false, missing, sizeof(missing));
+	ob_colmap_note(cfg, columns, false, missing, sizeof(missing));
 	/* Servers older than pgoutput's minimum are refused by
 	 * check_publication (and have no attgenerated before 12). */
 	if (missing[0] == '\0' && cfg->pg.plugin == OB_PLUGIN_PGOUTPUT &&
 	    ob_pgsql_server_version(c->pg) >= OB_PGOUTPUT_MIN_SERVER) {
 		if (!read_columns(c, true, &gen))
 			goto out;
-		note_mapped(cfg, gen, true, generated, sizeof(generated));
+		ob_colmap_note(cfg, gen, true, generated, sizeof(generated));
 	}
 	if (missing[0] != '\0')
 		ob_checker_report(
@@ -521,12 +469,24 @@ check_broker(ob_checker *c)
 				    &dlq_exists, detail, sizeof(detail));
 
 	ob_checker_report(c, "kafka", ok, "%s", detail);
+	ob_checker_report(c, "kafka auth", ob_kafkaauth_report(c->cfg, ok, detail, sizeof(detail)),
+			  "%s", detail);
 	if (ok)
 		ob_checker_report(c, "dead-letter topic", true, "%s %s", c->cfg->outbox.dlq_topic,
 				  dlq_exists
 				      ? "exists"
 				      : "does not exist yet (created on first use if the cluster "
 					"auto-creates topics)");
+}
+
+/* Where the password of the latest connection attempt came from, and
+ * whether the server took it. */
+static void
+check_pg_auth(ob_checker *c)
+{
+	char detail[1024];
+
+	ob_checker_report(c, "postgres auth", ob_pgconnect_auth(detail, sizeof(detail)), "%s", detail);
 }
 
 /* The inbox's database and tables, when inbox.topics says the inbox is
@@ -554,6 +514,8 @@ check_inbox(ob_checker *c)
 		ob_checker_report(c, "inbox postgres", false, "%s", detail);
 		break;
 	}
+	if (!c->cfg->publisher_set)
+		check_pg_auth(c);
 }
 
 int
@@ -584,8 +546,10 @@ ob_check_run(const ob_config *cfg, FILE *out)
 			ob_checker_report(&c, "postgres", false,
 					  "could not connect with \"%s\"" OB_CHECK_SEE_THE_LOG,
 					  masked);
+		check_pg_auth(&c);
 	} else {
 		ob_checker_report(&c, "postgres", true, "connected with \"%s\"", masked);
+		check_pg_auth(&c);
 		check_server(&c);
 		if (ob_check_database(c.pg, cfg, out) != OB_PG_OK)
 			c.all_ok = false;

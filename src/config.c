@@ -28,6 +28,7 @@ typedef enum key_type {
 	KEY_PLUGIN,      /* wal2json | pgoutput */
 	KEY_MISMATCH,    /* halt | earliest | latest | stored */
 	KEY_CLOUDEVENTS, /* off | binary | structured */
+	KEY_AUTH_METHOD, /* none | command */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -54,6 +55,11 @@ static const config_key config_keys[] = {
     {"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},
     {"postgres", "reconnect_max_backoff_ms", KEY_MS, OFF(pg.reconnect_max_backoff_ms), "30000"},
     {"postgres", "standby_retry_ms", KEY_MS, OFF(pg.standby_retry_ms), "5000"},
+    {"postgres", "password_command", KEY_STRING, OFF(pg.password_command), ""},
+    {"postgres", "credential_timeout_ms", KEY_MS, OFF(pg.credential_timeout_ms), "10000"},
+    {"kafka_auth", "method", KEY_AUTH_METHOD, OFF(kafka_auth.method_command), "none"},
+    {"kafka_auth", "token_command", KEY_STRING, OFF(kafka_auth.token_command), ""},
+    {"kafka_auth", "credential_timeout_ms", KEY_MS, OFF(kafka_auth.credential_timeout_ms), "10000"},
     {"outbox", "table", KEY_NONEMPTY, OFF(outbox.table), "public.outbox"},
     {"outbox", "id_column", KEY_NONEMPTY, OFF(outbox.id_column), "id"},
     {"outbox", "key_column", KEY_NONEMPTY, OFF(outbox.key_column), "aggregate_id"},
@@ -242,6 +248,12 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		else
 			ok = false;
 		expected = "off, binary or structured";
+		break;
+	case KEY_AUTH_METHOD:
+		ok = strcmp(value, "none") == 0 || strcmp(value, "command") == 0;
+		if (ok)
+			*(bool *)field = strcmp(value, "command") == 0;
+		expected = "none or command";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);
@@ -641,6 +653,30 @@ check_cloudevents(const ob_config *cfg)
 	return check_template("outbox.cloudevents_source", cfg->outbox.cloudevents_source, false);
 }
 
+/* kafka_auth.method = command needs its command and librdkafka's
+ * OAUTHBEARER mechanism, whose token refresh outboxd takes over. */
+static bool
+check_kafka_auth(const ob_config *cfg)
+{
+	const char *mech = ob_config_kafka_get(cfg, "sasl.mechanism");
+
+	if (!cfg->kafka_auth.method_command)
+		return true;
+	if (cfg->kafka_auth.token_command[0] == '\0') {
+		ob_error("kafka_auth.method is command but kafka_auth.token_command is empty");
+		return false;
+	}
+	if (mech == NULL)
+		mech = ob_config_kafka_get(cfg, "sasl.mechanisms");
+	if (mech == NULL || strcmp(mech, "OAUTHBEARER") != 0) {
+		ob_error("kafka_auth.method = command needs kafka.sasl.mechanism = OAUTHBEARER "
+			 "(it is %s)",
+			 mech != NULL ? mech : "unset");
+		return false;
+	}
+	return true;
+}
+
 /* A name of at most 63 lower-case letters, digits and underscores. */
 static bool
 check_plain_name(const char *key, const char *name)
@@ -701,7 +737,7 @@ ob_config_finish(ob_config *cfg)
 			 cfg->outbox.dlq_topic, OB_TOPIC_NAME_MAX);
 		ok = false;
 	}
-	if (!check_cloudevents(cfg))
+	if (!check_cloudevents(cfg) || !check_kafka_auth(cfg))
 		ok = false;
 	/* Postgres itself allows only these in slot names; a publication
 	 * named so needs no quoting in SQL or in pgoutput's options. */

@@ -313,7 +313,7 @@ subscribe(ob_consumer *c)
 		rd_kafka_conf_destroy(conf);
 		goto out;
 	}
-	c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	c->rk = ob_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (c->rk == NULL) {
 		ob_error("could not create kafka consumer: %s", errstr);
 		rd_kafka_conf_destroy(conf);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/kafkaauth.h"
 #include "outboxd/log.h"
 
 bool
@@ -75,7 +76,18 @@ ob_kafka_conf_build(const ob_config *cfg, const ob_kafka_setting *defaults, size
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
+	ob_kafkaauth_conf(conf, cfg);
 	return conf;
+}
+
+rd_kafka_t *
+ob_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *err, size_t err_len)
+{
+	rd_kafka_t *rk = rd_kafka_new(type, conf, err, err_len);
+
+	if (rk != NULL)
+		ob_kafkaauth_start(rk);
+	return rk;
 }
 
 void

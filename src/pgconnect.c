@@ -15,8 +15,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "outboxd/credcmd.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/runtime.h"
 
 /* Settings pinned on every connection so outboxd does not depend on the
  * database's or the role's defaults: how wal2json renders values (bytea
@@ -42,6 +44,17 @@ static struct {
 	ob_pg_refusal logged;
 	char fix[1024];
 } last;
+
+/* How the latest attempt's credential came about (for `outboxd check`
+ * and the fix of a refused password): whether postgres.password_command
+ * ran, and what went wrong with it. */
+static struct {
+	bool command;
+	bool failed;
+	bool connected; /* the attempt connected */
+	int64_t ms;
+	char err[512];
+} cred;
 
 /* libpq's message without the LOCATION lines of a verbose message and
  * without trailing newlines. */
@@ -136,6 +149,7 @@ write_fix(PGconn *conn, ob_pg_refusal refusal)
 	    .sslmode = sslmode,
 	    .sslrootcert = sslrootcert,
 	    .password_given = !PQconnectionNeedsPassword(conn),
+	    .password_command = cred.command,
 	};
 
 	if (!unix_socket && hba_address(conn, address, sizeof(address)))
@@ -206,8 +220,80 @@ ob_pgconnect_standby_conninfo(const char *conninfo)
 	return out;
 }
 
+/* The environment a password command runs with: PGHOST, PGPORT, PGUSER
+ * and PGDATABASE of conninfo, those it sets (NULL-terminated; the caller
+ * frees each string and the array). */
+static char **
+target_env(const char *conninfo)
+{
+	static const char *const names[][2] = {
+	    {"host", "PGHOST"}, {"port", "PGPORT"}, {"user", "PGUSER"}, {"dbname", "PGDATABASE"}};
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	char **env = ob_xcalloc(OB_ARRAY_LEN(names) + 1, sizeof(*env));
+	size_t n = 0;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++) {
+		for (size_t i = 0; i < OB_ARRAY_LEN(names); i++) {
+			if (strcmp(o->keyword, names[i][0]) == 0 && o->val != NULL &&
+			    o->val[0] != '\0')
+				env[n++] = ob_xasprintf("%s=%s", names[i][1], o->val);
+		}
+	}
+	PQconninfoFree(opts);
+	return env;
+}
+
+/* Run postgres.password_command for a connection to conninfo: *password
+ * is what it printed (the caller frees it with ob_credcmd_free()). False
+ * (logged) when it failed. */
+static bool
+command_password(const char *conninfo, const char *command, int timeout_ms, char **password)
+{
+	char **env = target_env(conninfo);
+	int64_t started = ob_mono_ms();
+
+	cred.command = true;
+	/* The daemon's loop stays alive while the command runs, and a stop
+	 * request ends it. */
+	cred.failed = !ob_credcmd_run("postgres.password_command", command, timeout_ms,
+				      (const char *const *)env, ob_runtime_tick, password, cred.err,
+				      sizeof(cred.err));
+	cred.ms = ob_mono_ms() - started;
+	for (size_t i = 0; env[i] != NULL; i++)
+		free(env[i]);
+	free(env);
+	if (cred.failed)
+		ob_log(one_shot ? OB_LOG_ERROR : OB_LOG_WARNING,
+		       "could not get a password for postgres: %s%s", cred.err,
+		       one_shot ? "" : "; retrying");
+	return !cred.failed;
+}
+
+bool
+ob_pgconnect_auth(char *buf, size_t size)
+{
+	const char *fix;
+	bool refused = ob_pgconnect_refusal(&fix) == OB_PG_REFUSAL_PASSWORD;
+
+	if (!cred.command) {
+		snprintf(buf, size, "libpq's own (conninfo, PGPASSWORD, ~/.pgpass or none)%s",
+			 refused ? ": the server refused it" : "");
+		return !refused;
+	}
+	if (cred.failed)
+		snprintf(buf, size, "%s", cred.err);
+	else
+		snprintf(buf, size, "postgres.password_command gave a password in %lld ms%s",
+			 (long long)cred.ms,
+			 cred.connected ? "; the server accepted it"
+			 : refused      ? "; the server refused it"
+					: "; the server was not reached");
+	return !cred.failed && !refused;
+}
+
 PGconn *
-ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name)
+ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name,
+		  const char *password_command, int credential_timeout_ms)
 {
 	/* Defaults first: the settings in conninfo (expanded from "dbname")
 	 * come later and win. A connection attempt gives up after 10 s; a
@@ -217,22 +303,36 @@ ob_pgconnect_open(const char *conninfo, bool replication, const char *applicatio
 	 * The session options come after conninfo, so the pinned settings
 	 * always apply; so does client_encoding UTF8 (recode.h), which as a
 	 * startup parameter also wins over PGCLIENTENCODING and a role's or
-	 * database's setting. */
-	char *options = session_options(conninfo);
+	 * database's setting. A password from postgres.password_command,
+	 * which runs before every attempt, comes last and wins over the
+	 * conninfo's. */
+	char *options, *password = NULL;
 	/* clang-format off */
 	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
 			      "keepalives_interval", "keepalives_count", "dbname", "client_encoding",
-			      "replication", "fallback_application_name", "options", NULL};
+			      "replication", "fallback_application_name", "options", "password",
+			      NULL};
 	const char *values[] = {"10", "60000", "30", "10", "3", conninfo, "UTF8",
-				replication ? "database" : "false", application_name, options, NULL};
+				replication ? "database" : "false", application_name, NULL, NULL,
+				NULL};
 	/* clang-format on */
 	PGconn *conn;
 
+	cred.command = cred.connected = false;
+	if (password_command[0] != '\0' &&
+	    !command_password(conninfo, password_command, credential_timeout_ms, &password))
+		return NULL;
+	options = session_options(conninfo);
+	values[9] = options;
+	values[10] = password;
 	/* expand_dbname=1: conninfo may be a full connection string or URI;
-	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest. */
+	 * libpq's environment (PGHOST, PGPASSWORD, ...) fills the rest.
+	 * libpq passes over a key whose value is NULL (no command). */
 	conn = PQconnectdbParams(keys, values, 1);
 	free(options);
-	if (!ob_pgconnect_ok(conn)) {
+	ob_credcmd_free(password);
+	cred.connected = ob_pgconnect_ok(conn);
+	if (!cred.connected) {
 		PQfinish(conn);
 		return NULL;
 	}

@@ -154,6 +154,14 @@ ob_pg_refusal_fix(ob_pg_refusal refusal, const ob_pg_refusal_ctx *ctx, char *buf
 			    "it in postgres.conninfo (password=${NAME} keeps it out of the "
 			    "file), in PGPASSWORD or in ~/.pgpass",
 			    role);
+		else if (ctx->password_command)
+			snprintf(
+			    buf, size,
+			    "the server rejected the password postgres.password_command gave for "
+			    "role %s: make the command print the role's current password or "
+			    "token (it gets PGHOST, PGPORT, PGUSER and PGDATABASE), or set a "
+			    "new one on the server with ALTER ROLE %s PASSWORD '...'",
+			    role, role);
 		else
 			snprintf(
 			    buf, size,

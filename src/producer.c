@@ -289,7 +289,7 @@ handle_start(ob_producer *p, handle *h, bool gapless)
 	rd_kafka_conf_set_log_cb(conf, ob_kafka_log);
 	if (h != &p->alone) /* the connection state outboxd reports is current's */
 		rd_kafka_conf_set_stats_cb(conf, on_stats);
-	h->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	h->rk = ob_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
 	if (h->rk == NULL) {
 		ob_error("could not create kafka producer: %s", err);
 		rd_kafka_conf_destroy(conf);
@@ -726,7 +726,7 @@ ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool 
 		return false;
 	}
 	rd_kafka_conf_set_log_cb(conf, on_probe_log);
-	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	rk = ob_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (rk == NULL) {
 		snprintf(detail, detail_len, "could not create kafka client: %s", errstr);
 		rd_kafka_conf_destroy(conf);

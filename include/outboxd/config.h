@@ -99,6 +99,8 @@ typedef struct ob_config {
 		int status_interval_ms;
 		int reconnect_max_backoff_ms;
 		int standby_retry_ms;
+		char *password_command; /* "" means libpq's own (conninfo, PGPASSWORD, ...) */
+		int credential_timeout_ms;
 	} pg;
 	struct {
 		char *table;      /* as configured: "schema.name" or "name" */
@@ -137,6 +139,11 @@ typedef struct ob_config {
 	bool publisher_set;
 	ob_kafka_prop *kafka;
 	size_t kafka_len;
+	struct {
+		bool method_command; /* method = command: token_command feeds OAUTHBEARER */
+		char *token_command;
+		int credential_timeout_ms;
+	} kafka_auth;
 	struct {
 		char *listen;       /* "" disables the HTTP server */
 		int stall_after_ms; /* /readyz: stalled after this long without progress */

@@ -1,13 +1,14 @@
 /*
  * kafka.h: what the Kafka layer's two clients share (librdkafka).
  *
- * The Kafka layer is kafka.c, producer.c and consumer.c, and only they
+ * The Kafka layer is kafka.c, kafkaauth.c, producer.c and consumer.c, and only they
  * include this header, the one that brings in librdkafka's types: every
  * other module speaks to Kafka through producer.h and consumer.h.
  *
  * A client's configuration is built in one order: outboxd's defaults for
  * that client, the user's [kafka] properties, then the properties the
- * client pins (config.h), so a pinned value always wins. Broker state
+ * client pins (config.h), so a pinned value always wins; [kafka_auth]
+ * (kafkaauth.h) comes with it. Broker state
  * (outboxd_kafka_connected, /readyz) comes only from librdkafka's
  * statistics, which are therefore always on.
  */
@@ -33,11 +34,24 @@ rd_kafka_conf_t *ob_kafka_conf_build(const ob_config *cfg, const ob_kafka_settin
 				     size_t defaults_len, const ob_kafka_setting *skip,
 				     size_t skip_len, const ob_kafka_setting *pinned,
 				     size_t pinned_len);
+/* rd_kafka_new() (NULL with err set, and conf still the caller's, when
+ * it fails), with the client's [kafka_auth] token refreshes started
+ * (kafkaauth.h). Every client outboxd makes comes from here. */
+rd_kafka_t *ob_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *err, size_t err_len);
 /* Set one property; false (logged, naming kafka.<key>) when librdkafka
  * rejects it. */
 bool ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value) OB_MUST_CHECK;
 /* A numeric property of conf (0 when unset or unreadable). */
 long long ob_kafka_conf_number(const rd_kafka_conf_t *conf, const char *key);
+
+/* kafkaauth.c: set conf up for cfg's [kafka_auth] (nothing with method = none). */
+void ob_kafkaauth_conf(rd_kafka_conf_t *conf, const ob_config *cfg);
+
+/* Start a client's token refreshes on its background thread (nothing with
+ * method = none). When librdkafka cannot, that is logged: the client
+ * then gets no token and reaches no broker, which outboxd reports as
+ * brokers down. */
+void ob_kafkaauth_start(rd_kafka_t *rk);
 
 /* The log callback: librdkafka's lines to outboxd's logger, with fields
  * component=librdkafka and its facility. */

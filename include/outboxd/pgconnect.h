@@ -10,7 +10,9 @@
  * (pgrefusal.h) is logged once with its fix while it lasts, shown on
  * /readyz ("postgres-refused") and in outboxd_postgres_refused{reason},
  * and kept for `outboxd check` to print; every other failure is logged
- * each time, as a reconnect is.
+ * each time, as a reconnect is. With postgres.password_command set, the
+ * command runs before every attempt (credcmd.h) and gives the password;
+ * one that fails is such a failure.
  */
 #ifndef OUTBOXD_PGCONNECT_H
 #define OUTBOXD_PGCONNECT_H
@@ -26,6 +28,12 @@ void ob_pgconnect_one_shot(void);
  * was not one, or the latest attempt connected) and, in *fix, what fixes
  * it ("" when none). */
 ob_pg_refusal ob_pgconnect_refusal(const char **fix);
+
+/* The `postgres auth` line of `outboxd check`, into buf: where the
+ * latest attempt's password came from (postgres.password_command, or
+ * libpq's own sources) and whether the server accepted it. False when the command failed or the
+ * server refused the password. */
+bool ob_pgconnect_auth(char *buf, size_t size);
 
 /* conninfo (a connection string or URI) when it names several hosts,
  * asking for a standby among them (target_session_attrs=standby, which

@@ -35,11 +35,13 @@ struct ob_pgconn {
 
 /* Connect to conninfo (a connection string or URI; libpq's environment
  * fills the rest) as a replication connection (replication=database) or a
- * plain one, with outboxd's settings (pgconnect.h). The connection, the
- * caller's to PQfinish(); NULL when ob_pgconnect_ok() found it failed
- * (logged). */
-PGconn *ob_pgconnect_open(const char *conninfo, bool replication,
-			  const char *application_name) OB_MUST_CHECK;
+ * plain one, with outboxd's settings (pgconnect.h). When password_command
+ * is not "", it runs first (for at most credential_timeout_ms; credcmd.h)
+ * and what it prints is the password. The connection, the caller's to
+ * PQfinish(); NULL when the command failed or ob_pgconnect_ok() found the
+ * connection failed (logged). */
+PGconn *ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name,
+			  const char *password_command, int credential_timeout_ms) OB_MUST_CHECK;
 
 /* True if conn is connected. When the server itself turned the attempt
  * down, the attempt is repeated once on conn with PQERRORS_VERBOSE

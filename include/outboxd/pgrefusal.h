@@ -47,7 +47,8 @@ typedef struct ob_pg_refusal_ctx {
 	const char *hba_address;
 	const char *sslmode;
 	const char *sslrootcert;
-	bool password_given; /* false: the server asked and there was none */
+	bool password_given;   /* false: the server asked and there was none */
+	bool password_command; /* the password came from postgres.password_command */
 } ob_pg_refusal_ctx;
 
 /* The SQLSTATE of the last server error in a libpq connection failure

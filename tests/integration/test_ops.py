@@ -37,7 +37,7 @@ README = REPO_ROOT / "README.md"
 # The configuration reference, in one place (the man page is made from it).
 CONFIG_REFERENCE = REPO_ROOT / "deploy" / "README.md"
 
-SECTIONS = ("postgres", "outbox", "inbox", "kafka", "http", "log")
+SECTIONS = ("postgres", "outbox", "inbox", "kafka", "kafka_auth", "http", "log")
 
 
 # ---------------------------------------------------------------------------

@@ -109,6 +109,12 @@ test_defaults(void **state)
 	assert_int_equal(cfg.pg.status_interval_ms, 1000);
 	assert_int_equal(cfg.pg.reconnect_max_backoff_ms, 30000);
 	assert_int_equal(cfg.pg.standby_retry_ms, 5000);
+	assert_string_equal(cfg.pg.password_command, "");
+	assert_int_equal(cfg.pg.credential_timeout_ms, 10000);
+	/* [kafka_auth] */
+	assert_false(cfg.kafka_auth.method_command);
+	assert_string_equal(cfg.kafka_auth.token_command, "");
+	assert_int_equal(cfg.kafka_auth.credential_timeout_ms, 10000);
 	/* [outbox] */
 	assert_string_equal(cfg.outbox.table, "public.outbox");
 	assert_string_equal(cfg.outbox.id_column, "id");
@@ -273,6 +279,10 @@ static const bad_file_case bad_file_cases[] = {
     {"ms empty", "[postgres]\nstatus_interval_ms =\n", "postgres.status_interval_ms"},
     {"bad on_bad_event", "[outbox]\non_bad_event = drop\n", "outbox.on_bad_event"},
     {"bad log format", "[log]\nformat = xml\n", "log.format"},
+    {"bad kafka_auth method", "[kafka_auth]\nmethod = aws_msk_iam\n", "kafka_auth.method"},
+    {"unknown kafka_auth key", "[kafka_auth]\ntoken = x\n", "kafka_auth.token"},
+    {"zero credential timeout", "[postgres]\ncredential_timeout_ms = 0\n",
+     "postgres.credential_timeout_ms"},
     {"bad log level", "[log]\nlevel = verbose\n", "log.level"},
     {"empty slot", "[postgres]\nslot =\n", "postgres.slot"},
     {"empty table", "[outbox]\ntable = ; none\n", "outbox.table"},
@@ -724,6 +734,27 @@ static const finish_case finish_cases[] = {
      NULL,
      NULL,
      "postgres.slot"}, /* 64 */
+    /* A token command feeds librdkafka's OAUTHBEARER mechanism. */
+    {{"kafka_auth.method=command", "kafka_auth.token_command=t",
+      "kafka.sasl.mechanism=OAUTHBEARER"},
+     true,
+     "public",
+     "outbox"},
+    {{"kafka_auth.method=command", "kafka_auth.token_command=t"},
+     false,
+     NULL,
+     NULL,
+     "kafka_auth.method = command needs kafka.sasl.mechanism = OAUTHBEARER (it is unset)"},
+    {{"kafka_auth.method=command", "kafka_auth.token_command=t", "kafka.sasl.mechanism=PLAIN"},
+     false,
+     NULL,
+     NULL,
+     "(it is PLAIN)"},
+    {{"kafka_auth.method=command", "kafka.sasl.mechanism=OAUTHBEARER"},
+     false,
+     NULL,
+     NULL,
+     "kafka_auth.token_command is empty"},
     /* Every problem is reported. */
     {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "postgres.slot"},
     {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "outbox.table"},

@@ -142,6 +142,12 @@ test_fix_names_the_statement_or_line(void **state)
 	ob_pg_refusal_fix(OB_PG_REFUSAL_PASSWORD, &ctx, fix, sizeof(fix));
 	assert_contains(fix, "ALTER ROLE \"ob\" PASSWORD");
 	assert_contains(fix, "PGPASSWORD");
+	/* A password from postgres.password_command: the command is to fix. */
+	ctx.password_command = true;
+	ob_pg_refusal_fix(OB_PG_REFUSAL_PASSWORD, &ctx, fix, sizeof(fix));
+	assert_contains(fix, "postgres.password_command gave for role \"ob\"");
+	assert_contains(fix, "ALTER ROLE \"ob\" PASSWORD");
+	ctx.password_command = false;
 	ctx.password_given = false;
 	ob_pg_refusal_fix(OB_PG_REFUSAL_PASSWORD, &ctx, fix, sizeof(fix));
 	assert_contains(fix, "has none");
