@@ -486,7 +486,8 @@ check_pg_auth(ob_checker *c)
 {
 	char detail[1024];
 
-	ob_checker_report(c, "postgres auth", ob_pgconnect_auth(detail, sizeof(detail)), "%s", detail);
+	ob_checker_report(c, "postgres auth", ob_pgconnect_auth(detail, sizeof(detail)), "%s",
+			  detail);
 }
 
 /* The inbox's database and tables, when inbox.topics says the inbox is
