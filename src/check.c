@@ -22,6 +22,7 @@
 #include "outboxd/publication.h"
 #include "outboxd/slotmark.h"
 #include "outboxd/sqlstate.h"
+#include "outboxd/tableprops.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
 
@@ -159,6 +160,32 @@ check_table(checker *c)
 	free(row);
 	free(sql);
 	free(schema);
+	free(table);
+}
+
+/* The table, or one of its partitions, is UNLOGGED: its rows never reach
+ * the WAL (tableprops.h). */
+static void
+check_logged(checker *c)
+{
+	char *table, *sql, *unlogged = NULL;
+	char detail[1024];
+
+	if (c->table_oid == NULL)
+		return;
+	table = ob_xasprintf("%s::oid::regclass", c->table_oid);
+	sql = ob_tableprops_unlogged_sql(table);
+	if (query(c, "table logged", sql, &unlogged)) {
+		if (unlogged != NULL && unlogged[0] != '\0')
+			ob_tableprops_unlogged_detail(unlogged, c->cfg->outbox.schema,
+						      c->cfg->outbox.table_name, detail,
+						      sizeof(detail));
+		else
+			snprintf(detail, sizeof(detail), "its rows are written to the WAL");
+		report(c, "table logged", unlogged == NULL || unlogged[0] == '\0', "%s", detail);
+	}
+	free(unlogged);
+	free(sql);
 	free(table);
 }
 
@@ -397,6 +424,7 @@ ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 	check_standby(&c);
 	check_wal_level(&c);
 	check_table(&c);
+	check_logged(&c);
 	check_columns(&c);
 	check_publication(&c);
 	check_select(&c);

@@ -52,6 +52,7 @@ TESTS=(
     "$IT/test_backlog.py"
     "$IT/test_faults.py"
     "$IT/test_failover.py"
+    "$IT/test_table_props.py"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,
