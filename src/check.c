@@ -33,6 +33,7 @@ typedef struct checker {
 	bool all_ok;
 	bool query_failed; /* a query failed: the answer is unknown, not no */
 	char *table_oid;   /* set by check_table when the table exists */
+	bool partitioned;  /* and is partitioned */
 	bool slot_read;    /* slot holds the slot's state (read_slot) */
 	ob_slot_info slot;
 } checker;
@@ -150,7 +151,8 @@ check_table(checker *c)
 		} else {
 			*comma = '\0';
 			c->table_oid = ob_xstrdup(row);
-			if (comma[1] == 'p')
+			c->partitioned = comma[1] == 'p';
+			if (c->partitioned)
 				report_partitions(c);
 			else
 				report(c, "outbox table", true, "%s.%s", cfg->outbox.schema,
@@ -163,30 +165,46 @@ check_table(checker *c)
 	free(table);
 }
 
-/* The table, or one of its partitions, is UNLOGGED: its rows never reach
- * the WAL (tableprops.h). */
+/* Report what a check of tableprops.h found. */
 static void
-check_logged(checker *c)
+report_props(checker *c, const char *name, ob_tableprops_result r, const char *detail)
 {
-	char *table, *sql, *unlogged = NULL;
+	c->query_failed |= r == OB_TABLEPROPS_QUERY_FAILED;
+	if (r == OB_TABLEPROPS_WARN)
+		warn(c, name, "%s", detail);
+	else
+		report(c, name, r == OB_TABLEPROPS_OK, "%s", detail);
+}
+
+/* Whether a row that an UPDATE moves into another partition can be told
+ * from a new event, read on pg: with pgoutput a plain connection, since
+ * the publication is read too (see check_publication). */
+static void
+check_moves(checker *c, ob_pgconn *pg)
+{
+	char detail[1024];
+
+	if (c->partitioned)
+		report_props(
+		    c, "partition moves",
+		    ob_tableprops_check_moves(pg, c->cfg, c->table_oid, detail, sizeof(detail)),
+		    detail);
+}
+
+/* The table and its partitions are logged; with wal2json, moves. */
+static void
+check_table_props(checker *c)
+{
 	char detail[1024];
 
 	if (c->table_oid == NULL)
 		return;
-	table = ob_xasprintf("%s::oid::regclass", c->table_oid);
-	sql = ob_tableprops_unlogged_sql(table);
-	if (query(c, "table logged", sql, &unlogged)) {
-		if (unlogged != NULL && unlogged[0] != '\0')
-			ob_tableprops_unlogged_detail(unlogged, c->cfg->outbox.schema,
-						      c->cfg->outbox.table_name, detail,
-						      sizeof(detail));
-		else
-			snprintf(detail, sizeof(detail), "its rows are written to the WAL");
-		report(c, "table logged", unlogged == NULL || unlogged[0] == '\0', "%s", detail);
-	}
-	free(unlogged);
-	free(sql);
-	free(table);
+	report_props(
+	    c, "table logged",
+	    ob_tableprops_check_logged(c->pg, c->cfg, c->table_oid, detail, sizeof(detail)),
+	    detail);
+	if (c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
+		check_moves(c, c->pg);
 }
 
 /* True if name is one of the comma-separated columns. */
@@ -352,10 +370,12 @@ check_publication(checker *c)
 	}
 	st = ob_publication_prepare(plain, c->cfg, c->slot.exists, c->out == NULL && c->all_ok,
 				    detail, sizeof(detail));
-	ob_pgsql_close(plain);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	report(c, "publication", st == OB_PG_OK, "%s", detail);
+	if (st == OB_PG_OK)
+		check_moves(c, plain);
+	ob_pgsql_close(plain);
 }
 
 /* Whether the role may SELECT the outbox table, which the backlog reads.
@@ -424,7 +444,7 @@ ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 	check_standby(&c);
 	check_wal_level(&c);
 	check_table(&c);
-	check_logged(&c);
+	check_table_props(&c);
 	check_columns(&c);
 	check_publication(&c);
 	check_select(&c);
