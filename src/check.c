@@ -742,6 +742,8 @@ check_inbox(checker *c)
 	case OB_INBOXDB_OK:
 		report(c, "inbox tables", true, "%s.%s and %s.outboxd_inbox_offsets",
 		       c->cfg->inbox.schema, c->cfg->inbox.table_name, c->cfg->inbox.schema);
+		ob_inboxdb_describe_group(db, c->cfg, detail, sizeof(detail));
+		report(c, "inbox group", true, "%s", detail);
 		ob_inboxdb_close(db);
 		break;
 	case OB_INBOXDB_FATAL:
