@@ -12,7 +12,9 @@
 -- How it works. The application INSERTs one row per event in the same
 -- transaction as the business change it describes. outboxd does not query
 -- this table: it reads committed INSERTs from the WAL through a logical
--- replication slot (wal2json, add-tables=public.outbox, actions=insert) and
+-- replication slot (wal2json, add-tables=public.outbox, actions=insert; a
+-- partitioned table's deletes too, sql/README.md "Rows moved between
+-- partitions") and
 -- produces one Kafka record per row. UPDATEs, DELETEs and TRUNCATEs of the
 -- table are ignored, so the table may be kept EMPTY: delete the row in the
 -- same transaction right after inserting it (see sql/examples.sql). The

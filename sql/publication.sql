@@ -16,7 +16,14 @@
 --
 --   publish = 'insert'                 outboxd publishes inserts only; the
 --                                      walsender then skips updates and
---                                      deletes of the table.
+--                                      deletes of the table. For a
+--                                      PARTITIONED outbox table use
+--                                      publish = 'insert, delete': a row an
+--                                      UPDATE moves into another partition
+--                                      is a delete and an insert, and the
+--                                      delete tells outboxd not to publish
+--                                      that insert again (sql/README.md,
+--                                      "Rows moved between partitions").
 --   publish_via_partition_root = true  a partitioned outbox table's rows are
 --                                      sent under the partitioned table,
 --                                      with its columns, whatever partition

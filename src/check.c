@@ -23,6 +23,7 @@
 #include "outboxd/producer.h"
 #include "outboxd/recode.h"
 #include "outboxd/publication.h"
+#include "outboxd/tableprops.h"
 
 #define BROKER_PROBE_TIMEOUT_MS 5000
 
@@ -178,7 +179,8 @@ check_table(ob_checker *c)
 		} else {
 			*comma = '\0';
 			c->table_oid = ob_xstrdup(row);
-			if (comma[1] == 'p')
+			c->partitioned = comma[1] == 'p';
+			if (c->partitioned)
 				report_partitions(c);
 			else
 				ob_checker_report(c, "outbox table", true, "%s.%s",
@@ -189,6 +191,48 @@ check_table(ob_checker *c)
 	free(sql);
 	free(schema);
 	free(table);
+}
+
+/* Report what a check of tableprops.h found. */
+static void
+report_props(ob_checker *c, const char *name, ob_tableprops_result r, const char *detail)
+{
+	c->query_failed |= r == OB_TABLEPROPS_QUERY_FAILED;
+	if (r == OB_TABLEPROPS_WARN)
+		ob_checker_warn(c, name, "%s", detail);
+	else
+		ob_checker_report(c, name, r == OB_TABLEPROPS_OK, "%s", detail);
+}
+
+/* Whether a row that an UPDATE moves into another partition can be told
+ * from a new event, read on pg: with pgoutput a plain connection, since
+ * the publication is read too (see check_publication). */
+static void
+check_moves(ob_checker *c, ob_pgconn *pg)
+{
+	char detail[1024];
+
+	if (c->partitioned)
+		report_props(
+		    c, "partition moves",
+		    ob_tableprops_check_moves(pg, c->cfg, c->table_oid, detail, sizeof(detail)),
+		    detail);
+}
+
+/* The table and its partitions are logged; with wal2json, moves. */
+static void
+check_table_props(ob_checker *c)
+{
+	char detail[1024];
+
+	if (c->table_oid == NULL)
+		return;
+	report_props(
+	    c, "table logged",
+	    ob_tableprops_check_logged(c->pg, c->cfg, c->table_oid, detail, sizeof(detail)),
+	    detail);
+	if (c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON)
+		check_moves(c, c->pg);
 }
 
 /* The table's columns (comma-separated) into *columns, or only its
@@ -288,10 +332,12 @@ check_publication(ob_checker *c)
 	}
 	st = ob_publication_prepare(plain, c->cfg, c->slot.exists, c->out == NULL && c->all_ok,
 				    detail, sizeof(detail));
-	ob_pgsql_close(plain);
 	if (st == OB_PG_RETRY)
 		c->query_failed = true;
 	ob_checker_report(c, "publication", st == OB_PG_OK, "%s", detail);
+	if (st == OB_PG_OK)
+		check_moves(c, plain);
+	ob_pgsql_close(plain);
 }
 
 /* Whether the role may SELECT the outbox table, which the backlog reads.
@@ -364,6 +410,7 @@ ob_check_database(ob_pgconn *pg, const ob_config *cfg, FILE *out)
 	check_wal_level(&c);
 	check_encoding(&c);
 	check_table(&c);
+	check_table_props(&c);
 	check_columns(&c);
 	check_publication(&c);
 	check_select(&c);
@@ -505,6 +552,8 @@ check_inbox(ob_checker *c)
 		ob_checker_report(c, "inbox tables", true, "%s.%s and %s.outboxd_inbox_offsets",
 				  c->cfg->inbox.schema, c->cfg->inbox.table_name,
 				  c->cfg->inbox.schema);
+		ob_inboxdb_describe_group(db, c->cfg, detail, sizeof(detail));
+		ob_checker_report(c, "inbox group", true, "%s", detail);
 		ob_inboxdb_close(db);
 		break;
 	case OB_INBOXDB_FATAL:

@@ -78,7 +78,7 @@ static const config_key config_keys[] = {
     {"inbox", "conninfo", KEY_STRING, OFF(inbox.conninfo), ""},
     {"inbox", "table", KEY_NONEMPTY, OFF(inbox.table), "public.inbox"},
     {"inbox", "topics", KEY_STRING, OFF(inbox.topics), ""},
-    {"inbox", "group", KEY_NONEMPTY, OFF(inbox.group), "outboxd-inbox"},
+    {"inbox", "group", KEY_STRING, OFF(inbox.group), ""},
     {"inbox", "id_header", KEY_NONEMPTY, OFF(inbox.id_header), "id"},
     {"inbox", "batch_max", KEY_COUNT, OFF(inbox.batch_max), "500"},
     {"inbox", "on_position_mismatch", KEY_MISMATCH, OFF(inbox.on_position_mismatch), "halt"},

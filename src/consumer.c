@@ -26,6 +26,7 @@ static const ob_kafka_setting consumer_defaults[] = {
 
 struct ob_consumer {
 	const ob_config *cfg;
+	char *group; /* the consumer group (inbox.group, or derived: inboxdb.h) */
 	ob_consumer_hooks hooks;
 	rd_kafka_t *rk;
 	/* The assigned partitions, each .offset where it resumes (consumer.h). */
@@ -258,21 +259,42 @@ assignor_safe(rd_kafka_conf_t *conf)
 
 /* The consumer's configuration: outboxd's defaults, the user's [kafka]
  * but for the producer's pinned properties (which mean nothing to a
- * consumer), the consumer's pinned properties, group.id = inbox.group.
- * NULL (logged) when a property is rejected. */
+ * consumer), the consumer's pinned properties, group.id = group. NULL
+ * (logged) when a property is rejected. */
 static rd_kafka_conf_t *
-consumer_conf(ob_consumer *c)
+build_conf(const ob_config *cfg, const char *group)
 {
 	rd_kafka_conf_t *conf = ob_kafka_conf_build(
-	    c->cfg, consumer_defaults, OB_ARRAY_LEN(consumer_defaults), ob_kafka_pinned,
+	    cfg, consumer_defaults, OB_ARRAY_LEN(consumer_defaults), ob_kafka_pinned,
 	    ob_kafka_pinned_len, ob_kafka_consumer_pinned, ob_kafka_consumer_pinned_len);
 
 	if (conf == NULL)
 		return NULL;
-	if (!ob_kafka_conf_set(conf, "group.id", c->cfg->inbox.group) || !assignor_safe(conf)) {
+	if (!ob_kafka_conf_set(conf, "group.id", group) || !assignor_safe(conf)) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
+	return conf;
+}
+
+bool
+ob_consumer_check_config(const ob_config *cfg)
+{
+	rd_kafka_conf_t *conf = build_conf(cfg, "outboxd-inbox");
+
+	if (conf != NULL)
+		rd_kafka_conf_destroy(conf);
+	return conf != NULL;
+}
+
+/* build_conf() with the consumer's callbacks. */
+static rd_kafka_conf_t *
+consumer_conf(ob_consumer *c)
+{
+	rd_kafka_conf_t *conf = build_conf(c->cfg, c->group);
+
+	if (conf == NULL)
+		return NULL;
 	rd_kafka_conf_set_opaque(conf, c);
 	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
 	rd_kafka_conf_set_error_cb(conf, on_error);
@@ -333,11 +355,12 @@ out:
 }
 
 ob_consumer *
-ob_consumer_new(const ob_config *cfg, ob_consumer_hooks hooks)
+ob_consumer_new(const ob_config *cfg, const char *group, ob_consumer_hooks hooks)
 {
 	ob_consumer *c = ob_xcalloc(1, sizeof(*c));
 
 	c->cfg = cfg;
+	c->group = ob_xstrdup(group);
 	c->hooks = hooks;
 	c->assigned = rd_kafka_topic_partition_list_new(1);
 	c->unstarted = rd_kafka_topic_partition_list_new(1);
@@ -362,6 +385,7 @@ ob_consumer_free(ob_consumer *c)
 	rd_kafka_topic_partition_list_destroy(c->assigned);
 	rd_kafka_topic_partition_list_destroy(c->unstarted);
 	rd_kafka_topic_partition_list_destroy(c->unstarted_lag);
+	free(c->group);
 	free(c);
 }
 

@@ -24,6 +24,7 @@
  */
 #include "outboxd/inbox.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,13 +75,17 @@ set_ready(ob_inbox *ib)
 }
 
 /* Poll the consumer while a backoff waits: the partitions are paused,
- * and a message that comes anyway is dropped. */
+ * and a message that comes anyway is dropped. Before the consumer exists
+ * (its group waits for the database), only wait. */
 static bool
 serve_paused(void *ctx, int timeout_ms)
 {
 	ob_inbox *ib = ctx;
 
-	ob_consumer_poll_drop(ib->consumer, timeout_ms);
+	if (ib->consumer != NULL)
+		ob_consumer_poll_drop(ib->consumer, timeout_ms);
+	else
+		(void)poll(NULL, 0, timeout_ms);
 	return ib->exit_code < 0;
 }
 
@@ -104,7 +109,8 @@ lose_db(ob_inbox *ib)
 	ob_inboxdb_close(ib->db);
 	ib->db = NULL;
 	ib->reposition = true;
-	ob_consumer_pause(ib->consumer);
+	if (ib->consumer != NULL)
+		ob_consumer_pause(ib->consumer);
 	set_ready(ib);
 	ob_metrics_reconnect(OB_TARGET_POSTGRES);
 }
@@ -591,7 +597,9 @@ ob_inbox_run(const ob_config *cfg)
 	char *masked = ob_log_mask_conninfo(cfg->inbox.conninfo);
 
 	ob_info("outboxd inbox starting: postgres \"%s\", table %s.%s, topics %s, group %s", masked,
-		cfg->inbox.schema, cfg->inbox.table_name, cfg->inbox.topics, cfg->inbox.group);
+		cfg->inbox.schema, cfg->inbox.table_name, cfg->inbox.topics,
+		cfg->inbox.group[0] != '\0' ? cfg->inbox.group
+					    : "derived from the database (once connected)");
 	free(masked);
 	ob_runtime_start();
 	ob_backoff_init(&ib.backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);
@@ -600,15 +608,28 @@ ob_inbox_run(const ob_config *cfg)
 	ib.batch = ob_xcalloc((size_t)cfg->inbox.batch_max, sizeof(*ib.batch));
 	set_ready(&ib);
 	if (!ob_producer_new(cfg, OB_PRODUCER_AWAITED, on_dlq_delivery, &ib, &ib.dlq) ||
-	    (ib.consumer = ob_consumer_new(cfg, hooks)) == NULL) {
+	    !ob_consumer_check_config(cfg)) {
 		ib.exit_code = OB_EXIT_CONFIG;
 		goto out;
 	}
-	/* Ready once the database is: the consumer is polled meanwhile. */
-	while (ib.db == NULL && ib.exit_code < 0 && !ob_runtime_stop_requested())
-		recover(&ib);
+	/* The group may be named after the database (inboxdb.h): the
+	 * consumer joins it once the database answered. */
+	while (ib.db == NULL && ib.exit_code < 0 && !ob_runtime_stop_requested()) {
+		if (!connect_db(&ib) && ib.exit_code < 0)
+			wait_polling(&ib);
+	}
 	if (ib.db == NULL)
 		goto out;
+	ob_log_set_context("group", ob_inboxdb_group(ib.db));
+	ob_info("consumer group %s%s", ob_inboxdb_group(ib.db),
+		cfg->inbox.group[0] != '\0' ? " (inbox.group)"
+					    : " (derived from the database and the table; "
+					      "inbox.group sets another)");
+	if ((ib.consumer = ob_consumer_new(cfg, ob_inboxdb_group(ib.db), hooks)) == NULL) {
+		ib.exit_code = OB_EXIT_CONFIG;
+		goto out;
+	}
+	ob_backoff_reset(&ib.backoff);
 	ob_notify_ready("consuming into the inbox table");
 	run_loop(&ib);
 	ob_runtime_stopping();

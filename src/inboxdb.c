@@ -22,11 +22,16 @@
 #define POS_COLUMNS 5
 #define INBOX_SQL   "sql/inbox.sql"
 
+/* The consumer group every inbox used when inbox.group was left out,
+ * before the default was derived from the inbox (inboxdb.h). */
+#define OLD_DEFAULT_GROUP "outboxd-inbox"
+
 struct ob_inboxdb {
 	ob_pgconn *conn;
 	char *group;
-	char *table;   /* the inbox table, quoted: "schema"."name" */
-	char *offsets; /* the offsets table, quoted */
+	long taken_over; /* positions of OLD_DEFAULT_GROUP taken over (or to be) */
+	char *table;     /* the inbox table, quoted: "schema"."name" */
+	char *offsets;   /* the offsets table, quoted */
 };
 
 /* Query parameters under construction; every array grows together. */
@@ -316,6 +321,70 @@ add_cluster_column(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
 	return st;
 }
 
+/* The derived group takes over the positions stored under the old
+ * default group, unless it has positions of its own (migrate; without it,
+ * only count them): in one statement, so instances starting together
+ * take them over once. */
+static ob_inboxdb_status
+take_over(ob_inboxdb *db, bool migrate, char *detail, size_t detail_len)
+{
+	char *from = ob_xasprintf("FROM %s WHERE group_id = $2 AND NOT EXISTS (SELECT 1 FROM %s "
+				  "WHERE group_id = $1)",
+				  db->offsets, db->offsets);
+	char *sql = migrate ? ob_xasprintf("WITH t AS (INSERT INTO %s (group_id, topic, partition, "
+					   "next_offset, cluster_id) SELECT $1, topic, partition, "
+					   "next_offset, cluster_id %s ON CONFLICT DO NOTHING "
+					   "RETURNING 1) SELECT count(*) FROM t",
+					   db->offsets, from)
+			    : ob_xasprintf("SELECT count(*) %s", from);
+	params p = {0};
+	ob_pgres *res;
+	ob_inboxdb_status st = OB_INBOXDB_OK;
+	char buf[1024];
+
+	param_text(&p, db->group);
+	param_text(&p, OLD_DEFAULT_GROUP);
+	res = run(db, sql, &p);
+	if (!ob_pgres_tuples(res) || ob_pgres_rows(res) != 1) {
+		snprintf(detail, detail_len, "could not take over the positions of group %s: %s",
+			 OLD_DEFAULT_GROUP, ob_pgres_error(res, buf, sizeof(buf)));
+		st = classify(db, res) == OB_INBOXDB_FATAL ? OB_INBOXDB_FATAL : OB_INBOXDB_RETRY;
+	} else {
+		db->taken_over = strtol(ob_pgres_value(res, 0, 0), NULL, 10);
+	}
+	if (st == OB_INBOXDB_OK && migrate && db->taken_over > 0)
+		ob_info("consumer group %s took over the %ld positions stored under %s (the "
+			"default group before inbox.group was derived); %s keeps them as they were",
+			db->group, db->taken_over, OLD_DEFAULT_GROUP, OLD_DEFAULT_GROUP);
+	ob_pgres_free(res);
+	params_free(&p);
+	free(sql);
+	free(from);
+	return st;
+}
+
+/* db->group: inbox.group, or derived from the database (as the server
+ * names it) and the table (inboxdb.h). */
+static ob_inboxdb_status
+resolve_group(ob_inboxdb *db, const ob_config *cfg, bool migrate, char *detail, size_t detail_len)
+{
+	char *name = NULL;
+
+	if (cfg->inbox.group[0] != '\0') {
+		db->group = ob_xstrdup(cfg->inbox.group);
+		return OB_INBOXDB_OK;
+	}
+	if (!ob_pgsql_query_value(db->conn, "SELECT current_database()", &name) || name == NULL) {
+		snprintf(detail, detail_len, "could not read the name of the inbox database");
+		free(name);
+		return OB_INBOXDB_RETRY;
+	}
+	db->group = ob_xasprintf("%s.%s.%s.%s", OLD_DEFAULT_GROUP, name, cfg->inbox.schema,
+				 cfg->inbox.table_name);
+	free(name);
+	return take_over(db, migrate, detail, detail_len);
+}
+
 ob_inboxdb_status
 ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out, char *detail,
 		   size_t detail_len)
@@ -339,12 +408,13 @@ ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out, char *d
 		ob_inboxdb_close(db);
 		return OB_INBOXDB_RETRY;
 	}
-	db->group = ob_xstrdup(cfg->inbox.group);
 	db->table = quote_name(db->conn, cfg->inbox.schema, cfg->inbox.table_name);
 	db->offsets = quote_name(db->conn, cfg->inbox.schema, "outboxd_inbox_offsets");
 	st = check_tables(db, cfg, detail, detail_len);
 	if (st == OB_INBOXDB_OK)
 		st = add_cluster_column(db, migrate, detail, detail_len);
+	if (st == OB_INBOXDB_OK)
+		st = resolve_group(db, cfg, migrate, detail, detail_len);
 	if (st != OB_INBOXDB_OK)
 		goto fail;
 	*out = db;
@@ -366,6 +436,24 @@ ob_inboxdb_close(ob_inboxdb *db)
 	free(db->table);
 	free(db->offsets);
 	free(db);
+}
+
+const char *
+ob_inboxdb_group(const ob_inboxdb *db)
+{
+	return db->group;
+}
+
+void
+ob_inboxdb_describe_group(const ob_inboxdb *db, const ob_config *cfg, char *buf, size_t size)
+{
+	snprintf(
+	    buf, size, "%s (%s)%s", db->group,
+	    cfg->inbox.group[0] != '\0' ? "inbox.group" : "derived from the database and the table",
+	    db->taken_over > 0 ? "; it takes over the positions stored under " OLD_DEFAULT_GROUP
+				 ", the default group of earlier versions, when outboxd "
+				 "inbox starts"
+			       : "");
 }
 
 void

@@ -25,6 +25,7 @@ ob_leafset_clear(ob_leafset *s)
 	s->verified = 0;
 	s->partitioned = false;
 	s->stamp[0] = '\0';
+	s->unlogged[0] = '\0';
 }
 
 void

@@ -11,6 +11,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/publication.h"
+#include "outboxd/tableprops.h"
 
 char *
 ob_partitions_table_name(ob_pgconn *p, const ob_config *cfg)
@@ -69,10 +70,10 @@ read_position(ob_pgconn *p, ob_lsn *lsn, char *err, size_t errlen)
 }
 
 /* The transactions running now that hold a lock on what the set is read
- * from, other than the locks of reading and writing rows: with wal2json
- * the outbox table and its partitions (attaching, creating, detaching a
- * partition, renaming or dropping the table), with pgoutput the
- * publication catalogs. As an array literal of their 32-bit ids
+ * from, other than the locks of reading and writing rows: the outbox
+ * table and its partitions (attaching, creating, detaching a partition,
+ * renaming or dropping the table, SET UNLOGGED), and with pgoutput the
+ * publication catalogs too. As an array literal of their 32-bit ids
  * ("{725,731}"), which the caller frees. A transaction holds its locks
  * until after it has become visible. */
 static bool
@@ -80,21 +81,22 @@ read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t 
 {
 	char *name = ob_partitions_table_name(p, cfg);
 	char *pub = ob_pgsql_quote_literal(p, cfg->pg.publication);
+	char *tables = ob_xasprintf(
+	    "(l.locktype = 'relation' AND l.mode NOT IN ('AccessShareLock', 'RowShareLock', "
+	    "'RowExclusiveLock') AND l.relation IN (SELECT relid FROM "
+	    "pg_partition_tree(to_regclass(%s)) UNION ALL SELECT to_regclass(%s)))",
+	    name, name);
 	char *locks =
 	    cfg->pg.plugin == OB_PLUGIN_PGOUTPUT
-		? ob_xasprintf("l.locktype = 'object' AND l.classid = "
+		? ob_xasprintf("%s OR (l.locktype = 'object' AND l.classid = "
 			       "'pg_catalog.pg_publication'::regclass AND l.objid = (SELECT oid "
-			       "FROM pg_catalog.pg_publication WHERE pubname = %s)",
-			       pub)
-		: ob_xasprintf(
-		      "l.locktype = 'relation' AND l.mode NOT IN ('AccessShareLock', "
-		      "'RowShareLock', 'RowExclusiveLock') AND l.relation IN (SELECT relid "
-		      "FROM pg_partition_tree(to_regclass(%s)) UNION ALL SELECT to_regclass(%s))",
-		      name, name);
+			       "FROM pg_catalog.pg_publication WHERE pubname = %s))",
+			       tables, pub)
+		: ob_xstrdup(tables);
 	char *sql = ob_xasprintf(
 	    "SELECT array(SELECT DISTINCT x.transactionid::text FROM pg_locks x JOIN pg_locks l "
 	    "ON l.virtualtransaction = x.virtualtransaction WHERE x.locktype = 'transactionid' "
-	    "AND x.mode = 'ExclusiveLock' AND x.granted AND l.granted AND %s)::text",
+	    "AND x.mode = 'ExclusiveLock' AND x.granted AND l.granted AND (%s))::text",
 	    locks);
 	bool ok = query_value(p, sql, xids, err, errlen);
 
@@ -106,6 +108,7 @@ read_writers(ob_pgconn *p, const ob_config *cfg, char **xids, char *err, size_t 
 	}
 	free(sql);
 	free(locks);
+	free(tables);
 	free(pub);
 	free(name);
 	return ok;
@@ -190,9 +193,28 @@ read_leaves(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err, size
 	return ok;
 }
 
+/* The unlogged tables of the outbox into set->unlogged. */
+static bool
+read_unlogged(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err, size_t errlen)
+{
+	char *name = ob_partitions_table_name(p, cfg);
+	char *table = ob_xasprintf("%s::regclass", name);
+	char *sql = ob_tableprops_unlogged_sql(table);
+	char *value = NULL;
+	bool ok = query_value(p, sql, &value, err, errlen);
+
+	if (ok)
+		snprintf(set->unlogged, sizeof(set->unlogged), "%s", value);
+	free(value);
+	free(sql);
+	free(table);
+	free(name);
+	return ok;
+}
+
 /* The catalog read of ob_partitions_read(), in the transaction it opened:
- * the set (or the publication's stamp), and how many of the writers xids
- * are unsettled in the same snapshot. */
+ * the set (or the publication's stamp), its unlogged tables, and how many
+ * of the writers xids are unsettled in the same snapshot. */
 static bool
 read_in_snapshot(ob_pgconn *p, const ob_config *cfg, const char *xids, ob_leafset *set,
 		 long *unsettled, char *err, size_t errlen)
@@ -206,7 +228,8 @@ read_in_snapshot(ob_pgconn *p, const ob_config *cfg, const char *xids, ob_leafse
 	} else if (!read_leaves(p, cfg, set, err, errlen)) {
 		return false;
 	}
-	return read_unsettled(p, cfg, xids, unsettled, err, errlen);
+	return read_unlogged(p, cfg, set, err, errlen) &&
+	       read_unsettled(p, cfg, xids, unsettled, err, errlen);
 }
 
 bool

@@ -244,20 +244,24 @@ check_tuple(const char *tuple, size_t len, uint16_t columns, char *err, size_t e
 	return check_end(&r, "Insert", err, errlen);
 }
 
+/* An Insert ('N' and the new tuple) or Delete ('K' or 'O' and the old key
+ * or row) message of kind. */
 static bool
-parse_insert(reader *r, ob_pgo_msg *msg, char *err, size_t errlen)
+parse_change(reader *r, ob_pgo_msg *msg, ob_pgo_kind kind, char *err, size_t errlen)
 {
+	bool insert = kind == OB_PGO_INSERT;
+	const char *what = insert ? "Insert" : "Delete";
 	uint8_t marker;
 
 	msg->relid = (uint32_t)take_uint(r, 4);
 	marker = (uint8_t)take_uint(r, 1);
 	msg->tuple_columns = (uint16_t)take_uint(r, 2);
 	if (r->short_read)
-		return fail(err, errlen, "Insert message ends before its tuple data");
-	if (marker != 'N')
-		return fail(err, errlen, "Insert message has 0x%02x where 'N' was expected",
-			    marker);
-	msg->kind = OB_PGO_INSERT;
+		return fail(err, errlen, "%s message ends before its tuple data", what);
+	if (insert ? marker != 'N' : marker != 'K' && marker != 'O')
+		return fail(err, errlen, "%s message has 0x%02x where %s was expected", what,
+			    marker, insert ? "'N'" : "'K' or 'O'");
+	msg->kind = kind;
 	msg->tuple = (const char *)r->p;
 	msg->tuple_len = r->left;
 	return check_tuple(msg->tuple, msg->tuple_len, msg->tuple_columns, err, errlen);
@@ -313,13 +317,14 @@ ob_pgo_parse(const char *data, size_t len, ob_pgo_msg *msg, char *err, size_t er
 			return fail(err, errlen, "Relation message ends before its relation id");
 		return true;
 	case 'I':
-		return parse_insert(&r, msg, err, errlen);
+		return parse_change(&r, msg, OB_PGO_INSERT, err, errlen);
 	case 'M':
 		return parse_message(&r, msg, err, errlen);
+	case 'D':
+		return parse_change(&r, msg, OB_PGO_DELETE, err, errlen);
 	case 'Y':
 	case 'O':
 	case 'U':
-	case 'D':
 	case 'T':
 		msg->kind = OB_PGO_OTHER;
 		return true;
@@ -537,4 +542,28 @@ ob_pgo_row(ob_pgo_relcache *c, const ob_pgo_msg *msg, const ob_pgo_relation **re
 	row->lengths = c->lengths;
 	row->columns_len = r->columns_len;
 	return true;
+}
+
+bool
+ob_pgo_column_text(const ob_pgo_relcache *c, const ob_pgo_msg *msg, const char *name,
+		   const char **value, size_t *len)
+{
+	const ob_pgo_relation *r = find_relation(c, msg->relid);
+	tuple_column col;
+	reader tuple;
+	char err[8];
+
+	if (r == NULL || msg->tuple_columns != r->columns_len)
+		return false;
+	reader_init(&tuple, msg->tuple, msg->tuple_len);
+	for (size_t i = 0; i < r->columns_len; i++) {
+		if (!read_column(&tuple, i, &col, err, sizeof(err)))
+			return false;
+		if (strcmp(r->column_names[i], name) == 0) {
+			*value = col.value;
+			*len = col.len;
+			return col.kind == 't';
+		}
+	}
+	return false;
 }

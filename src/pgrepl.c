@@ -491,7 +491,9 @@ ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn
 
 /* The options of START_REPLICATION for wal2json: format 2 with what the
  * parser reads, only inserts of the tables named (the outbox table, or its
- * leaf partitions) and messages with the outbox prefix. */
+ * leaf partitions) and messages with the outbox prefix; with a partitioned
+ * table, deletes too, which tell a row an UPDATE moved into another
+ * partition from a new one (decoder.h). */
 static char *
 wal2json_options(ob_pgconn *p, const ob_config *cfg, const ob_leafset *tables)
 {
@@ -509,8 +511,8 @@ wal2json_options(ob_pgconn *p, const ob_config *cfg, const ob_leafset *tables)
 			   "\"include-timestamp\" '1', \"include-lsn\" '1', "
 			   "\"include-types\" '1', \"include-typmod\" '0', "
 			   "\"include-transaction\" '1', \"add-tables\" '%s', "
-			   "\"actions\" 'insert'%s",
-			   list, prefix_opt);
+			   "\"actions\" '%s'%s",
+			   list, tables->partitioned ? "insert,delete" : "insert", prefix_opt);
 	free(list);
 	return out;
 }

@@ -45,16 +45,22 @@ table_sql(const ob_config *cfg, char *buf, size_t size)
 	append_ident(buf, size, cfg->outbox.table_name);
 }
 
+const char *
+ob_publication_actions(bool partitioned)
+{
+	return partitioned ? "insert, delete" : "insert";
+}
+
 char *
-ob_publication_create_sql(const ob_config *cfg)
+ob_publication_create_sql(const ob_config *cfg, bool partitioned)
 {
 	char table[300];
 
 	table_sql(cfg, table, sizeof(table));
 	/* config.c allows only [a-z0-9_] in publication names. */
-	return ob_xasprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', "
+	return ob_xasprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = '%s', "
 			    "publish_via_partition_root = true);",
-			    cfg->pg.publication, table);
+			    cfg->pg.publication, table, ob_publication_actions(partitioned));
 }
 
 /* What pg_publication and pg_publication_tables say of the publication
@@ -203,7 +209,7 @@ ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bo
 		       char *detail, size_t detail_len)
 {
 	const char *name = cfg->pg.publication;
-	char *create_sql = ob_publication_create_sql(cfg);
+	char *create_sql;
 	char table[300];
 	pub_state st;
 	ob_pg_status result = OB_PG_FATAL;
@@ -211,6 +217,7 @@ ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bo
 
 	table_sql(cfg, table, sizeof(table));
 	ok = read_state(pg, cfg, &st);
+	create_sql = ob_publication_create_sql(cfg, st.partitioned);
 	if (ok && !st.exists && !slot_exists && create_missing && st.may_create && !st.standby) {
 		switch (create(pg, cfg, create_sql)) {
 		case CREATED:
@@ -255,11 +262,10 @@ ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool slot_exists, bo
 			 name, create_sql);
 		result = st.may_create ? OB_PG_OK : OB_PG_FATAL;
 	} else if (!st.inserts || (st.partitioned && !st.via_root)) {
-		snprintf(
-		    detail, detail_len,
-		    "%s does not publish every insert under the table's name; run: ALTER "
-		    "PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true);",
-		    name, name);
+		snprintf(detail, detail_len,
+			 "%s does not publish every insert under the table's name; run: ALTER "
+			 "PUBLICATION %s SET (publish = '%s', publish_via_partition_root = true);",
+			 name, name, ob_publication_actions(st.partitioned));
 	} else if (!st.has_table) {
 		snprintf(detail, detail_len,
 			 "%s does not include %s; run: ALTER PUBLICATION %s ADD "

@@ -624,7 +624,7 @@ relay_init(relay *r, const ob_config *cfg, bool create_only)
 	memset(r, 0, sizeof(*r));
 	r->cfg = cfg;
 	ob_mapper_init(&r->mapper, cfg);
-	ob_decoder_init(&r->decoder, cfg->pg.plugin);
+	ob_decoder_init(&r->decoder, cfg->pg.plugin, cfg->outbox.id_column);
 	ob_event_init(&r->ev);
 	ob_timeline_init(&r->timeline);
 	ob_backoff_init(&r->backoff, BACKOFF_FIRST_MS, cfg->pg.reconnect_max_backoff_ms);

@@ -8,6 +8,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/runtime.h"
+#include "outboxd/tableprops.h"
 
 /* The shortest gap between two reads of the stream's tables when
  * acknowledgements wait on the verified position. */
@@ -59,15 +60,43 @@ log_publication_changed(ob_tableset *ts)
 		   OB_LSN_ARGS(ts->ceiling));
 }
 
+/* A table of the outbox turned UNLOGGED: the rows written to it from
+ * then on are in no WAL, and no decoder can send them. Nothing after the
+ * last position it was seen logged at is confirmed. */
+static void
+log_unlogged(ob_tableset *ts)
+{
+	const ob_config *cfg = ts->cfg;
+	char detail[1024];
+
+	ob_tableprops_unlogged_detail(ts->latest.unlogged, cfg->outbox.schema,
+				      cfg->outbox.table_name, detail, sizeof(detail));
+	ob_log_lsn(
+	    OB_LOG_ERROR, ob_tableset_confirmable(ts), NULL, 0,
+	    "%s; it turned UNLOGGED while outboxd streamed it: rows written to it after " OB_LSN_FMT
+	    " may never have been written to the WAL; stopping without "
+	    "confirming past it. Once it is logged again, drop the slot (\"outboxd slot "
+	    "drop\") and start outboxd with outbox.backlog_where to publish the rows still "
+	    "in the table that were written since then",
+	    detail, OB_LSN_ARGS(ts->ceiling));
+}
+
 /* The set just read into ts->latest: while the stream's tables are
  * unchanged, the ceiling moves up to its verified position; a leaf the
  * stream does not read ends the stream (false, *out set), and the next
- * stream reads it; a changed publication halts. */
+ * stream reads it; a changed publication or an unlogged table halts. */
 static bool
 take_latest(ob_tableset *ts, ob_outcome *out)
 {
-	if (strcmp(ts->latest.stamp, ts->tables.stamp) != 0) {
-		log_publication_changed(ts);
+	bool unlogged = ts->latest.unlogged[0] != '\0';
+
+	if (unlogged || strcmp(ts->latest.stamp, ts->tables.stamp) != 0) {
+		/* The final read at the stop finds it again: logged once. */
+		if (unlogged && !ts->halted)
+			log_unlogged(ts);
+		else if (!ts->halted)
+			log_publication_changed(ts);
+		ts->halted = true;
 		*out = OB_OUTCOME_HALT;
 		return false;
 	}
@@ -160,6 +189,12 @@ ob_tableset_start(ob_tableset *ts, ob_pgconn *pg)
 			 cfg->outbox.schema, cfg->outbox.table_name, err);
 		ob_partwatch_close(&ts->watch);
 		return OB_PG_RETRY;
+	}
+	if (ts->latest.unlogged[0] != '\0') {
+		ob_tableprops_unlogged_detail(ts->latest.unlogged, cfg->outbox.schema,
+					      cfg->outbox.table_name, err, sizeof(err));
+		ob_error("%s", err);
+		return OB_PG_FATAL;
 	}
 	if (ts->have_tables && strcmp(ts->latest.stamp, ts->tables.stamp) != 0) {
 		log_publication_changed(ts);

@@ -67,6 +67,8 @@ action_of(const ob_json_member *m)
 		return OB_W2J_INSERT;
 	case 'M':
 		return OB_W2J_MESSAGE;
+	case 'D':
+		return OB_W2J_DELETE;
 	default:
 		return OB_W2J_OTHER;
 	}
@@ -113,9 +115,9 @@ parse_column(ob_w2j_record *rec, ob_json_iter *obj)
 	return true;
 }
 
-/* Parse the "columns" array (objects of name, type and value) where the
- * iterator stands, in the same pass; returns what the parent's iteration
- * goes on with (1 or -1). */
+/* Parse the "columns" (or "identity") array (objects of name, type and
+ * value) where the iterator stands, in the same pass; returns what the
+ * parent's iteration goes on with (1 or -1). */
 static int
 parse_columns(ob_w2j_record *rec, ob_json_iter *parent, char *err, size_t errlen)
 {
@@ -123,7 +125,7 @@ parse_columns(ob_w2j_record *rec, ob_json_iter *parent, char *err, size_t errlen
 	int r;
 
 	if (!ob_json_iter_enter(parent, &arr) || arr.close != ']') {
-		snprintf(err, errlen, "\"columns\" is not an array");
+		snprintf(err, errlen, "\"columns\" or \"identity\" is not an array");
 		return -1;
 	}
 	while ((r = ob_json_array_more(&arr)) == 1) {
@@ -153,7 +155,8 @@ parse_columns(ob_w2j_record *rec, ob_json_iter *parent, char *err, size_t errlen
 typedef struct members {
 	ob_json_member action, lsn, nextlsn, timestamp, schema, table, transactional, prefix,
 	    content;
-	bool has_columns; /* parsed into the record in place */
+	bool has_columns;  /* parsed into the record in place */
+	bool has_identity; /* likewise, when there are no "columns" */
 } members;
 
 #define KNOWN(field)                                                                               \
@@ -197,8 +200,17 @@ collect_members(const char *data, size_t len, ob_w2j_record *rec, members *ms, c
 	}
 	while ((r = ob_json_iter_key(&it, &m)) == 1) {
 		if (ob_json_member_named(&m, "columns", 7)) {
-			dup |= ms->has_columns;
+			dup |= ms->has_columns || ms->has_identity;
 			ms->has_columns = true;
+			if ((r = parse_columns(rec, &it, err, errlen)) != 1)
+				return false;
+			continue;
+		}
+		/* A D record's key; an update's (never streamed) also has
+		 * columns, and its identity is passed over. */
+		if (!ms->has_columns && ob_json_member_named(&m, "identity", 8)) {
+			dup |= ms->has_identity;
+			ms->has_identity = true;
 			if ((r = parse_columns(rec, &it, err, errlen)) != 1)
 				return false;
 			continue;
@@ -262,6 +274,15 @@ ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err, size_t
 			snprintf(err, errlen, "I record has no \"table\" or \"columns\"");
 			return false;
 		}
+		break;
+	case OB_W2J_DELETE:
+		/* Only ever a hint (decoder.h): one that names no row is
+		 * passed over, not refused. */
+		if (ms.table.name == NULL || !ms.has_identity ||
+		    !copy_string(&ms.table, rec->table, sizeof(rec->table)) ||
+		    (ms.schema.name != NULL &&
+		     !copy_string(&ms.schema, rec->schema, sizeof(rec->schema))))
+			rec->action = OB_W2J_OTHER;
 		break;
 	case OB_W2J_MESSAGE:
 		if (ms.prefix.name == NULL || !ms.prefix.value_is_string ||

@@ -57,6 +57,7 @@ TESTS=(
     "$IT/test_faults.py"
     "$IT/test_failover.py"
     "$IT/test_slot_create.py"
+    "$IT/test_table_props.py"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,

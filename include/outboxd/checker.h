@@ -28,6 +28,7 @@ typedef struct ob_checker {
 	bool all_ok;
 	bool query_failed; /* a query failed: the answer is unknown, not no */
 	char *table_oid;   /* set by check_table when the table exists */
+	bool partitioned;  /* and is partitioned */
 	bool slot_read;    /* slot holds the slot's state (ob_checker_read_slot) */
 	ob_slot_info slot;
 } ob_checker;

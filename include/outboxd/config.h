@@ -128,7 +128,7 @@ typedef struct ob_config {
 		char *schema;     /* derived by ob_config_finish() */
 		char *table_name; /* derived by ob_config_finish() */
 		char *topics;     /* comma-separated; "" until configured */
-		char *group;
+		char *group;      /* "": derived from the inbox's database and table (inboxdb.h) */
 		char *id_header;
 		int batch_max; /* at most OB_INBOX_BATCH_LIMIT */
 		ob_mismatch_policy on_position_mismatch;

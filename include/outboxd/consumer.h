@@ -51,9 +51,13 @@ typedef struct ob_consumer_hooks {
 	void *ctx;
 } ob_consumer_hooks;
 
-/* Create the consumer and subscribe to inbox.topics. NULL (logged) on a
- * configuration error. */
-ob_consumer *ob_consumer_new(const ob_config *cfg, ob_consumer_hooks hooks);
+/* Whether the consumer's configuration is valid (logged when not), before
+ * its group is known. */
+bool ob_consumer_check_config(const ob_config *cfg) OB_MUST_CHECK;
+
+/* Create the consumer in consumer group group and subscribe to
+ * inbox.topics. NULL (logged) on a configuration error. */
+ob_consumer *ob_consumer_new(const ob_config *cfg, const char *group, ob_consumer_hooks hooks);
 /* Leave the group (a revocation runs the revoking hook) and destroy.
  * NULL is a no-op. */
 void ob_consumer_free(ob_consumer *c);

@@ -52,13 +52,25 @@ typedef struct ob_inbox_position {
 ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out,
 				     char *detail, size_t detail_len) OB_MUST_CHECK;
 void ob_inboxdb_close(ob_inboxdb *db);
+/* The consumer group: inbox.group, or when it is empty
+ * "outboxd-inbox.<database>.<schema>.<table>", the database's name as the
+ * server gives it (current_database()): every instance of one inbox
+ * shares it, and inboxes of other databases or tables have their own
+ * (sql/README.md, "The inbox tables"). A derived group with no position
+ * stored takes over those stored under "outboxd-inbox", the default of
+ * earlier versions, when ob_inboxdb_connect() migrates. */
+const char *ob_inboxdb_group(const ob_inboxdb *db);
+/* The group, where its name comes from, and whether it takes over (or
+ * took over, with migrate) the positions of the old default group: one
+ * line for `outboxd check`, into buf. */
+void ob_inboxdb_describe_group(const ob_inboxdb *db, const ob_config *cfg, char *buf, size_t size);
 /* Keep tick running (about every second) while a statement waits for the
  * server; a tick that returns false cancels it. */
 void ob_inboxdb_set_tick(ob_inboxdb *db, bool (*tick)(void *ctx), void *ctx);
 
 /* Fill next_offset and cluster_id of each of the n positions from
- * outboxd_inbox_offsets (-1 and "" where no row is stored for
- * inbox.group). */
+ * outboxd_inbox_offsets (-1 and "" where no row is stored for the
+ * group). */
 ob_inboxdb_status ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n) OB_MUST_CHECK;
 
 /* Store one position whatever was stored before (in a transaction of its

@@ -33,6 +33,10 @@ typedef struct ob_leafset {
 	 * (ob_publication_stamp()), read like the set and verified at the
 	 * same position; empty with wal2json. */
 	char stamp[512];
+	/* The tables of the outbox that hold rows (the table, or its leaf
+	 * partitions) and are UNLOGGED, as tableprops.h's query names them;
+	 * empty when none is. */
+	char unlogged[512];
 	ob_leaf *leaves; /* owned, sorted by schema then table, no duplicates */
 	size_t len;
 	size_t cap;
@@ -40,7 +44,8 @@ typedef struct ob_leafset {
 
 void ob_leafset_init(ob_leafset *s);
 void ob_leafset_free(ob_leafset *s);
-/* Empty the set and forget its position and kind; the memory is kept. */
+/* Empty the set and forget its position, kind, stamp and unlogged
+ * tables; the memory is kept. */
 void ob_leafset_clear(ob_leafset *s);
 /* Exchange the contents of a and b. */
 void ob_leafset_swap(ob_leafset *a, ob_leafset *b);

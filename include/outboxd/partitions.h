@@ -6,10 +6,12 @@
  * A read takes the WAL flush position first; then the transactions
  * running with a lock on what the set is read from, other than the locks
  * of reading and writing rows (attaching, creating or detaching a
- * partition, renaming or dropping the table; with pgoutput, adding or
- * dropping tables of the publication or dropping it); then, in a
- * REPEATABLE READ transaction of its own and so in a later snapshot, the
- * leaves, and which of those transactions that snapshot does not see
+ * partition, renaming or dropping the table, making it or a partition
+ * UNLOGGED; with pgoutput, also adding or dropping tables of the
+ * publication or dropping it); then, in a REPEATABLE READ transaction of
+ * its own and so in a later snapshot, the leaves, those of the tables
+ * holding rows that are UNLOGGED (tableprops.h: their rows never reach
+ * the WAL), and which of those transactions that snapshot does not see
  * (with pgoutput, also the one that updated the publication's row, as a
  * change of its options does without keeping a lock). Postgres writes (and a walsender decodes) a
  * commit record before the transaction becomes visible; with synchronous
@@ -46,7 +48,8 @@
 
 /* Read the set of the outbox table on p into set (emptied first): the
  * table itself, so that the set is never empty, and its leaf partitions
- * when it is partitioned; whether it is; and the verified position. False
+ * when it is partitioned; whether it is; its unlogged tables; and the
+ * verified position. False
  * on failure, with the reason (the server's message) in err: the caller
  * logs it. */
 bool ob_partitions_read(ob_pgconn *p, const ob_config *cfg, ob_leafset *set, char *err,

@@ -19,12 +19,16 @@
  *       (String), replica identity (Int8), columns (Int16), then per column
  *       flags (Int8), name (String), type oid (Int32), type modifier (Int32)
  *   'I' relation id (Int32), 'N', TupleData
+ *   'D' relation id (Int32), 'K' (the replica identity's key columns, the
+ *       others null) or 'O' (REPLICA IDENTITY FULL: the old row), TupleData;
+ *       sent only when the publication publishes deletes, and read only to
+ *       tell a row moved between partitions (decoder.h)
  *   'M' flags (Int8: 1 = transactional), LSN (Int64), prefix (String),
  *       content length (Int32), content (bytes)
  *   TupleData: columns (Int16), then per column 'n' (null), 'u' (unchanged
  *       TOAST value, not in inserts), 't' Int32 length + text, or 'b' Int32
  *       length + binary (only with the binary option)
- *   'Y' (type), 'O' (origin), 'U', 'D', 'T' carry nothing outboxd publishes.
+ *   'Y' (type), 'O' (origin), 'U', 'T' carry nothing outboxd publishes.
  *
  * Parsing allocates nothing: a parsed message points into the data it was
  * given, which must outlive it. The relation cache owns copies of what
@@ -46,7 +50,8 @@ typedef enum ob_pgo_kind {
 	OB_PGO_RELATION,
 	OB_PGO_INSERT,
 	OB_PGO_MESSAGE,
-	OB_PGO_OTHER, /* type, origin, update, delete, truncate: nothing to publish */
+	OB_PGO_DELETE,
+	OB_PGO_OTHER, /* type, origin, update, truncate: nothing to publish */
 } ob_pgo_kind;
 
 typedef struct ob_pgo_msg {
@@ -61,11 +66,12 @@ typedef struct ob_pgo_msg {
 	int64_t commit_us;
 	uint32_t xid; /* B */
 
-	/* R and I: the relation. */
+	/* R, I and D: the relation. */
 	uint32_t relid;
 
 	/* I: the new tuple's column count and its column data (the bytes
-	 * after the Int16 count, up to the end of the message). */
+	 * after the Int16 count, up to the end of the message); D: the old
+	 * key's (or row's). */
 	uint16_t tuple_columns;
 	const char *tuple;
 	size_t tuple_len;
@@ -129,5 +135,13 @@ const ob_pgo_relation *ob_pgo_relcache_get(const ob_pgo_relcache *c, uint32_t re
  * a value is not in text format. */
 bool ob_pgo_row(ob_pgo_relcache *c, const ob_pgo_msg *msg, const ob_pgo_relation **rel,
 		ob_text_row *row, char *err, size_t errlen) OB_MUST_CHECK;
+
+/* The text of column name in the tuple of an Insert or Delete message
+ * (msg parsed by ob_pgo_parse()) into *value and *len (pointing into the
+ * message). False when the relation is unknown, has no such column or a
+ * column count other than the tuple's, or the column is not a text
+ * value. */
+bool ob_pgo_column_text(const ob_pgo_relcache *c, const ob_pgo_msg *msg, const char *name,
+			const char **value, size_t *len) OB_MUST_CHECK;
 
 #endif

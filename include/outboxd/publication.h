@@ -11,6 +11,10 @@
  *   CREATE PUBLICATION outboxd FOR TABLE public.outbox
  *     WITH (publish = 'insert', publish_via_partition_root = true);
  *
+ * A partitioned outbox table's publication publishes deletes too
+ * (publish = 'insert, delete'): they tell a row that an UPDATE moved into
+ * another partition from a new event (decoder.h).
+ *
  * A publication that leaves rows out (no inserts, another table, a
  * partition's rows under the partition's name, a row filter or a column
  * list) would make outboxd skip events without a word, so it is refused
@@ -47,8 +51,12 @@ ob_pg_status ob_publication_prepare(ob_pgconn *pg, const ob_config *cfg, bool sl
 bool ob_publication_stamp(ob_pgconn *pg, const ob_config *cfg, char *stamp, size_t stamp_len,
 			  char *err, size_t errlen) OB_MUST_CHECK;
 
-/* The CREATE PUBLICATION statement for cfg (README, sql/publication.sql);
- * the caller frees. */
-char *ob_publication_create_sql(const ob_config *cfg);
+/* The CREATE PUBLICATION statement for cfg (README, sql/publication.sql),
+ * for a partitioned outbox table or not; the caller frees. */
+char *ob_publication_create_sql(const ob_config *cfg, bool partitioned);
+
+/* The publish option outboxd's publication has for a partitioned outbox
+ * table or not. */
+const char *ob_publication_actions(bool partitioned);
 
 #endif

@@ -15,7 +15,8 @@
  * the next stream reads it, and what was read after the ceiling is read
  * and handed over again. A changed publication halts: pgoutput decodes
  * each change with the publication of its time, so rows written while it
- * left the outbox out are never sent. With a partitioned table and
+ * left the outbox out are never sent. So does a table of the outbox that
+ * turned UNLOGGED (tableprops.h), for either decoder. With a partitioned table and
  * wal2json, no event is handed over above the ceiling
  * (ob_tableset_cover()), so reading again never publishes an earlier
  * transaction's events after a later one's.
@@ -45,6 +46,7 @@ typedef struct ob_tableset {
 	ob_leafset latest;
 	ob_lsn ceiling;    /* see above; OB_TABLESET_NO_CEILING before the first stream */
 	ob_lsn events_end; /* what the latest unit with events confirms */
+	bool halted;       /* a read halted the stream (logged) */
 	ob_partwatch watch;
 	ob_slotwatch slots; /* the slot as the server sees it, read after the set */
 } ob_tableset;
@@ -66,12 +68,13 @@ ob_lsn ob_tableset_confirmable(ob_tableset *ts);
  * set the ceiling. When they include one the last stream did not read,
  * what that stream read after its ceiling may lack rows of it: the ack
  * tracker and replay go back to that ceiling, so it is read and handed
- * over again (published twice where it was published already). */
+ * over again (published twice where it was published already). An
+ * unlogged table of the outbox is fatal (logged). */
 ob_pg_status ob_tableset_start(ob_tableset *ts, ob_pgconn *pg);
 /* While streaming, read the set again when due: while the stream's tables
  * are unchanged the ceiling moves up to its verified position. False with
  * *out set when the stream must end: a leaf it does not read (REFILTER),
- * a changed publication (HALT), reads that keep failing (RETRY: nothing
+ * a changed publication or an unlogged table (HALT), reads that keep failing (RETRY: nothing
  * past the ceiling could be confirmed meanwhile, and a server shutting
  * down, which refuses the read's connection, waits for its walsenders to
  * be confirmed to the end of the WAL before it stops). wal_end is the

@@ -33,7 +33,8 @@ typedef enum ob_w2j_action {
 	OB_W2J_COMMIT,
 	OB_W2J_INSERT,
 	OB_W2J_MESSAGE,
-	OB_W2J_OTHER, /* update, delete, truncate: outboxd ignores them */
+	OB_W2J_DELETE, /* read only to tell a row moved between partitions (decoder.h) */
+	OB_W2J_OTHER,  /* update, truncate: outboxd ignores them */
 } ob_w2j_action;
 
 /* One column of an I record: its name and type (escaped as sent) and its
@@ -50,7 +51,10 @@ typedef struct ob_w2j_record {
 	int64_t timestamp_ms; /* and in ms, ... */
 	bool has_timestamp;   /* ... when it was present and parsed */
 
-	/* I: the table and its columns. Each column's type is in types[]. */
+	/* I: the table and its columns; D: the table and the deleted row's
+	 * replica identity ("identity": the key columns, or every column with
+	 * REPLICA IDENTITY FULL), in the same array. Each column's type is in
+	 * types[]. */
 	char schema[OB_W2J_NAME_MAX];
 	char table[OB_W2J_NAME_MAX];
 	ob_w2j_column columns[OB_W2J_MAX_COLUMNS];
@@ -75,7 +79,8 @@ bool ob_w2j_parse(const char *data, size_t len, ob_w2j_record *rec, char *err,
 /* Forget a parsed record (it owns nothing; this only clears it). */
 void ob_w2j_record_clear(ob_w2j_record *rec);
 
-/* Find an I record's column by name; NULL if missing. *type and
+/* Find an I record's column (a D record's identity column) by name; NULL
+ * if missing. *type and
  * *type_len receive the column's type as sent ("jsonb", "bytea", ...;
  * empty when wal2json sent none). */
 const ob_w2j_column *ob_w2j_column_find(const ob_w2j_record *rec, const char *name,

@@ -83,6 +83,7 @@ check_msg(const ob_pgo_msg *msg, const char *data, size_t size)
 		OB_FUZZ_CHECK(msg->commit_us - OB_PGO_EPOCH_OFFSET_US == (int64_t)be(data + 18, 8));
 		break;
 	case OB_PGO_INSERT:
+	case OB_PGO_DELETE:
 		OB_FUZZ_CHECK(inside(msg->tuple, msg->tuple_len, data, size));
 		/* Each column takes at least one byte. */
 		OB_FUZZ_CHECK(msg->tuple_columns <= msg->tuple_len);
@@ -185,6 +186,8 @@ run_message(ob_pgo_relcache *c, const uint8_t *frame, size_t len, ob_event *ev)
 	char *data = malloc(len > 0 ? len : 1);
 	char err[256] = "";
 	ob_pgo_msg msg;
+	const char *id;
+	size_t id_len;
 
 	OB_FUZZ_CHECK(data != NULL);
 	if (len > 0)
@@ -206,6 +209,10 @@ run_message(ob_pgo_relcache *c, const uint8_t *frame, size_t len, ob_event *ev)
 		break;
 	case OB_PGO_MESSAGE:
 		map_message(&msg, ev);
+		break;
+	case OB_PGO_DELETE:
+		if (ob_pgo_column_text(c, &msg, "id", &id, &id_len))
+			OB_FUZZ_CHECK(inside(id, id_len, data, len));
 		break;
 	case OB_PGO_BEGIN:
 	case OB_PGO_COMMIT:

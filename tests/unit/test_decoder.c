@@ -28,6 +28,17 @@
 	"{\"action\":\"U\",\"xid\":725,\"lsn\":\"0/152D500\",\"schema\":\"public\","               \
 	"\"table\":\"other\",\"columns\":[]}"
 
+/* Deletes of the row of rec_insert (X) and of another row (Y). */
+#define W2J_DELETE(id)                                                                             \
+	"{\"action\":\"D\",\"xid\":725,\"lsn\":\"0/152D400\",\"schema\":\"public\","               \
+	"\"table\":\"outbox_b\",\"identity\":[{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"" id  \
+	"\"},{\"name\":\"region\",\"type\":\"text\",\"value\":\"b\"}]}"
+#define ID_X                "38a18a3a-8de4-4a2c-8a64-91f9bf2d053a"
+#define ID_Y                "0b7e5f8e-2f52-4c1a-9d7e-1f6f3d9c2a11"
+/* pgoutput: the same deletes, as Delete messages of the relation of
+ * msg_relation_outbox (16384) and of another one (16385). */
+#define PGO_DELETE(rel, id) "D\000\000@" rel "K\000\007t\000\000\000$" id "nnnnnn"
+
 typedef struct decode_case {
 	const char *data;
 	size_t len;
@@ -67,6 +78,61 @@ run(ob_decoder *d, const decode_case *cases, size_t n, ob_lsn data_start)
 	}
 }
 
+/* A row that an UPDATE moved into another partition: a delete and at
+ * once an insert of the same id in one transaction (decoder.h). */
+static const decode_case w2j_move_cases[] = {
+    {TEXT(W2J_BEGIN), true, OB_CHANGE_BEGIN, 0x152D6A0},
+    {TEXT(W2J_DELETE(ID_X)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(rec_insert), true, OB_CHANGE_OTHER, 0}, /* moved */
+    {TEXT(rec_insert), true, OB_CHANGE_ROW, 0x152D3E0, "outbox"},
+    /* Insert then delete (the empty table) publishes the insert. */
+    {TEXT(W2J_DELETE(ID_X)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(W2J_MESSAGE), true, OB_CHANGE_MESSAGE, 0x152D630},
+    {TEXT(rec_insert), true, OB_CHANGE_ROW, 0x152D3E0, "outbox"},
+    {TEXT(W2J_DELETE(ID_Y)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(rec_insert), true, OB_CHANGE_ROW, 0x152D3E0, "outbox"},
+    {TEXT(W2J_DELETE(ID_X)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(W2J_UPDATE), true, OB_CHANGE_OTHER, 0},
+    {TEXT(rec_insert), true, OB_CHANGE_ROW, 0x152D3E0, "outbox"},
+    {TEXT(W2J_DELETE(ID_X)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(W2J_COMMIT), true, OB_CHANGE_COMMIT, 0x152D6D0},
+    {TEXT(W2J_BEGIN), true, OB_CHANGE_BEGIN, 0x152D6A0},
+    {TEXT(rec_insert), true, OB_CHANGE_ROW, 0x152D3E0, "outbox"},
+};
+
+static const decode_case pgo_move_cases[] = {
+    {TEXT(msg_begin), true, OB_CHANGE_BEGIN, 0x1546280},
+    {TEXT(msg_relation_outbox), true, OB_CHANGE_RELATION, 0},
+    {TEXT(PGO_DELETE("\000", ID_X)), true, OB_CHANGE_OTHER, 0},
+    /* Relations described in between are no change. */
+    {TEXT(msg_relation_outbox), true, OB_CHANGE_RELATION, 0},
+    {TEXT(msg_insert_outbox), true, OB_CHANGE_OTHER, 0x2000}, /* moved */
+    {TEXT(msg_insert_outbox), true, OB_CHANGE_ROW, 0x2000, "outbox"},
+    {TEXT(PGO_DELETE("\000", ID_Y)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(msg_insert_outbox), true, OB_CHANGE_ROW, 0x2000, "outbox"},
+    /* Another relation's row of the same id. */
+    {TEXT(PGO_DELETE("\001", ID_X)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(msg_insert_outbox), true, OB_CHANGE_ROW, 0x2000, "outbox"},
+    {TEXT(PGO_DELETE("\000", ID_X)), true, OB_CHANGE_OTHER, 0},
+    {TEXT(msg_commit), true, OB_CHANGE_COMMIT, 0x15462B0},
+    {TEXT(msg_begin), true, OB_CHANGE_BEGIN, 0x1546280},
+    {TEXT(msg_insert_outbox), true, OB_CHANGE_ROW, 0x2000, "outbox"},
+};
+
+static void
+test_moves(void **state)
+{
+	ob_decoder d;
+
+	(void)state;
+	ob_decoder_init(&d, OB_PLUGIN_WAL2JSON, "id");
+	run(&d, w2j_move_cases, sizeof(w2j_move_cases) / sizeof(w2j_move_cases[0]), 0x1000);
+	ob_decoder_free(&d);
+	ob_decoder_init(&d, OB_PLUGIN_PGOUTPUT, "id");
+	run(&d, pgo_move_cases, sizeof(pgo_move_cases) / sizeof(pgo_move_cases[0]), 0x2000);
+	ob_decoder_free(&d);
+}
+
 static void
 test_wal2json(void **state)
 {
@@ -75,7 +141,7 @@ test_wal2json(void **state)
 	char err[256];
 
 	(void)state;
-	ob_decoder_init(&d, OB_PLUGIN_WAL2JSON);
+	ob_decoder_init(&d, OB_PLUGIN_WAL2JSON, "id");
 	run(&d, w2j_cases, sizeof(w2j_cases) / sizeof(w2j_cases[0]), 0x1000);
 	/* The row is the wal2json record's; the begin carries its time. */
 	assert_true(ob_decoder_next(&d, TEXT(rec_insert), 0x1000, &ch, err, sizeof(err)));
@@ -108,7 +174,7 @@ test_pgoutput(void **state)
 	char err[256];
 
 	(void)state;
-	ob_decoder_init(&d, OB_PLUGIN_PGOUTPUT);
+	ob_decoder_init(&d, OB_PLUGIN_PGOUTPUT, "id");
 	run(&d, pgo_cases, sizeof(pgo_cases) / sizeof(pgo_cases[0]), 0x2000);
 	/* The row is a text row of the relation's columns. */
 	assert_true(ob_decoder_next(&d, TEXT(msg_insert_outbox), 0x2000, &ch, err, sizeof(err)));
@@ -129,6 +195,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_wal2json),
 	    cmocka_unit_test(test_pgoutput),
+	    cmocka_unit_test(test_moves),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -353,7 +353,7 @@ static const parse_case parse_cases[] = {
     {DATA(msg_type), OB_PGO_OTHER},
     {DATA(msg_origin), OB_PGO_OTHER},
     {DATA(msg_update_unchanged), OB_PGO_OTHER},
-    {DATA(msg_delete), OB_PGO_OTHER},
+    {DATA(msg_delete), OB_PGO_DELETE, .relid = RELID_OUTBOX, .tuple_columns = 7},
     {DATA(msg_truncate), OB_PGO_OTHER},
 };
 
@@ -375,8 +375,9 @@ test_parse_table(void **state)
 		assert_int_equal(msg.xid, c->xid);
 		assert_int_equal(msg.relid, c->relid);
 		assert_int_equal(msg.tuple_columns, c->tuple_columns);
-		if (c->kind == OB_PGO_INSERT) {
-			/* The tuple data follows type, relid, 'N' and the count. */
+		if (c->kind == OB_PGO_INSERT || c->kind == OB_PGO_DELETE) {
+			/* The tuple data follows type, relid, 'N' (or 'K') and
+			 * the count. */
 			assert_ptr_equal(msg.tuple, c->data + 8);
 			assert_int_equal(msg.tuple_len, c->len - 8);
 		} else {

@@ -78,9 +78,9 @@ typedef struct record_case {
 	ob_lsn nextlsn;
 	bool has_timestamp;
 	int64_t timestamp_ms;
-	const char *schema; /* I only */
-	const char *table;  /* I only */
-	size_t n_columns;   /* I only */
+	const char *schema; /* I and D only */
+	const char *table;  /* I and D only */
+	size_t n_columns;   /* I and D only */
 	bool transactional; /* M only */
 	const char *prefix; /* M only */
 	const char *content;
@@ -95,7 +95,12 @@ static const record_case record_cases[] = {
      .transactional = false, .prefix = "outbox", .content = "nt"},
     {"commit", rec_commit, OB_W2J_COMMIT, 0x152D630, 0x152D660, true, TS_725},
     {"update", rec_update, OB_W2J_OTHER, 0x152D700, 0, true, INT64_C(1795316832000)},
-    {"delete", rec_delete, OB_W2J_OTHER, 0x152D780, 0, true, INT64_C(1795316832000)},
+    {"delete", rec_delete, OB_W2J_DELETE, 0x152D780, 0, true, INT64_C(1795316832000), "public",
+     "outbox", 1},
+    /* A delete that names no row is passed over, not refused. */
+    {"delete-without-identity",
+     "{\"action\":\"D\",\"lsn\":\"0/7\",\"schema\":\"public\",\"table\":\"outbox\"}", OB_W2J_OTHER,
+     7, 0},
     {"truncate", rec_truncate, OB_W2J_OTHER, 0x152D800, 0, true, INT64_C(1795316833500)},
     {"insert-shapes", rec_insert_shapes, OB_W2J_INSERT, UINT64_C(0x100000010), 0, true,
      INT64_C(1795316834000), "app", "events", 5},
@@ -120,7 +125,7 @@ check_record(const record_case *c, const ob_w2j_record *rec)
 		assert_int_equal(rec->timestamp_ms, c->timestamp_ms);
 		assert_int_equal(rec->timestamp_us / 1000, c->timestamp_ms);
 	}
-	if (c->action == OB_W2J_INSERT) {
+	if (c->action == OB_W2J_INSERT || c->action == OB_W2J_DELETE) {
 		assert_string_equal(rec->schema, c->schema);
 		assert_string_equal(rec->table, c->table);
 		assert_int_equal(rec->columns_len, c->n_columns);

@@ -1,0 +1,115 @@
+"""Integration tests of the inbox's consumer group when inbox.group is left
+out (sql/README.md, "The inbox tables"): it is derived from the inbox's
+database (as the server names it) and table,
+outboxd-inbox.<database>.<schema>.<table>, so two receiving services
+reading one topic each get every event, while the instances of one inbox
+share their group; an inbox upgraded from the old default group
+(outboxd-inbox) takes its stored positions over, reading nothing again
+and skipping nothing."""
+
+import re
+
+import harness
+from conftest import OUTBOXD_BIN
+from harness import wait_until
+from test_inbox import INBOX_SQL, Feed, inbox_env
+
+assert inbox_env  # a fixture, used by name
+
+
+def derived(env, db, name):
+    """An outboxd inbox of env's topic into database db with inbox.group
+    left out (not started)."""
+    cfg = env.config(inbox_conninfo=env.pg.conninfo(db))
+    del cfg["inbox"]["group"]
+    d = harness.Outboxd(OUTBOXD_BIN, cfg, str(env.tmpdir / name),
+                        command="inbox", start=False)
+    env.instances.append(d)
+    return d
+
+
+def ids_in(env, db):
+    return {r[0] for r in env.pg.sql("SELECT id FROM public.inbox",
+                                     dbname=db)}
+
+
+def group_line(d):
+    """`check`'s inbox group line: (ok, detail)."""
+    rc, out, err = d.run_cmd(["check"])
+    m = re.search(r"^inbox group\s+(ok|FAIL)\s+(.*)$", out, re.M)
+    assert m, (out, err)
+    return m.group(1) == "ok", m.group(2)
+
+
+def test_two_inboxes_with_default_groups_each_store_every_event(inbox_env,
+                                                                broker):
+    """Two receiving services, each with its own database and the default
+    settings, read one topic: each stores every event. (Before, both
+    joined the consumer group outboxd-inbox and split the topic's
+    partitions: each stored only part of the events, silently.) `check`
+    prints the group each one uses."""
+    env = inbox_env()
+    other = env.db + "_b"
+    env.pg.create_db(other)
+    env.pg.run_file(INBOX_SQL, other)
+    feed = Feed(broker, env.topic)
+    first = feed.events(200)
+    feed.flush()
+    inboxes = [derived(env, db, "inbox-" + db) for db in (env.db, other)]
+    for d in inboxes:
+        d.start()
+    for db in (env.db, other):
+        wait_until(lambda: ids_in(env, db) == set(first), 90, 0.2,
+                   "%s stores the first 200 events" % db)
+    more = feed.events(50)
+    feed.flush()
+    for db in (env.db, other):
+        wait_until(lambda: ids_in(env, db) == set(first + more), 60, 0.2,
+                   "%s stores all 250 events" % db)
+    for d, db in zip(inboxes, (env.db, other)):
+        ok, detail = group_line(d)
+        assert ok and detail.startswith(
+            "outboxd-inbox.%s.public.inbox (derived" % db), detail
+        assert "consumer group outboxd-inbox.%s.public.inbox" % db in \
+            d.log_text(), d.log_tail()
+        assert d.running(), d.log_tail()
+
+
+def test_default_group_takes_over_the_old_default_groups_positions(
+        inbox_env, broker):
+    """An inbox that stored its positions under outboxd-inbox (the default
+    of earlier versions) is started again with inbox.group still left out:
+    `check` says the derived group takes those positions over, and the
+    inbox resumes from them, reading none of the stored events again
+    (their rows were deleted, and stay deleted) and storing every new
+    one; the old group's rows are left as they were."""
+    env = inbox_env()
+    feed = Feed(broker, env.topic)
+    first = feed.events(100)
+    feed.flush()
+    old = env.start(inbox_group="outboxd-inbox")
+    wait_until(lambda: env.rows() == 100, 60, 0.2, "100 rows")
+    hw = env.high_watermarks()
+    old_stored = {p: n for p, n in hw.items() if n > 0}
+    env.group = "outboxd-inbox"
+    wait_until(lambda: env.stored() == old_stored, 30, 0.2)
+    assert old.stop() == 0, old.log_tail()
+    env.sql("DELETE FROM public.inbox")
+
+    d = derived(env, env.db, "inbox-upgraded")
+    ok, detail = group_line(d)
+    assert ok and "takes over the positions stored under outboxd-inbox" \
+        in detail, detail
+    d.start()
+    d.wait_log("took over the %d positions stored under outboxd-inbox"
+               % len(old_stored), 30)
+    second = feed.events(50)
+    feed.flush()
+    wait_until(lambda: env.rows() == 50, 60, 0.2, "50 new rows")
+    env.group = "outboxd-inbox.%s.public.inbox" % env.db
+    env.wait_consumed()
+    assert ids_in(env, env.db) == set(second)
+    assert not set(first) & ids_in(env, env.db)
+    env.group = "outboxd-inbox"
+    assert env.stored() == old_stored
+    assert d.running(), d.log_tail()
