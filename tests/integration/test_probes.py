@@ -18,8 +18,9 @@ import time
 import harness
 from harness import free_port, wait_until
 from test_inbox import Feed, inbox_env  # noqa: F401 (a fixture)
-from test_ops import (HALF_REQUEST, INBOX_FAMILIES, PER_CLIENT_LIMIT, Flood, check_lines,
-                      commit_events, http_get, http_overrides, scrape, wait_http)
+from test_ops import (HALF_REQUEST, HEAD_WAIT_LIMIT, INBOX_FAMILIES, PER_CLIENT_LIMIT, Flood,
+                      check_lines, commit_events, http_get, http_overrides, scrape,
+                      wait_http)
 
 STALL_MS = 1500
 RULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -240,8 +241,13 @@ def test_probes_answer_under_idle_flood_from_many_addresses(
         pg, broker, outboxd_factory):
     """1,000 idle half-requests from 200 addresses (5 each, under the
     per-address limit of 8), twice over: a probe from yet another address
-    is answered within a second all along, since the connections that
-    waited longest for a request head are closed to make room."""
+    is answered all along, since the connections that waited longest for a
+    request head are closed to make room: the server holds at most
+    HEAD_WAIT_LIMIT of them, fewer than its table of 128, even while they
+    are kept busy (so the idle timeout closes none of them). Without that
+    limit the flood fills the table and the probe gets no answer. The
+    probes' latency is printed, not asserted (tests/bench measures
+    speed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = 2 * SOURCES * PER_SOURCE + 256
     if hard != resource.RLIM_INFINITY and hard < need:
@@ -254,20 +260,22 @@ def test_probes_answer_under_idle_flood_from_many_addresses(
     d = outboxd_factory(http_overrides(port))
     wait_http(port, "/readyz", 200, "ready", daemon=d)
     flood = SpreadFlood(port)
+    slowest = 0.0
     try:
-        started = time.monotonic()
         for round_ in range(2):
             flood.add_spread()
             for path in ("/healthz", "/readyz", "/healthz"):
-                status, took = probe_from(port, path)
-                assert status == "HTTP/1.1 200 OK" and took < 1.0, (
+                status, took = probe_from(port, path, timeout=10.0)
+                slowest = max(slowest, took)
+                assert status == "HTTP/1.1 200 OK", (
                     "%s from %s answered %r after %.2fs (round %d, %d "
                     "flood connections opened, %d held)"
                     % (path, PROBE_SOURCE, status, took, round_,
                        flood.opened, flood.prune()))
-        assert time.monotonic() - started < 60
-        # The server holds fewer flood connections than its table.
-        assert flood.prune() <= 128
+            wait_until(lambda: flood.prune(keep_busy=True) <= HEAD_WAIT_LIMIT,
+                       60, 0.5, "at most %d flood connections held"
+                       % HEAD_WAIT_LIMIT)
+        print("slowest probe during the flood: %.3f s" % slowest)
     finally:
         flood.close()
     assert probe_from(port, "/readyz")[0] == "HTTP/1.1 200 OK"
