@@ -765,24 +765,33 @@ def test_backlog_is_read_in_naps(pg, broker, consumer, outboxd_factory,
     """A backlog (transactions that committed long before outboxd reads
     them) is read in naps of a few milliseconds, not one wake-up per packet
     the walsender sends (tests/README.md, "Benchmark": each wake-up costs more CPU
-    than the events it brings): 20,000 events in 200 transactions take
-    outboxd's main thread to sleep fewer than one time per 15 events (with
-    a wake-up per packet it slept once per 4 to 6); and each is published
-    once."""
+    than the events it brings): for 20,000 events in 200 transactions
+    outboxd's main thread sleeps fewer than once per 15 events plus once
+    per 2 ms the read lasted (a nap of 4 ms and the sleep until the packet
+    after it); and each is published once. Measured: 30-124 times in 0.4
+    to 0.9 s with the nap (plain and ASan); without it 4,051-17,308 (wal2json
+    4,051 in 0.53 s against a bound of 1,598). tests/bench reports the
+    wake-ups per 1,000 events."""
     n = 20000
     d, topic = backlog_behind_stopped_outboxd(
         pg, broker, outboxd_factory, slot_name, "nap_%s" % test_id, n // 100, 100)
     time.sleep(0.3)  # every transaction is now older than 100 ms
     end = pg.wal_lsn()
+    started = time.monotonic()
     d = outboxd_factory()
     wait_until(lambda: (pg.slot(slot_name) or {}).get(
         "confirmed_flush_lsn_int", 0) >= end, 120, 0.05,
         "slot confirmed past the backlog")
     wakeups = main_thread_wakeups(d.pid)
+    took = time.monotonic() - started
     records = consumer.collect([topic], n, timeout=60, settle=1)
     assert len(records) == n and len(id_counts(records)) == n
-    assert wakeups < n / 15, (
-        "main thread slept %d times for %d events" % (wakeups, n))
+    bound = n / 15 + took / 0.002
+    print("main thread slept %d times in %.2f s for %d events (bound %d)"
+          % (wakeups, took, n, bound))
+    assert wakeups < bound, (
+        "main thread slept %d times in %.2f s for %d events" % (
+            wakeups, took, n))
 
 
 @pytest.mark.no_sanitizers
