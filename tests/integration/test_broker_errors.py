@@ -134,12 +134,14 @@ def test_batch_refused_as_a_whole_retries_suspects_alone(
     is only a suspect. The producer is recreated, the slot read again and
     each suspect produced alone, where the broker takes it. Every event
     arrives in its own topic, per key first in commit order; nothing is
-    dead-lettered. The refused request must hold a batch: linger.ms 5 lets
-    one form behind the burst's first record, which the default (1 ms, one
-    request in flight) may send nearly alone."""
+    dead-lettered. The refused request must hold a batch: the brokers are
+    down while the burst is handed over, so the first request once they
+    are up holds every record queued for its partitions, however fast or
+    slow the machine (a linger.ms of 5 let one form only when outboxd
+    handed the next record over within 5 ms)."""
     feeds = [Feed(pg, "batch%d_%s" % (i, test_id), keys=5) for i in range(2)]
     topics = [make_topic(broker, f.agg) for f in feeds]
-    overrides, port = with_http({"kafka": {"linger.ms": "5"}})
+    overrides, port = with_http()
     d = outboxd_factory(overrides)
     dlq = dlq_topic(broker, d)
     wait_streaming(pg, slot_name)
@@ -150,7 +152,13 @@ def test_batch_refused_as_a_whole_retries_suspects_alone(
         check_delivery(collect_all(consumer, t, f.ids), f.ids, True)
 
     assert broker.cmd("error 0 %s 1" % code) == "ok"
-    burst(feeds, 4, 50)
+    assert broker.cmd("down all") == "ok"
+    try:
+        burst(feeds, 4, 50)
+        wait_until(lambda: scrape(port).get("outboxd_inflight_events", 0)
+                   == 400, 60, 0.1, "the burst handed over")
+    finally:
+        assert broker.cmd("up all") == "ok"
     end = pg.wal_lsn()
     for f, t in zip(feeds, topics):
         records = collect_all(consumer, t, f.ids)
