@@ -486,7 +486,8 @@ def test_delivery_timeouts_recreate_the_producer_not_dead_letter(
     broker.cmd("down all")
     try:
         feed.commit(3)
-        time.sleep(6)
+        # Up again once the records timed out and outboxd dealt with them.
+        d.wait_log(r"recreating the kafka producer|dead-lettering", 30)
     finally:
         broker.cmd("up all")
     recs = collect_all(consumer, topic, feed.ids, timeout=90)
