@@ -53,9 +53,12 @@ def assert_lag_rises(port, at_least):
 def test_stalled_while_the_broker_holds_acknowledgements(
         pg, broker, consumer, outboxd_factory, test_id):
     """Idle and caught up: ready, lag 0, for longer than stall_after_ms.
-    With the broker answering produce requests 8 s late, events wait in
-    flight: /readyz 503 stalled after stall_after_ms, the lag rising; once
-    the acknowledgements come, ready again and the lag back to 0."""
+    With the broker answering produce requests 25 s late (under
+    librdkafka's request.timeout.ms of 30 s, which would retry them),
+    events wait in flight: /readyz 503 stalled after stall_after_ms, the
+    lag rising; once the acknowledgements come, ready again and the lag
+    back to 0. The checks while they wait take a second or two, the
+    stall is waited for up to 15 s: a slow machine has 10 s to spare."""
     port = free_port()
     agg = "stall_%s" % test_id
     d = outboxd_factory(http_overrides(port, http={"stall_after_ms": STALL_MS}))
@@ -71,10 +74,9 @@ def test_stalled_while_the_broker_holds_acknowledgements(
         assert lag(port) == 0
         time.sleep(0.2)
 
-    broker.cmd("rtt all 8000")
+    broker.cmd("rtt all 25000")
     commit_events(pg, "postgres", agg, 3)
-    body = wait_http(port, "/readyz", 503, "stalled", timeout=STALL_MS / 1000.0 + 5,
-                     daemon=d)
+    body = wait_http(port, "/readyz", 503, "stalled", timeout=15, daemon=d)
     assert body == "stalled\n"
     assert ready_state(port) == "stalled"
     assert scrape(port).value("outboxd_inflight_events") > 0
@@ -82,7 +84,8 @@ def test_stalled_while_the_broker_holds_acknowledgements(
     assert http_get(port, "/healthz")[0] == 200  # the loop turns
 
     broker.cmd("rtt all 0")
-    wait_http(port, "/readyz", 200, "ready", timeout=30, daemon=d)
+    # The requests sent meanwhile are still answered 25 s late.
+    wait_http(port, "/readyz", 200, "ready", timeout=60, daemon=d)
     wait_until(lambda: lag(port) == 0, 10, 0.2, "lag 0 once acknowledged")
     assert ready_state(port) == "ready"
     got = consumer.collect("outbox.event.%s" % agg, min_count=6, timeout=30,
