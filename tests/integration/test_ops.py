@@ -769,7 +769,10 @@ def test_systemd_unit_verifies():
 def test_watchdog_pinged_while_waiting_for_queue_room(
         pg, broker, outboxd_factory, slot_name, test_id, tmp_path):
     """Under systemd with WatchdogSec, a Kafka outage that fills the queue
-    must not starve the watchdog (systemd would kill outboxd)."""
+    must not starve the watchdog (systemd would kill outboxd). Once the
+    queue is full (5 records in flight), each of two 3 s windows gets a
+    ping (outboxd pings each second with WATCHDOG_USEC 2 s; a starved
+    watchdog gets none), and the queue is still full after them."""
     sock_path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(sock_path)
@@ -777,8 +780,10 @@ def test_watchdog_pinged_while_waiting_for_queue_room(
     sock.settimeout(0.2)
     agg = "wd_%s" % test_id
     make_topic(broker, agg)
-    outboxd_factory({"kafka": {"queue.buffering.max.messages": "5"}},
-                    env={"NOTIFY_SOCKET": sock_path, "WATCHDOG_USEC": "2000000"})
+    port = free_port()
+    outboxd_factory(http_overrides(
+        port, kafka={"queue.buffering.max.messages": "5"}),
+        env={"NOTIFY_SOCKET": sock_path, "WATCHDOG_USEC": "2000000"})
     wait_streaming(pg, slot_name)
 
     def pings(seconds):
@@ -790,11 +795,22 @@ def test_watchdog_pinged_while_waiting_for_queue_room(
                 pass
         return n
 
+    def inflight():
+        return scrape(port).get("outboxd_inflight_events", 0)
+
     broker.cmd("down all")
     try:
         Feed(pg, agg).commit(30)
-        time.sleep(1.0)
-        assert pings(6) >= 3
+        wait_until(lambda: inflight() >= 5, 30, 0.1, "the queue full")
+        while True:  # what came before the queue was full
+            try:
+                sock.recv(4096)
+            except socket.timeout:
+                break
+        windows = [pings(3), pings(3)]
+        assert inflight() >= 5, "the queue had room again"
+        assert all(n >= 1 for n in windows), (
+            "watchdog pings in two 3 s windows: %r" % windows)
     finally:
         broker.cmd("up all")
         sock.close()
