@@ -910,14 +910,18 @@ def test_stream_broken_while_queue_full_loses_nothing(
     in the middle of a transaction: after the reconnect every event
     arrives exactly once (the one waiting for room is not skipped)."""
     topic = make_topic(broker, "rq_%s" % test_id)
+    port = harness.free_port()
     d = outboxd_factory({"postgres": {"status_interval_ms": 200},
-                         "kafka": {"queue.buffering.max.messages": "5"}})
+                         "kafka": {"queue.buffering.max.messages": "5"},
+                         "http": {"listen": "127.0.0.1:%d" % port}})
     pid = wait_streaming(pg, slot_name)
     feed = Feed(pg, "rq_%s" % test_id)
     broker.cmd("down all")
     try:
         feed.commit(30)
-        time.sleep(2.0)  # outboxd now waits for queue room
+        # outboxd now waits for queue room: 5 of the 30 are in flight.
+        wait_until(lambda: scrape(port).get("outboxd_inflight_events", 0)
+                   >= 5, 30, 0.1, "the producer's queue full")
         pg.sql("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
                "WHERE slot_name = %s", (slot_name,))
         wait_streaming(pg, slot_name, 30, other_than=pid)
