@@ -946,7 +946,8 @@ def test_filtered_transactions_take_no_memory_while_events_wait(
     for a down broker: outboxd's memory does not grow with them."""
     agg = "mem_%s" % test_id
     make_topic(broker, agg)
-    d = outboxd_factory()
+    port = harness.free_port()
+    d = outboxd_factory({"http": {"listen": "127.0.0.1:%d" % port}})
     wait_streaming(pg, slot_name)
     pg.sql("CREATE TABLE IF NOT EXISTS filtered_%s (i int)" % test_id)
     pg.sql("CREATE OR REPLACE PROCEDURE many_%s(n int) LANGUAGE plpgsql AS $$ BEGIN "
@@ -956,10 +957,15 @@ def test_filtered_transactions_take_no_memory_while_events_wait(
     try:
         pg.sql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) "
                "VALUES (%s, 'k1', 'e', '{}')", (agg,))
-        time.sleep(2)
+        wait_until(lambda: scrape(port).get("outboxd_inflight_events", 0)
+                   == 1, 30, 0.1, "the event waits in flight")
         before = _rss_kb(d.pid)
         pg.sql("CALL many_%s(100000)" % test_id)
-        time.sleep(8)  # outboxd reads the 100,000 B/C pairs meanwhile
+        # outboxd reads the 100,000 B/C pairs, and one more after them.
+        mark = pg.wal_lsn()
+        pg.sql("INSERT INTO filtered_%s VALUES (0)" % test_id)
+        wait_until(lambda: scrape(port).get("outboxd_received_lsn", 0)
+                   >= mark, 120, 0.2, "the filtered transactions read")
         after = _rss_kb(d.pid)
     finally:
         broker.cmd("up all")
