@@ -329,8 +329,11 @@ stop_now(relay *r)
 		return false;
 	if (!r->d.replay.in_txn)
 		return true;
-	if (r->stopping_txn_until == 0)
+	if (r->stopping_txn_until == 0) {
+		ob_info("stopping once the open transaction is read to its end (for up to %d ms)",
+			STOP_TXN_GRACE_MS);
 		r->stopping_txn_until = ob_mono_ms() + STOP_TXN_GRACE_MS;
+	}
 	return ob_mono_ms() >= r->stopping_txn_until;
 }
 

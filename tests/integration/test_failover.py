@@ -232,6 +232,8 @@ def test_crash_and_promote_loses_nothing(pair, broker, consumer,
         print("pg%d: the standby's copy was sync-ready after %.1f s"
               % (major(), time.monotonic() - t0))
         assert_failover_ready(d, port)
+    wait_until(lambda: len(writer.committed) > 100, 60, 0.1,
+               "more than 100 rows committed before the crash")
     kill_and_promote(primary, standby, writer, before=1.0)
     if major() < 17:
         expect_exit(d, 1, "no longer exists", "backlog_where")

@@ -158,18 +158,22 @@ def test_sigterms_while_switch_waits(
 
 def test_alternating_lag_without_restarts_is_exactly_once(
         pg, broker, consumer, outboxd_factory, slot_name, test_id, decoder):
-    """One process, lag alternating: outboxd is paused (SIGSTOP) for 0.4 s
-    while transactions commit, so they are read late, then a trickle of
-    fresh ones for 2 s (past the dwell), five times; records switch
-    clients both ways each round. Nothing recreated, no process died: every
-    event exactly once, per key in commit order."""
+    """One process, lag alternating, five times: outboxd is paused
+    (SIGSTOP) for 0.4 s while transactions commit, so they are read late,
+    until records switch to the late client; then a trickle of fresh ones
+    until they switch back. Each phase lasts until outboxd logs its switch
+    (a switch waits for the client it leaves to drain and comes at most
+    once a second, later on a slow machine), so records switch clients
+    both ways each round. Nothing recreated, no process died: every event
+    exactly once, per key in commit order."""
     feed = Feed(pg, "lal_%s" % test_id, keys=5)
     topic = make_topic(broker, feed.agg)
     d = prepared(outboxd_factory)
     backlog(feed, 5, 20)
     d.start()
     wait_streaming(pg, slot_name)
-    for _ in range(5):
+
+    def late_rows():
         os.kill(d.pid, signal.SIGSTOP)
         try:
             for _ in range(10):
@@ -177,17 +181,33 @@ def test_alternating_lag_without_restarts_is_exactly_once(
             time.sleep(0.4)
         finally:
             os.kill(d.pid, signal.SIGCONT)
-        for _ in range(20):
-            feed.commit(2)
-            time.sleep(0.1)
+        time.sleep(0.3)
+
+    def fresh_rows():
+        feed.commit(2)
+        time.sleep(0.1)
+
+    def until_logged(pattern, phase):
+        n = len(re.findall(pattern, d.log_text()))
+        deadline = time.monotonic() + 60
+        while len(re.findall(pattern, d.log_text())) <= n:
+            assert time.monotonic() < deadline, (
+                "no /%s/ in 60 s of %s rows:\n%s"
+                % (pattern, phase.__name__, d.log_tail()))
+            phase()
+
+    until_logged(TO_FRESH, fresh_rows)  # the backlog read, fresh again
+    for _ in range(5):
+        until_logged(TO_LATE, late_rows)
+        until_logged(TO_FRESH, fresh_rows)
     end = pg.wal_lsn()
     check_all(consumer, topic, feed, delivery_mode(d))
     wait_confirmed(pg, slot_name, end, timeout=30)
     log = d.log_text()
     assert d.running(), d.log_tail()
     assert RECREATED not in log, d.log_tail()
-    assert len(re.findall(TO_LATE, log)) >= 4, d.log_tail()
-    assert len(re.findall(TO_FRESH, log)) >= 4, d.log_tail()
+    assert len(re.findall(TO_LATE, log)) >= 5, d.log_tail()
+    assert len(re.findall(TO_FRESH, log)) >= 5, d.log_tail()
 
 
 # ---------------------------------------------------------------------------

@@ -239,6 +239,8 @@ def test_patroni_leader_crash_loses_nothing(patroni_pair, broker, consumer,
     print("patroni: the replica's copy followed after %.1f s"
           % (time.monotonic() - t0))
     time.sleep(1)
+    wait_until(lambda: len(writer.committed) > 100, 60, 0.1,
+               "more than 100 rows committed before the crash")
     m1.crash()
     wait_until(lambda: m2.role() == "primary", 60, 0.5, "m2 promoted")
     time.sleep(3)

@@ -855,12 +855,14 @@ def test_publication_altered_while_streaming(pg, broker, consumer,
     before = pg.wal_lsn()
     pg.sql(change.format(p=pub, t=table))
     insert(pg, table, atype, 10, first=10)
-    time.sleep(2)
+    # Put back only once outboxd saw the change (it reads the publication
+    # every second; on a slow machine later).
+    changed = "publication %s changed while outboxd streamed it" % pub
+    wait_until(lambda: changed in d.log_text(), 30, 0.1,
+               "outboxd noticed the publication changed")
     pg.sql(restore.format(p=pub, t=table))
     insert(pg, table, atype, 10, first=20)
     assert d.wait(30) == 1, d.log_tail()
-    assert "publication %s changed while outboxd streamed it" % pub in \
-        d.log_text(), d.log_tail()
     assert pg.slot(slot_name)["confirmed_flush_lsn_int"] <= before
 
 

@@ -12,8 +12,7 @@ Defects kept here:
   lost.
 """
 
-import time
-
+from harness import lsn_to_int, wait_until
 from test_faults import (Feed, check_delivery, collect_all, make_topic,
                          wait_confirmed, wait_streaming)
 
@@ -77,12 +76,19 @@ def test_dead_lettered_message_does_not_confirm_the_next_transaction(
     feed.commit(1)
     collect_all(consumer, topic, feed.ids, timeout=30)
     assert broker.cmd("down 1") == "ok"
+    marks = []
+
+    def bad_event(cur):
+        cur.execute("SELECT pg_logical_emit_message(false, 'outbox', "
+                    "'not an event')")
+        marks.append(lsn_to_int(cur.fetchone()[0]))
     try:
-        assert feed.commit(3, after=lambda cur: emit(cur, "outbox", "not an event"))
+        assert feed.commit(3, after=bad_event)
         d.wait_log(r"bad event", timeout=20)
         # The dead letter is acknowledged and confirmed meanwhile; the
         # transaction's events wait for broker 1.
-        time.sleep(3.0)
+        wait_until(lambda: pg.slot(slot_name)["confirmed_flush_lsn_int"]
+                   >= marks[0], 30, 0.1, "the dead letter confirmed")
         d.kill9()
     finally:
         feed.close()

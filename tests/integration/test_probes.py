@@ -18,8 +18,9 @@ import time
 import harness
 from harness import free_port, wait_until
 from test_inbox import Feed, inbox_env  # noqa: F401 (a fixture)
-from test_ops import (HALF_REQUEST, INBOX_FAMILIES, PER_CLIENT_LIMIT, Flood, check_lines,
-                      commit_events, http_get, http_overrides, scrape, wait_http)
+from test_ops import (HALF_REQUEST, HEAD_WAIT_LIMIT, INBOX_FAMILIES, PER_CLIENT_LIMIT, Flood,
+                      check_lines, commit_events, http_get, http_overrides, scrape,
+                      wait_http)
 
 STALL_MS = 1500
 RULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -52,9 +53,12 @@ def assert_lag_rises(port, at_least):
 def test_stalled_while_the_broker_holds_acknowledgements(
         pg, broker, consumer, outboxd_factory, test_id):
     """Idle and caught up: ready, lag 0, for longer than stall_after_ms.
-    With the broker answering produce requests 8 s late, events wait in
-    flight: /readyz 503 stalled after stall_after_ms, the lag rising; once
-    the acknowledgements come, ready again and the lag back to 0."""
+    With the broker answering produce requests 25 s late (under
+    librdkafka's request.timeout.ms of 30 s, which would retry them),
+    events wait in flight: /readyz 503 stalled after stall_after_ms, the
+    lag rising; once the acknowledgements come, ready again and the lag
+    back to 0. The checks while they wait take a second or two, the
+    stall is waited for up to 15 s: a slow machine has 10 s to spare."""
     port = free_port()
     agg = "stall_%s" % test_id
     d = outboxd_factory(http_overrides(port, http={"stall_after_ms": STALL_MS}))
@@ -70,10 +74,9 @@ def test_stalled_while_the_broker_holds_acknowledgements(
         assert lag(port) == 0
         time.sleep(0.2)
 
-    broker.cmd("rtt all 8000")
+    broker.cmd("rtt all 25000")
     commit_events(pg, "postgres", agg, 3)
-    body = wait_http(port, "/readyz", 503, "stalled", timeout=STALL_MS / 1000.0 + 5,
-                     daemon=d)
+    body = wait_http(port, "/readyz", 503, "stalled", timeout=15, daemon=d)
     assert body == "stalled\n"
     assert ready_state(port) == "stalled"
     assert scrape(port).value("outboxd_inflight_events") > 0
@@ -81,7 +84,8 @@ def test_stalled_while_the_broker_holds_acknowledgements(
     assert http_get(port, "/healthz")[0] == 200  # the loop turns
 
     broker.cmd("rtt all 0")
-    wait_http(port, "/readyz", 200, "ready", timeout=30, daemon=d)
+    # The requests sent meanwhile are still answered 25 s late.
+    wait_http(port, "/readyz", 200, "ready", timeout=60, daemon=d)
     wait_until(lambda: lag(port) == 0, 10, 0.2, "lag 0 once acknowledged")
     assert ready_state(port) == "ready"
     got = consumer.collect("outbox.event.%s" % agg, min_count=6, timeout=30,
@@ -240,8 +244,13 @@ def test_probes_answer_under_idle_flood_from_many_addresses(
         pg, broker, outboxd_factory):
     """1,000 idle half-requests from 200 addresses (5 each, under the
     per-address limit of 8), twice over: a probe from yet another address
-    is answered within a second all along, since the connections that
-    waited longest for a request head are closed to make room."""
+    is answered all along, since the connections that waited longest for a
+    request head are closed to make room: the server holds at most
+    HEAD_WAIT_LIMIT of them, fewer than its table of 128, even while they
+    are kept busy (so the idle timeout closes none of them). Without that
+    limit the flood fills the table and the probe gets no answer. The
+    probes' latency is printed, not asserted (tests/bench measures
+    speed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = 2 * SOURCES * PER_SOURCE + 256
     if hard != resource.RLIM_INFINITY and hard < need:
@@ -254,20 +263,22 @@ def test_probes_answer_under_idle_flood_from_many_addresses(
     d = outboxd_factory(http_overrides(port))
     wait_http(port, "/readyz", 200, "ready", daemon=d)
     flood = SpreadFlood(port)
+    slowest = 0.0
     try:
-        started = time.monotonic()
         for round_ in range(2):
             flood.add_spread()
             for path in ("/healthz", "/readyz", "/healthz"):
-                status, took = probe_from(port, path)
-                assert status == "HTTP/1.1 200 OK" and took < 1.0, (
+                status, took = probe_from(port, path, timeout=10.0)
+                slowest = max(slowest, took)
+                assert status == "HTTP/1.1 200 OK", (
                     "%s from %s answered %r after %.2fs (round %d, %d "
                     "flood connections opened, %d held)"
                     % (path, PROBE_SOURCE, status, took, round_,
                        flood.opened, flood.prune()))
-        assert time.monotonic() - started < 60
-        # The server holds fewer flood connections than its table.
-        assert flood.prune() <= 128
+            wait_until(lambda: flood.prune(keep_busy=True) <= HEAD_WAIT_LIMIT,
+                       60, 0.5, "at most %d flood connections held"
+                       % HEAD_WAIT_LIMIT)
+        print("slowest probe during the flood: %.3f s" % slowest)
     finally:
         flood.close()
     assert probe_from(port, "/readyz")[0] == "HTTP/1.1 200 OK"

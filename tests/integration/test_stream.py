@@ -28,6 +28,7 @@ import harness
 from conftest import own_db
 from harness import header, lsn_to_int, murmur2_partition, wait_until
 from test_faults import make_topic, wait_streaming
+from test_ops import http_overrides, scrape
 
 MB = 1024 * 1024
 PARTITIONS = 4
@@ -500,6 +501,25 @@ def test_sigterm_exits_0_and_restart_republishes_nothing(
     assert_exactly_once(recs, ids + [marker["id"]])
 
 
+def sigterm_inside_the_transaction(d, port, since):
+    """SIGTERM to d (started at log offset since, serving HTTP on port)
+    once it handed over the first events of the backlog's transaction;
+    asserts that it said the stop came inside the transaction."""
+    d.wait_log(r"streaming from slot", since=since)
+
+    def handed_over():
+        m = scrape(port)
+        return (m.get("outboxd_events_published_total", 0)
+                + m.get("outboxd_inflight_events", 0)) > 0
+    wait_until(handed_over, 60, 0.01, "the transaction's first events "
+               "handed over")
+    d.terminate()
+    d.wait_log(r"stopping once the open transaction is read to its end|"
+               r"outboxd stopped", 40, since=since)
+    assert "stopping once the open transaction" in d.log_text()[since:], \
+        "SIGTERM came outside the transaction:\n%s" % d.log_tail()
+
+
 @pytest.mark.no_sanitizers
 def test_sigterm_inside_a_transaction_reads_to_its_end(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
@@ -508,15 +528,18 @@ def test_sigterm_inside_a_transaction_reads_to_its_end(
     confirmed with it; a restart publishes each once. (Stopping at once
     left the transaction unconfirmed, and the restart published its first
     events again: with wal2json, 153,474 records for 100,000 events.)
-    Left to the plain pass for time, as the other restart tests."""
-    n = 100000
+    SIGTERM goes once the first events were handed over, and outboxd
+    says it came inside the transaction; 20,000 events are read in about
+    half a second here, a tenth of the grace. Left to the plain pass for
+    time, as the other restart tests."""
+    n = 20000
+    port = harness.free_port()
     d, topic = backlog_behind_stopped_outboxd(
-        pg, broker, outboxd_factory, slot_name, "termtx_%s" % test_id, 1, n)
+        pg, broker, outboxd_factory, slot_name, "termtx_%s" % test_id, 1, n,
+        http_overrides(port))
     since = d.log_size()
     d.start()
-    d.wait_log(r"streaming from slot", since=since)
-    time.sleep(0.5)
-    d.terminate()
+    sigterm_inside_the_transaction(d, port, since)
     rc = d.wait(40)
     assert rc == 0, "outboxd exited %s on SIGTERM:\n%s" % (rc, d.log_tail())
     d.start()
@@ -531,25 +554,33 @@ def test_sigterm_inside_a_transaction_reads_to_its_end(
 @pytest.mark.no_sanitizers
 def test_sigterm_inside_a_transaction_whose_stream_breaks(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
-    """SIGTERM inside a large transaction, then its walsender is
-    terminated: the rest of the transaction never comes, and outboxd still
-    exits 0 at once (it waits for a transaction's end, not for a stream
-    that is gone), confirming nothing of it; a restart publishes every
-    event (at least once). Left to the plain pass for time."""
+    """SIGTERM inside a large transaction (once its first events were
+    handed over), then its walsender is terminated: the rest of the
+    transaction never comes, and outboxd still exits 0 (it waits for a
+    transaction's end, not for a stream that is gone: no new stream, and
+    well within 20 s, four times the grace), confirming nothing of it; a
+    restart publishes every event (at least once). Left to the plain pass
+    for time."""
     n = 100000
+    port = harness.free_port()
     d, topic = backlog_behind_stopped_outboxd(
-        pg, broker, outboxd_factory, slot_name, "termbr_%s" % test_id, 1, n)
+        pg, broker, outboxd_factory, slot_name, "termbr_%s" % test_id, 1, n,
+        http_overrides(port))
+    end = pg.wal_lsn()
     since = d.log_size()
     d.start()
-    d.wait_log(r"streaming from slot", since=since)
-    time.sleep(0.5)
-    d.terminate()
+    sigterm_inside_the_transaction(d, port, since)
     pg.sql("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
            "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot_name,))
     t0 = time.monotonic()
     rc = d.wait(40)
+    took = time.monotonic() - t0
     assert rc == 0, "outboxd exited %s on SIGTERM:\n%s" % (rc, d.log_tail())
-    assert time.monotonic() - t0 < 8, d.log_tail()
+    print("exited %.2f s after its walsender was terminated" % took)
+    assert took < 20, d.log_tail()
+    assert d.log_text()[since:].count("streaming from slot") == 1, \
+        d.log_tail()
+    assert pg.slot(slot_name)["confirmed_flush_lsn_int"] < end, d.log_tail()
     d.start()
     wait_slot_active(pg, slot_name)
     records = consumer.collect([topic], n, timeout=60, settle=2)
@@ -751,24 +782,33 @@ def test_backlog_is_read_in_naps(pg, broker, consumer, outboxd_factory,
     """A backlog (transactions that committed long before outboxd reads
     them) is read in naps of a few milliseconds, not one wake-up per packet
     the walsender sends (tests/README.md, "Benchmark": each wake-up costs more CPU
-    than the events it brings): 20,000 events in 200 transactions take
-    outboxd's main thread to sleep fewer than one time per 15 events (with
-    a wake-up per packet it slept once per 4 to 6); and each is published
-    once."""
+    than the events it brings): for 20,000 events in 200 transactions
+    outboxd's main thread sleeps fewer than once per 15 events plus once
+    per 2 ms the read lasted (a nap of 4 ms and the sleep until the packet
+    after it); and each is published once. Measured: 30-124 times in 0.4
+    to 0.9 s with the nap (plain and ASan); without it 4,051-17,308 (wal2json
+    4,051 in 0.53 s against a bound of 1,598). tests/bench reports the
+    wake-ups per 1,000 events."""
     n = 20000
     d, topic = backlog_behind_stopped_outboxd(
         pg, broker, outboxd_factory, slot_name, "nap_%s" % test_id, n // 100, 100)
     time.sleep(0.3)  # every transaction is now older than 100 ms
     end = pg.wal_lsn()
+    started = time.monotonic()
     d = outboxd_factory()
     wait_until(lambda: (pg.slot(slot_name) or {}).get(
         "confirmed_flush_lsn_int", 0) >= end, 120, 0.05,
         "slot confirmed past the backlog")
     wakeups = main_thread_wakeups(d.pid)
+    took = time.monotonic() - started
     records = consumer.collect([topic], n, timeout=60, settle=1)
     assert len(records) == n and len(id_counts(records)) == n
-    assert wakeups < n / 15, (
-        "main thread slept %d times for %d events" % (wakeups, n))
+    bound = n / 15 + took / 0.002
+    print("main thread slept %d times in %.2f s for %d events (bound %d)"
+          % (wakeups, took, n, bound))
+    assert wakeups < bound, (
+        "main thread slept %d times in %.2f s for %d events" % (
+            wakeups, took, n))
 
 
 @pytest.mark.no_sanitizers

@@ -22,10 +22,10 @@ import re
 import threading
 import time
 
-from harness import lsn_to_int, wait_until
+from harness import free_port, lsn_to_int, wait_until
 from test_faults import (Feed, check_delivery,
                          check_first_deliveries_in_commit_order, collect_all,
-                         make_topic, wait_streaming)
+                         make_topic, scrape, wait_streaming)
 from test_partitions import config, day_sql, into_day, make_table
 
 
@@ -130,7 +130,9 @@ def test_publication_altered_by_a_commit_not_yet_visible(
     a position before them."""
     agg = "vp_%s" % test_id
     make_topic(broker, agg)
-    d = outboxd_factory({"postgres": {"plugin": "pgoutput"}})
+    port = free_port()
+    d = outboxd_factory({"postgres": {"plugin": "pgoutput"},
+                         "http": {"listen": "127.0.0.1:%d" % port}})
     wait_streaming(pg, slot_name)
     pub = d.config["postgres"]["publication"]
     feed = Feed(pg, agg)
@@ -146,7 +148,13 @@ def test_publication_altered_by_a_commit_not_yet_visible(
         for _ in range(5):
             lost.commit(1)
         lost.close()
-        time.sleep(3.0)  # the publication is read every second
+        # outboxd knows the server's WAL went past the rows; meanwhile it
+        # reads the publication every second and sends its position
+        # every 500 ms.
+        after_rows = pg.wal_lsn()
+        wait_until(lambda: scrape(port).get("outboxd_server_wal_end_lsn", 0)
+                   >= after_rows, 30, 0.1, "outboxd told of the WAL past the rows")
+        time.sleep(3.0)
         confirmed = lsn_to_int(pg.slot(slot_name)["confirmed_flush_lsn"])
         assert confirmed <= before_rows, (
             "slot confirmed to %X, past rows Postgres never sent (from %X)"
