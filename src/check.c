@@ -29,8 +29,22 @@
 
 /* `check`'s log lines, held (ob_log_hold()) so that each problem is shown
  * once, in the table: what was logged since the last result line, which a
- * failure ending in OB_CHECK_SEE_THE_LOG shows in place of those words. */
+ * failure ending in OB_CHECK_SEE_THE_LOG shows in place of those words;
+ * before a line that passed, it is logged after all. */
 static char held[1024];
+
+/* What was held before a line that passed is about nothing the table
+ * shows (a warning of its own, such as a backlog's order): log it. */
+static void
+release_held(void)
+{
+	char said[sizeof(held)];
+
+	snprintf(said, sizeof(said), "%s", held);
+	ob_log_hold(NULL, 0);
+	ob_warn("%s", said);
+	ob_log_hold(held, sizeof(held));
+}
 
 /* Print a result line (name, status word, detail), or log it when there
  * is no output (the relay's checks): failures as errors, warnings as
@@ -51,6 +65,8 @@ static void OB_PRINTF(4, 0)
 			detail[n - see] = '\0';
 		fprintf(c->out, "%-20s %-4s %s%s%s\n", name, status, detail, show_held ? ": " : "",
 			show_held ? held : "");
+		if (!show_held && held[0] != '\0' && strcmp(status, "FAIL") != 0)
+			release_held();
 		held[0] = '\0';
 	} else if (strcmp(status, "FAIL") == 0) {
 		ob_error("%s: %s", name, detail);
