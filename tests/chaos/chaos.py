@@ -306,9 +306,9 @@ def drain(pg, slot, end, injector):
 def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
              broker_faults=True):
     """Runs one seed end to end (its workload lacking the features in
-    without, and the WAL faults lacking the walfaults.KINDS in it; with `outboxd inbox` unless inbox is False; with the
-    broker-side faults unless broker_faults is False); returns its
-    Result."""
+    without, and its WAL faults the walfaults.KINDS in without; with
+    `outboxd inbox` unless inbox is False; with the broker-side faults
+    unless broker_faults is False); returns its Result."""
     res = Result(seed)
     res.inbox = inbox
     # The inbox's draws come from a generator of their own, so a seed's

@@ -82,9 +82,9 @@ CONTEXT = 4
 
 
 class Finding:
-    """kind (loss, phantom, order, dead-letter, duplicate, slot, exit,
-    shutdown, record), summary, and lines: the excerpt of the history that shows
-    it."""
+    """kind (loss, phantom, order, dead-letter, duplicate, fork, deploy,
+    slot, exit, shutdown, record, inbox-...), summary, and lines: the
+    excerpt of the history that shows it."""
 
     def __init__(self, kind, summary, lines=()):
         self.kind = kind
@@ -501,9 +501,9 @@ def _check_daemon(rep, ctx, drained):
 
 
 INBOX_KINDS = ("inbox_kill9", "inbox_sigterm", "inbox_conn",
-               "inbox_outage_kill9", "promote", "expiry", "inbox-exit", "broker_down",
-               "outage_kill9", "pg_fast", "pg_immediate", "leader_move",
-               "broker_rtt")
+               "inbox_outage_kill9", "promote", "expiry", "inbox-exit",
+               "broker_down", "outage_kill9", "pg_fast", "pg_immediate",
+               "leader_move", "broker_rtt")
 
 
 def _inbox_faults(ctx):

@@ -63,12 +63,12 @@ class Event:
 class Txn:
     """One transaction of the workload. fate is 'open', 'committed',
     'aborted', 'prepared', 'unknown' (during resolution) or 'forked' (the
-    new primary lacks it after a promotion: walfaults.Primary.forget); commit_no is
-    its place in the global order of observed commits; t_end the run time
-    (s) its outcome was known; events are those it would publish, dropped
-    those of its rolled-back savepoints; ops describes what it did;
-    trailer is the kind of message it emits right before its end, if
-    any."""
+    new primary lacks it after a promotion: walfaults.Primary.forget);
+    commit_no is its place in the global order of observed commits; t_end
+    the run time (s) its outcome was known; events are those it would
+    publish, dropped those of its rolled-back savepoints; ops describes
+    what it did; trailer is the kind of message it emits right before its
+    end, if any."""
 
     def __init__(self, name, t_start):
         self.name = name
