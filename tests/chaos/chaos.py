@@ -466,6 +466,9 @@ def print_result(res, fault_log=False):
         ", " + k for k in sorted(res.wal)))
     if res.error is not None:
         print("%s: ERROR in %.1f s\n%s" % (head, res.seconds, res.error))
+        if res.faults is not None:
+            print("\n".join(res.faults.lines()))
+            print("  logs: %s" % res.dir)
         return
     s = res.report.stats
     kinds = collections.Counter(res.faults.kinds())
