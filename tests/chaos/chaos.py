@@ -105,6 +105,7 @@ class Result:
         self.dir = None
         self.inbox = False
         self.wal = set()    # the walfaults.KINDS the run drew
+        self.without = frozenset()
         self.wall0 = None   # the wall clock (UTC) at run time 0
 
     @property
@@ -311,6 +312,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     unless broker_faults is False); returns its Result."""
     res = Result(seed)
     res.inbox = inbox
+    res.without = frozenset(without)
     # The inbox's draws come from a generator of their own, so a seed's
     # workload and publisher faults are the same with and without it.
     irng = random.Random("inbox-%d" % seed)
@@ -500,16 +502,22 @@ def print_result(res, fault_log=False):
     for n in res.report.notes:
         print("  note: %s" % n)
     print("  logs: %s" % res.dir)
-    print("  replay: python3 tests/chaos/chaos.py --seed %d" % res.seed)
+    print("  replay: python3 tests/chaos/chaos.py --seed %d%s" % (
+        res.seed, " --without " + ",".join(sorted(res.without))
+        if res.without else ""))
 
 
 def fixed_seeds():
-    """The seeds of seeds.txt (`seed  # note` lines)."""
+    """The seeds of seeds.txt (`seed [without=a,b]  # note` lines):
+    [(seed, frozenset of what the seed runs without)]."""
     out = []
     for line in SEEDS_FILE.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append(int(line))
+        words = line.split("#", 1)[0].split()
+        if words:
+            out.append((int(words[0]), frozenset(
+                w for word in words[1:]
+                for w in word.split("=", 1)[1].split(",")
+                if word.startswith("without="))))
     return out
 
 
@@ -576,6 +584,7 @@ def main(argv=None):
     build = Path(os.environ.get("OUTBOXD_BUILD", "build"))
     build = build if build.is_absolute() else REPO / build
     soak = args.seeds is not None or args.minutes is not None
+    fixed = {}
     if args.seed:
         seeds = iter(args.seed)
     elif soak:
@@ -588,14 +597,16 @@ def main(argv=None):
         if args.seeds:
             seeds = (s for _, s in zip(range(args.seeds), seeds))
     else:
-        seeds = iter(fixed_seeds())
+        fixed = dict(fixed_seeds())
+        seeds = iter(fixed)
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
 
     without = set(filter(None, args.without.split(",")))
     known = FEATURES | set(walfaults.KINDS)
-    if not without <= known:
-        ap.error("--without: unknown feature(s) %s"
-                 % ", ".join(sorted(without - known)))
+    for w in [without] + list(fixed.values()):
+        if not w <= known:
+            ap.error("--without (or seeds.txt): unknown feature(s) %s"
+                     % ", ".join(sorted(w - known)))
     started = time.monotonic()
     os.makedirs(args.keep, exist_ok=True)
     results = []
@@ -611,7 +622,8 @@ def main(argv=None):
             res = Result(seed)
             res.error = err
         else:
-            res = run_seed(parts, seed, args.seconds, args.keep, without,
+            res = run_seed(parts, seed, args.seconds, args.keep,
+                           without | fixed.get(seed, frozenset()),
                            not args.no_inbox, not args.no_broker_faults)
         print_result(res, args.fault_log)
         sys.stdout.flush()
