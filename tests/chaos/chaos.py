@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
 import checker  # noqa: E402
 import faults  # noqa: E402
+import walfaults  # noqa: E402
 from workload import FEATURES, Driver  # noqa: E402
 
 PARTITIONS = 8
@@ -78,13 +79,16 @@ class Clock:
     def __init__(self):
         self.t0 = time.monotonic()
         self.wall0 = time.time()
+        self.started = False
 
     def start(self):
         self.t0 = time.monotonic()
         self.wall0 = time.time()
+        self.started = True
 
     def __call__(self):
-        return time.monotonic() - self.t0
+        """Run seconds (0 before start())."""
+        return time.monotonic() - self.t0 if self.started else 0.0
 
 
 class Result:
@@ -100,6 +104,8 @@ class Result:
         self.seconds = 0.0
         self.dir = None
         self.inbox = False
+        self.wal = set()    # the walfaults.KINDS the run drew
+        self.without = frozenset()
         self.wall0 = None   # the wall clock (UTC) at run time 0
 
     @property
@@ -107,9 +113,10 @@ class Result:
         return self.error is None and not self.report.findings
 
 
-def outboxd_config(pg, broker, slot, agg, decoder, rng):
-    """The daemon's settings for a run."""
-    return {
+def outboxd_config(pg, broker, slot, agg, decoder, rng, timeout_ms=None):
+    """The daemon's settings for a run (kafka.message.timeout.ms when
+    timeout_ms)."""
+    cfg = {
         "postgres": {"conninfo": pg.conninfo(), "slot": slot,
                      "create_slot": True, "plugin": decoder,
                      "publication": "chaos",
@@ -123,6 +130,9 @@ def outboxd_config(pg, broker, slot, agg, decoder, rng):
         "http": {"listen": ""},
         "log": {"level": "info"},
     }
+    if timeout_ms is not None:
+        cfg["kafka"]["message.timeout.ms"] = timeout_ms
+    return cfg
 
 
 def inbox_config(pg, broker, agg, topic, irng):
@@ -297,16 +307,23 @@ def drain(pg, slot, end, injector):
 def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
              broker_faults=True):
     """Runs one seed end to end (its workload lacking the features in
-    without; with `outboxd inbox` unless inbox is False; with the
-    broker-side faults unless broker_faults is False); returns its
-    Result."""
+    without, and its WAL faults the walfaults.KINDS in without; with
+    `outboxd inbox` unless inbox is False; with the broker-side faults
+    unless broker_faults is False); returns its Result."""
     res = Result(seed)
     res.inbox = inbox
+    res.without = frozenset(without)
     # The inbox's draws come from a generator of their own, so a seed's
     # workload and publisher faults are the same with and without it.
     irng = random.Random("inbox-%d" % seed)
     # So do the broker-side faults' (leader moves, retriable errors).
     brng = random.Random("broker-%d" % seed)
+    # And the faults around the WAL (walfaults.py).
+    wrng = random.Random("wal-%d" % seed)
+    wal_kinds, wal_schedule, timeout_ms = walfaults.wal_plan(
+        wrng, seconds, without)
+    res.wal = wal_kinds
+    flog = faults.FaultLog()
     clock = Clock()
     started = time.monotonic()
     rng = random.Random(seed)
@@ -317,19 +334,24 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     res.dir = workdir
     pg = daemon = ibx = None
     try:
-        pg = harness.PgCluster(workdir, extra_conf={
+        pg = walfaults.Primary(harness.PgCluster(workdir, extra_conf={
             "logical_decoding_work_mem": "'64kB'",
             "max_prepared_transactions": "10",
-            "wal_sender_timeout": "'10s'"})
+            "wal_sender_timeout": "'10s'"}))
         pg.start()
         Driver.setup_schema(pg, table == "partitioned",
                             str(REPO / "sql" / "outbox.sql"))
+        if walfaults.wants_standby(wal_kinds):
+            pg.add_standby(os.path.join(workdir, "standby"))
         broker = parts.broker
         topic = "outbox.event.%s" % agg
         broker.create_topic(topic, PARTITIONS)
-        cfg = outboxd_config(pg, broker, "chaos", agg, decoder, rng)
+        cfg = outboxd_config(pg, broker, "chaos", agg, decoder, rng,
+                             timeout_ms)
         broker.create_topic(cfg["outbox"]["dlq_topic"], 2)
-        daemon = harness.Outboxd(parts.outboxd, cfg, workdir, start=False)
+        daemon = walfaults.Deployed(parts.outboxd, cfg, workdir, start=False,
+                                    deploy="deploy" in wal_kinds, log=flog,
+                                    clock=clock)
         rc, out, err = daemon.run_cmd(["slot", "create"])
         if rc != 0:
             raise harness.HarnessError("outboxd slot create: %s %s"
@@ -338,6 +360,12 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
             pg.create_db(INBOX_DB)
             pg.run_file(str(REPO / "sql" / "inbox.sql"), INBOX_DB)
             icfg = inbox_config(pg, broker, agg, topic, irng)
+            if "promote" in wal_kinds:
+                # the promoted standby lacks what the inbox stored since
+                # it stopped: a partition it never stored there is a
+                # position mismatch (sql/README.md), read again from the
+                # start (duplicates by id are not stored twice)
+                icfg["inbox"]["on_position_mismatch"] = "earliest"
             broker.create_topic(icfg["outbox"]["dlq_topic"], 1)
             ibx = harness.Outboxd(parts.outboxd, icfg,
                                   os.path.join(workdir, "inbox"),
@@ -348,12 +376,13 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
                         without)
         clock.start()
-        schedule = faults.plan(rng, seconds)
+        schedule = sorted(faults.plan(rng, seconds) + wal_schedule)
         if inbox:
             schedule = sorted(schedule + faults.inbox_plan(irng, seconds))
         topics = [(topic, PARTITIONS), (cfg["outbox"]["dlq_topic"], 2)]
         injector = faults.Injector(schedule, pg, broker, daemon, "chaos",
-                                   clock, rtt, ibx, INBOX_DB)
+                                   clock, rtt, ibx, INBOX_DB, log=flog)
+        injector.history = driver.history
         # The broker-side faults on a thread of their own, beside the
         # others (faults.py).
         side = faults.Injector(faults.broker_plan(brng, seconds, topics)
@@ -384,6 +413,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         end = driver.fence()
         driver.close()
         confirmed = drain(pg, "chaos", end, injector)
+        pg.forget(driver.history)
         final_rc = daemon.stop(60)
         records = read_topic(broker.bootstraps, topic)
         check_broker_limit(broker.bootstraps, topic, records)
@@ -403,7 +433,8 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         if ibx is not None:
             ibx.stop(30)
         if pg is not None:
-            pg.stop("immediate")
+            for c in pg.clusters():
+                c.stop("immediate")
         res.seconds = time.monotonic() - started
         _keep_or_remove(res, pg, workdir, keep)
     return res
@@ -420,11 +451,12 @@ def _keep_or_remove(res, pg, workdir, keep):
             shutil.copy(f, dest)
         for f in Path(workdir).glob("inbox/outboxd-*.log"):
             shutil.copy(f, dest / ("inbox-" + f.name))
-        if pg is not None and os.path.exists(pg.logfile):
-            shutil.copy(pg.logfile, dest)
+        for c in pg.clusters() if pg is not None else []:
+            if os.path.exists(c.logfile):
+                shutil.copy(c.logfile, dest / ("postgres-%d.log" % c.port))
         res.dir = str(dest)
-    if pg is not None:
-        pg.destroy()
+    for c in pg.clusters() if pg is not None else []:
+        c.destroy()
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -432,17 +464,24 @@ def print_result(res, fault_log=False):
     """One line per seed; a failure adds its findings, fault log and the
     command that replays it; a pass its fault log when fault_log."""
     decoder, table = dims(res.seed)
-    head = "seed %d (%s, %s)" % (res.seed, decoder, table)
+    head = "seed %d (%s, %s%s)" % (res.seed, decoder, table, "".join(
+        ", " + k for k in sorted(res.wal)))
     if res.error is not None:
         print("%s: ERROR in %.1f s\n%s" % (head, res.seconds, res.error))
+        if res.faults is not None:
+            print("\n".join(res.faults.lines()))
+            print("  logs: %s" % res.dir)
         return
     s = res.report.stats
     kinds = collections.Counter(res.faults.kinds())
     print("%s: %s in %.1f s: %d events in %d txns, %d records, %d dup, "
-          "%d dead letters, %s; faults %s" % (
+          "%d dead letters, %s%s; faults %s" % (
               head, "PASS" if res.passed else "FAIL", res.seconds,
               s["events"], s["committed_txns"], s["records"],
               s["duplicated_events"], s["dead_letters"],
+              "%d events past a switch point (%d published), " % (
+                  s["forked_events"], s["beyond_fork_published"])
+              if s["forked_events"] else "",
               "%d inbox rows (caught up in %s)" % (
                   s["inbox_rows"], s["inbox_caught_up"])
               if res.inbox else "no inbox",
@@ -463,33 +502,45 @@ def print_result(res, fault_log=False):
     for n in res.report.notes:
         print("  note: %s" % n)
     print("  logs: %s" % res.dir)
-    print("  replay: python3 tests/chaos/chaos.py --seed %d" % res.seed)
+    print("  replay: python3 tests/chaos/chaos.py --seed %d%s" % (
+        res.seed, " --without " + ",".join(sorted(res.without))
+        if res.without else ""))
 
 
 def fixed_seeds():
-    """The seeds of seeds.txt (`seed  # note` lines)."""
+    """The seeds of seeds.txt (`seed [without=a,b]  # note` lines):
+    [(seed, frozenset of what the seed runs without)]."""
     out = []
     for line in SEEDS_FILE.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append(int(line))
+        words = line.split("#", 1)[0].split()
+        if words:
+            out.append((int(words[0]), frozenset(
+                w for word in words[1:]
+                for w in word.split("=", 1)[1].split(",")
+                if word.startswith("without="))))
     return out
 
 
 def summary(results, started):
     """The soak summary: runs, events, faults of each kind, findings."""
     kinds, findings, events = collections.Counter(), [], 0
+    forked = collections.Counter()
     for r in results:
         if r.faults is not None:
             kinds.update(r.faults.kinds())
         if r.report is not None:
             events += r.report.stats["events"]
+            forked["events"] += r.report.stats["forked_events"]
+            forked["published"] += r.report.stats["beyond_fork_published"]
             findings += [(r.seed, f) for f in r.report.findings]
         elif r.error is not None:
             findings.append((r.seed, checker.Finding(
                 "error", r.error.strip().splitlines()[-1])))
     print("\n=== chaos summary (%.0f s)" % (time.monotonic() - started))
-    print("histories: %d, committed events: %d" % (len(results), events))
+    print("histories: %d, committed events: %d, events past a switch "
+          "point: %d (%d published)" % (len(results), events,
+                                        forked["events"],
+                                        forked["published"]))
     print("faults: %s" % (", ".join("%s %d" % kv for kv in
                                     sorted(kinds.items())) or "none"))
     print("findings: %d" % len(findings))
@@ -509,12 +560,14 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=10,
                     help="how long each run's workload lasts (default 10)")
     ap.add_argument("--only", default="",
-                    help="soak: only seeds of these dimensions, e.g. "
-                    "wal2json or pgoutput,partitioned")
+                    help="soak: only seeds of these dimensions and WAL "
+                    "faults, e.g. wal2json or pgoutput,partitioned or "
+                    "promote (%s)" % ", ".join(walfaults.KINDS))
     ap.add_argument("--without", default="",
-                    help="workload features to leave out, comma-separated "
-                    "(%s): steers around a known defect while it is "
-                    "being fixed" % ", ".join(sorted(FEATURES)))
+                    help="workload features and WAL faults to leave out, "
+                    "comma-separated (%s): steers around a known defect "
+                    "while it is being fixed" % ", ".join(
+                        sorted(FEATURES) + list(walfaults.KINDS)))
     ap.add_argument("--no-inbox", action="store_true",
                     help="leave out `outboxd inbox` and its faults (the "
                     "publisher's draws stay the same)")
@@ -531,6 +584,7 @@ def main(argv=None):
     build = Path(os.environ.get("OUTBOXD_BUILD", "build"))
     build = build if build.is_absolute() else REPO / build
     soak = args.seeds is not None or args.minutes is not None
+    fixed = {}
     if args.seed:
         seeds = iter(args.seed)
     elif soak:
@@ -538,17 +592,21 @@ def main(argv=None):
             else random.randrange(10 ** 6)
         only = set(filter(None, args.only.split(",")))
         seeds = (s for s in range(first, first + 10 ** 9)
-                 if only <= set(dims(s)))
+                 if only <= set(dims(s)) | walfaults.wal_plan(
+                     random.Random("wal-%d" % s), args.seconds)[0])
         if args.seeds:
             seeds = (s for _, s in zip(range(args.seeds), seeds))
     else:
-        seeds = iter(fixed_seeds())
+        fixed = dict(fixed_seeds())
+        seeds = iter(fixed)
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
 
     without = set(filter(None, args.without.split(",")))
-    if not without <= FEATURES:
-        ap.error("--without: unknown feature(s) %s"
-                 % ", ".join(sorted(without - FEATURES)))
+    known = FEATURES | set(walfaults.KINDS)
+    for w in [without] + list(fixed.values()):
+        if not w <= known:
+            ap.error("--without (or seeds.txt): unknown feature(s) %s"
+                     % ", ".join(sorted(w - known)))
     started = time.monotonic()
     os.makedirs(args.keep, exist_ok=True)
     results = []
@@ -564,7 +622,8 @@ def main(argv=None):
             res = Result(seed)
             res.error = err
         else:
-            res = run_seed(parts, seed, args.seconds, args.keep, without,
+            res = run_seed(parts, seed, args.seconds, args.keep,
+                           without | fixed.get(seed, frozenset()),
                            not args.no_inbox, not args.no_broker_faults)
         print_result(res, args.fault_log)
         sys.stdout.flush()

@@ -26,6 +26,18 @@ The rules:
   moves, retriable produce errors and a slow broker allow none: the test
   broker answers a retry of a written batch DUPLICATE_SEQUENCE_NUMBER, as
   Kafka does);
+- fork: after a promotion of a standby that lagged, the events of the
+  transactions the new primary lacks ('forked') may or may not be
+  published (nor are they expected in commit order); the ones published,
+  and the bad messages of the old timeline past the switch point that
+  were dead-lettered, must be exactly as many as outboxd logged "N events
+  handed to Kafka from timeline T past the switch point" (summed), and
+  none may be published when it logged none. outboxd counts handings: when
+  it read the slot again meanwhile (a recreated producer, new partitions)
+  it may say more, never fewer (with "at least N", anything goes but
+  none); duplicates are allowed after a promotion;
+- deploy: each `outboxd slot create --if-not-exists` a deployment loop
+  ran before a start exited 0 (the slot is healthy throughout);
 - the slot is confirmed up to the WAL end once the run is drained; every
   exit of outboxd nobody asked for is a finding, except exit 1 on a failed
   dead-letter publish when record errors were injected (README); a fast
@@ -53,8 +65,10 @@ into an inbox table), once it caught up:
 
 import collections
 import json
+import re
 
-from harness import header, int_to_lsn, murmur2_partition
+from harness import header, int_to_lsn, lsn_to_int, murmur2_partition
+from walfaults import KILLED
 
 RECREATED = "recreating the kafka producer"
 NEW_PARTITIONS = "new partitions of"
@@ -62,13 +76,15 @@ NOT_TRANSACTIONAL = "logical message is not transactional"
 REFUSED = ("broker refused the record", "producer refused the record")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
 DLQ_PUBLISH_FAILED = "could not publish dead-letter record"
+BEYOND_FORK = re.compile(r"(at least )?(\d+) events handed to Kafka from "
+                         r"timeline \d+ past the switch point")
 CONTEXT = 4
 
 
 class Finding:
-    """kind (loss, phantom, order, dead-letter, duplicate, slot, exit,
-    shutdown, record), summary, and lines: the excerpt of the history that shows
-    it."""
+    """kind (loss, phantom, order, dead-letter, duplicate, fork, deploy,
+    slot, exit, shutdown, record, inbox-...), summary, and lines: the
+    excerpt of the history that shows it."""
 
     def __init__(self, kind, summary, lines=()):
         self.kind = kind
@@ -130,6 +146,7 @@ def check(history, records, dead, faults, daemon_log, partitions, drained,
     _check_loss(rep, ctx, delivered, refused)
     _check_order(rep, ctx, delivered, refused)
     _check_duplicates(rep, ctx, delivered)
+    _check_fork(rep, ctx, delivered, refused)
     _check_daemon(rep, ctx, drained)
     if inbox is not None:
         _check_inbox(rep, ctx, delivered, inbox)
@@ -151,6 +168,7 @@ class _Context:
         self.faults = faults
         self.log = daemon_log
         self.committed = history.committed_events()
+        self.forked = history.forked_events()
         self.never = history.never_events()
         self.bad = {b.id: b for b in history.bad}
         self.txns = history.txns
@@ -158,7 +176,11 @@ class _Context:
         self.record_errors = faults.produce_errors(RECORD_CODES)
         self.too_large_errors = faults.produce_errors(("MSG_SIZE_TOO_LARGE",))
         kinds = set(faults.kinds())
-        self.pg_crashed = "pg_immediate" in kinds
+        self.promoted = any(e[2] == "promote" and "standby promoted" in e[3]
+                            for e in faults.entries)
+        # a promotion takes what the standby never got, as a crash does
+        self.pg_crashed = "pg_immediate" in kinds or self.promoted
+        self.dead_bad = set()   # bad messages dead-lettered (ids)
 
     def txn_excerpt(self, name, around=1):
         """The committed txns around txn name in commit order (itself
@@ -201,7 +223,8 @@ def _check_dead_letters(rep, ctx, dead):
             if rid in ctx.bad:
                 seen_bad.add(rid)
                 continue
-        elif error.startswith(REFUSED) and rid in ctx.committed:
+        elif error.startswith(REFUSED) and (rid in ctx.committed
+                                            or rid in ctx.forked):
             refused.add(rid)
             continue
         rep.add("dead-letter", "a dead letter the workload did not make bad "
@@ -225,6 +248,7 @@ def _check_dead_letters(rep, ctx, dead):
                 " in %s) was not dead-lettered" % (b.id, b.t, b.session),
                 ctx.around(b.t - 1, b.t + 1))
     rep.stats["refused_alone"] = len(refused)
+    ctx.dead_bad = seen_bad
     return refused
 
 
@@ -232,7 +256,7 @@ def _check_records(rep, ctx, delivered, partitions):
     """Phantoms (aborted, rolled back, unknown, bad) and key/partition."""
     reported = collections.Counter()
     for d in delivered:
-        e = ctx.committed.get(d.id)
+        e = ctx.committed.get(d.id) or ctx.forked.get(d.id)
         if e is None:
             if d.id in ctx.never:
                 what = "from %s (%s)" % (ctx.never[d.id].txn,
@@ -369,6 +393,8 @@ def _check_duplicates(rep, ctx, delivered):
     reasons = [k for k in ("kill9", "kill9_after_commit", "outage_kill9",
                            "pg_immediate", "exit")
                if ctx.faults.count(k)]
+    if ctx.promoted:
+        reasons.append("promotion")
     if RECREATED in ctx.log:
         reasons.append("producer recreated")
     if NEW_PARTITIONS in ctx.log:
@@ -388,6 +414,61 @@ def _check_duplicates(rep, ctx, delivered):
              for i in sample] + ctx.faults.lines())
 
 
+def _check_fork(rep, ctx, delivered, refused):
+    """The events published (or dead-lettered: refused alone, or bad) from
+    the old timeline past the switch point are those outboxd reported as
+    handed to Kafka past it."""
+    sp = re.search(r"left timeline \d+ at ([0-9A-F]+/[0-9A-F]+)", ctx.log)
+    sp = lsn_to_int(sp.group(1)) if sp else None
+    published = {d.id for d in delivered if d.id in ctx.forked} | \
+        (refused & set(ctx.forked))
+    # bad messages dead-lettered from the old timeline past the switch
+    # point (emitted before its primary was killed)
+    ends = [float(m.group(1)) for m in (KILLED.search(e[3]) for e in
+                                        ctx.faults.entries
+                                        if e[2] == "promote") if m]
+    bad = {b.id for b in ctx.history.bad if sp is not None and b.lsn
+           and b.id in ctx.dead_bad and lsn_to_int(b.lsn) > sp
+           and any(b.t <= t for t in ends)}
+    said = [(m.group(1) is not None, int(m.group(2)))
+            for m in BEYOND_FORK.finditer(ctx.log)]
+    total = sum(n for _, n in said)
+    inexact = any(least for least, _ in said)
+    rep.stats["forked_events"] = len(ctx.forked)
+    rep.stats["beyond_fork_published"] = len(published)
+    if not ctx.forked and not said:
+        return
+    rep.notes.append("%d events of %d transactions the new primary lacks, "
+                     "%d of them published, and %d bad messages past the "
+                     "switch point dead-lettered; outboxd said %s%d"
+                     % (len(ctx.forked), len({e.txn for e in
+                                              ctx.forked.values()}),
+                        len(published), len(bad),
+                        "at least " if inexact else "", total))
+    n = len(published) + len(bad)
+    # outboxd counts handings: an event handed again after the slot was
+    # read again (a recreated producer, new partitions) counts twice
+    reread = re.search(r"re-reading the slot from|new partitions of", ctx.log)
+    if n == total or (n < total and (inexact or reread)) or \
+            (inexact and n > total):
+        if n != total:
+            rep.notes.append("outboxd counted %s%d handings past the switch "
+                             "point for %d events (some handed again after "
+                             "the slot was read again)"
+                             % ("at least " if inexact else "", total, n))
+        return
+    names = sorted({ctx.forked[i].txn for i in published})
+    rep.add("fork", "%d published events (and %d dead-lettered bad "
+            "messages) are not in the new primary's history, but outboxd "
+            "said %s%d events were handed to Kafka past the switch point"
+            % (len(published), len(bad), "at least " if inexact else "",
+               total),
+            ["forked transactions published: %s" % ", ".join(names[:12]),
+             "outboxd said: %s" % said]
+            + ["fault %7.2f..%7.2f %s %s" % e[:4] for e in ctx.faults.entries
+               if e[2] == "promote"])
+
+
 def _check_daemon(rep, ctx, drained):
     """The slot confirmed to the end; no exit nobody asked for."""
     end, confirmed, final_rc = drained
@@ -400,7 +481,12 @@ def _check_daemon(rep, ctx, drained):
         # -15: the signal came before outboxd installed its handler
         if e[2] == "sigterm" and e[3] not in ("rc=0", "rc=-15"):
             rep.add("exit", "SIGTERM at t=%.2f: %s" % (e[0], e[3]))
-        if e[2] == "pg_fast" and e[3]:
+        if e[2] == "deploy" and not e[3].startswith("rc=0"):
+            rep.add("deploy", "`slot create --if-not-exists` before a "
+                    "start at t=%.2f: %s" % (e[0], e[3]),
+                    ctx.around(e[0] - 3, e[0]))
+        if (e[2] == "pg_fast" and e[3]) or \
+                (e[2] == "expiry" and "failed" in e[3]):
             rep.add("shutdown", "Postgres' fast shutdown at t=%.2f did not "
                     "end: %s" % (e[0], e[3]), ctx.around(e[0] - 3, e[1]))
         if e[2] != "exit":
@@ -415,9 +501,9 @@ def _check_daemon(rep, ctx, drained):
 
 
 INBOX_KINDS = ("inbox_kill9", "inbox_sigterm", "inbox_conn",
-               "inbox_outage_kill9", "inbox-exit", "broker_down",
-               "outage_kill9", "pg_fast", "pg_immediate", "leader_move",
-               "broker_rtt")
+               "inbox_outage_kill9", "promote", "expiry", "inbox-exit",
+               "broker_down", "outage_kill9", "pg_fast", "pg_immediate",
+               "leader_move", "broker_rtt")
 
 
 def _inbox_faults(ctx):
@@ -461,12 +547,14 @@ def _check_inbox(rep, ctx, delivered, inbox):
                                     if inbox.caught_up is not None
                                     else "never")
     # loss: committed, in the topic, no row
-    lost = sorted((first[i] for i in ctx.committed
+    # (the events a promotion left behind are in the topic too)
+    kept = dict(ctx.forked, **ctx.committed)
+    lost = sorted((first[i] for i in kept
                    if i in first and i not in rows),
                   key=lambda d: (d.partition, d.offset))
     rep.stats["inbox_lost"] = len(lost)
     for d in lost[:3]:
-        e = ctx.committed[d.id]
+        e = kept[d.id]
         rep.add("inbox-loss", "event %r (%s [%d] offset %d) is not in the "
                 "inbox table; stored position of [%d]: %s" % (
                     e, inbox.topic, d.partition, d.offset, d.partition,
@@ -479,7 +567,7 @@ def _check_inbox(rep, ctx, delivered, inbox):
                 "in all, in partitions %s" % (
                     len(lost), sorted({d.partition for d in lost})))
     # phantoms: not committed, or not in the topic
-    phantoms = [i for i in rows if i not in ctx.committed or i not in first]
+    phantoms = [i for i in rows if i not in kept or i not in first]
     for i in phantoms[:3]:
         if i not in first:
             what = "an id the event topic does not hold"

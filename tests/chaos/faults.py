@@ -41,12 +41,18 @@ publisher's draws, and what a seed meant before, stay the same. Its
 faults: kill -9 and SIGTERM of the inbox (started again), the inbox's
 database connection terminated, every broker down with a kill -9 and
 restart of the inbox halfway through, and the shared ones (every broker
-down, Postgres restarted immediate), which hit both daemons."""
+down, Postgres restarted immediate), which hit both daemons.
+
+The faults of the world around the WAL (a standby promoted after it
+lagged, a standby bounced, message expiry across an outage: walfaults.py)
+come from a fourth generator (seeded with "wal-N") and are merged into
+the one-at-a-time schedule too."""
 
 import threading
 import time
 
 import harness
+from walfaults import WalFaults
 
 KINDS = {
     # kind: weight
@@ -209,11 +215,12 @@ class FaultLog:
                    and e[4][0] in codes)
 
 
-class Injector(threading.Thread):
-    """Runs schedule against the run's parts (pg: harness.PgCluster,
+class Injector(WalFaults, threading.Thread):
+    """Runs schedule against the run's parts (pg: walfaults.Primary,
     broker: harness.MockBroker, daemon: harness.Outboxd, slot name) until
     stopped; clock() gives the run time; rtt is the brokers' response
-    delay (ms) between faults. heal() afterwards leaves everything up."""
+    delay (ms) between faults; history (set before start) is the
+    workload's. heal() afterwards leaves everything up."""
 
     def __init__(self, schedule, pg, broker, daemon, slot, clock, rtt=0,
                  inbox=None, inbox_db=None, topics=(), log=None,
@@ -235,6 +242,7 @@ class Injector(threading.Thread):
         self.clock = clock
         self.rtt = rtt
         self.log = log if log is not None else FaultLog()
+        self.history = None
         self.error = None
         self._halt = threading.Event()
         self._commits = []

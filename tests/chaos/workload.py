@@ -62,12 +62,13 @@ class Event:
 
 class Txn:
     """One transaction of the workload. fate is 'open', 'committed',
-    'aborted', 'prepared' or 'unknown' (during resolution); commit_no is
-    its place in the global order of observed commits; t_end the run time
-    (s) its outcome was known; events are those it would publish, dropped
-    those of its rolled-back savepoints; ops describes what it did;
-    trailer is the kind of message it emits right before its end, if
-    any."""
+    'aborted', 'prepared', 'unknown' (during resolution) or 'forked' (the
+    new primary lacks it after a promotion: walfaults.Primary.forget);
+    commit_no is its place in the global order of observed commits; t_end
+    the run time (s) its outcome was known; events are those it would
+    publish, dropped those of its rolled-back savepoints; ops describes
+    what it did; trailer is the kind of message it emits right before its
+    end, if any."""
 
     def __init__(self, name, t_start):
         self.name = name
@@ -123,6 +124,14 @@ class History:
     def committed_events(self):
         """{id: Event} of every event of a committed txn."""
         return {e.id: e for t in self.committed() for e in t.events}
+
+    def forked_events(self):
+        """{id: Event} of every event of a transaction a promotion left
+        behind (fate 'forked': committed on the old timeline past the
+        switch point, or maybe committed there, its answer lost): it may
+        or may not be published."""
+        return {e.id: e for t in self.txns.values() if t.fate == "forked"
+                for e in t.events}
 
     def never_events(self):
         """{id: Event} of events that must never be published: those of
