@@ -633,6 +633,19 @@ ob_consumer_resume_at(ob_consumer *c, const ob_kpart *parts, size_t n)
 }
 
 void
+ob_consumer_unstart(ob_consumer *c, const ob_kpart *parts, size_t n)
+{
+	rd_kafka_topic_partition_list_t *list;
+
+	if (n == 0)
+		return;
+	list = to_list(parts, n, false);
+	(void)rd_kafka_pause_partitions(c->rk, list);
+	list_add(c->unstarted, list);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+void
 ob_consumer_pause(ob_consumer *c)
 {
 	(void)rd_kafka_pause_partitions(c->rk, c->assigned);

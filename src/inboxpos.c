@@ -240,17 +240,55 @@ ob_inboxpos_note_lag(ob_consumer *c, ob_inboxdb *db)
 	return st;
 }
 
+/* The partitions of parts (their stored positions pos) that this process
+ * started and stored, but for which postgres holds no position any more:
+ * a failover to a standby that lacked the stored rows, or a restore. Their
+ * own resume points would skip what the lost rows held. Moved to the end
+ * of parts; returns how many stay in front. */
+static size_t
+split_unstored(ob_kpart *parts, ob_inbox_position *pos, size_t n)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (pos[i].next_offset < 0 && parts[i].offset >= 0) {
+			ob_warn(
+			    "postgres holds no stored position for %s [%d] any more, though this "
+			    "process stored up to offset %lld (a failover to a server without "
+			    "those rows, or a restore?): it starts again as when assigned, "
+			    "checked against the group's committed offset",
+			    parts[i].topic, (int)parts[i].partition, (long long)parts[i].offset);
+			continue;
+		}
+		if (kept != i) {
+			ob_kpart p = parts[kept];
+			ob_inbox_position q = pos[kept];
+
+			parts[kept] = parts[i];
+			pos[kept] = pos[i];
+			parts[i] = p;
+			pos[i] = q;
+		}
+		kept++;
+	}
+	return kept;
+}
+
 ob_inboxpos_status
 ob_inboxpos_resume(ob_consumer *c, ob_inboxdb *db)
 {
-	size_t n;
+	size_t n, kept;
 	ob_kpart *parts = ob_consumer_assigned(c, &n);
 	ob_inbox_position *pos = read_stored(db, parts, n);
 	ob_inboxpos_status st = OB_INBOXPOS_DB;
 
 	if (pos != NULL) {
-		resume_points(parts, pos, n);
-		st = ob_consumer_resume_at(c, parts, n) ? OB_INBOXPOS_OK : OB_INBOXPOS_WAIT;
+		kept = split_unstored(parts, pos, n);
+		resume_points(parts, pos, kept);
+		st = ob_consumer_resume_at(c, parts, kept) ? OB_INBOXPOS_OK : OB_INBOXPOS_WAIT;
+		/* Paused again before anything is polled: ob_inboxpos_start()
+		 * starts them, as at assignment. */
+		ob_consumer_unstart(c, parts + kept, n - kept);
 	}
 	free(pos);
 	free(parts);

@@ -118,6 +118,9 @@ bool ob_consumer_start(ob_consumer *c, const ob_kpart *parts, size_t n) OB_MUST_
  * it resumes (negative: nothing read yet, nowhere to seek); seek them there
  * and resume every assigned partition. False (logged) when a seek failed. */
 bool ob_consumer_resume_at(ob_consumer *c, const ob_kpart *parts, size_t n) OB_MUST_CHECK;
+/* Pause parts (assigned, started) and take them as not started: the owner
+ * starts them again as at assignment (ob_consumer_start()). */
+void ob_consumer_unstart(ob_consumer *c, const ob_kpart *parts, size_t n);
 /* Pause every assigned partition (the database is away). */
 void ob_consumer_pause(ob_consumer *c);
 /* Positions were stored: each .offset is the partition's next offset.
