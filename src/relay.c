@@ -728,6 +728,8 @@ relay_main(const ob_config *cfg, bool create_only)
 		case OB_OUTCOME_REFILTER:
 			break; /* the next stream reads the new partitions */
 		case OB_OUTCOME_REPRODUCE:
+			ob_timeline_rebase(&r.timeline, ob_tableset_confirmable(&r.tableset),
+					   r.d.replay.handed_events);
 			if (!ob_delivery_recreate(&r.d, ob_tableset_confirmable(&r.tableset),
 						  &out)) {
 				if (out == OB_OUTCOME_HALT)

@@ -79,6 +79,15 @@ ob_timeline_forget_after(ob_timeline *tl, ob_lsn lsn, uint64_t handed_now, bool 
 	return handed_now - before;
 }
 
+void
+ob_timeline_rebase(ob_timeline *tl, ob_lsn lsn, uint64_t handed)
+{
+	bool exact;
+
+	(void)ob_timeline_forget_after(tl, lsn, handed, &exact);
+	ob_timeline_committed(tl, lsn, handed);
+}
+
 bool
 ob_timeline_switch_point(const char *history, int tli, ob_lsn *switch_point)
 {

@@ -53,6 +53,11 @@ void ob_timeline_committed(ob_timeline *tl, ob_lsn end_lsn, uint64_t handed);
  * the timeline the stream goes on with). */
 uint64_t ob_timeline_forget_after(ob_timeline *tl, ob_lsn lsn, uint64_t handed_now, bool *exact);
 
+/* The stream is read again from lsn with a new producer, handed events
+ * handed over in all so far: the marks past lsn are forgotten, and what is
+ * handed over again from there counts from handed, not twice. */
+void ob_timeline_rebase(ob_timeline *tl, ob_lsn lsn, uint64_t handed);
+
 /* The position where timeline tli ended, from the text of a later
  * timeline's history file (TIMELINE_HISTORY: lines "parent-tli
  * switch-point reason", one per ancestor). False when tli is not one of

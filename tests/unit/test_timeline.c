@@ -95,6 +95,26 @@ test_forget_after_counts_what_lies_past(void **state)
 }
 
 static void
+test_rebase_counts_events_handed_again_once(void **state)
+{
+	ob_timeline tl;
+	bool exact = false;
+
+	(void)state;
+	fill(&tl);
+	/* A new producer reads again from 150: the transactions ending at 200
+	 * (3 events) and 300 (4) are handed over again, then 2 of one cut
+	 * off, 20 in all; a fork at 250 counts those past it once: 4 + 2,
+	 * not the 6 of the first reading as well. */
+	ob_timeline_rebase(&tl, 150, 11);
+	ob_timeline_committed(&tl, 200, 14);
+	ob_timeline_committed(&tl, 300, 18);
+	assert_int_equal(ob_timeline_forget_after(&tl, 250, 20, &exact), 6);
+	assert_true(exact);
+	ob_timeline_free(&tl);
+}
+
+static void
 test_forgotten_marks_make_a_lower_bound(void **state)
 {
 	ob_timeline tl;
@@ -120,6 +140,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_switch_point),
 	    cmocka_unit_test(test_forget_after_counts_what_lies_past),
+	    cmocka_unit_test(test_rebase_counts_events_handed_again_once),
 	    cmocka_unit_test(test_forgotten_marks_make_a_lower_bound),
 	};
 
