@@ -40,8 +40,8 @@
 # and to the version matrix (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1
 # skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
 # of the matrix;
-# OUTBOXD_FUZZ_SECONDS (default 12, which keeps the whole run under 40
-# minutes on 2 cores) is how long each fuzz target runs.
+# OUTBOXD_FUZZ_SECONDS (default 12; the whole run takes about 45 minutes
+# on 2 cores, 51 on a loaded machine) is how long each fuzz target runs.
 # Each pytest run gets SIGINT after 40 minutes (so its fixtures still stop
 # Postgres and the broker).
 set -uo pipefail
@@ -349,7 +349,7 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
     # Kafka cluster: librdkafka names a mock cluster after its address,
     # which AddressSanitizer's allocator makes the same in every
     # instrumented broker process, so the two clusters look like one. For
-    # time (the whole run stays under 40 minutes on 2 cores): the stall
+    # time (the whole run stays under 60 minutes on 2 cores): the stall
     # and flood tests of the probes, made of waits, and the Patroni
     # failover (kill -9 of a leader; its point is Patroni's slot copies,
     # not outboxd's memory). Also for time: test_faults.py and
