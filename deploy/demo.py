@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import sys
@@ -118,6 +119,41 @@ def bind_error(address):
     return None
 
 
+def step(what, fn):
+    """Runs one cleanup step; a failure is printed, not raised, so the
+    steps after it still run. Returns fn's result (None on failure)."""
+    try:
+        return fn()
+    except Exception as e:
+        print("demo: could not %s: %s" % (what, e), file=sys.stderr)
+        return None
+
+
+def clean_up(consumer, inbox, rows, seen, daemon, broker, pg):
+    """Stops what the demo started (the parts that were started; some may
+    have stopped already), each step on its own; returns outboxd's exit
+    code (None when it was not started or did not exit)."""
+    if consumer is not None:
+        step("close the consumer", consumer.close)
+    if inbox is not None:
+        if rows is not None and inbox.running():
+            step("show the last inbox rows", lambda: rows.wait_for(seen, 20))
+        inbox.terminate()
+        print("outboxd inbox exited with code %s" % step("stop outboxd inbox",
+                                                         lambda: inbox.wait(40)),
+              flush=True)
+    rc = None
+    if daemon is not None:
+        daemon.terminate()
+        rc = step("stop outboxd", lambda: daemon.wait(40))
+        print("outboxd exited with code %s" % rc, flush=True)
+    if broker is not None:
+        step("stop the broker", broker.stop)
+    if pg is not None:
+        step("remove the PostgreSQL cluster", pg.destroy)
+    return rc
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=0,
@@ -136,11 +172,17 @@ def main():
         return 2
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C (a terminal sends SIGINT to the whole process group: the
+    # broker, the daemons and Postgres get it too), a closed terminal and
+    # SIGTERM all end the loop below; the cleanup copes with whatever
+    # already stopped.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
     tmp = tempfile.mkdtemp(prefix="outboxd-demo-")
     pg = broker = daemon = inbox = consumer = None
     seen = 0
     rows = None
+    failed = False
     try:
         print("starting a throwaway PostgreSQL 15 cluster ...", flush=True)
         pg = harness.PgCluster(os.path.join(tmp, "pg"))
@@ -148,7 +190,8 @@ def main():
         pg.run_file(os.path.join(ROOT, "sql", "outbox.sql"))
         pg.sql("CREATE TABLE demo_orders(id text PRIMARY KEY, total int)")
         print("starting the local Kafka-protocol broker ...", flush=True)
-        broker = harness.MockBroker(os.path.join(args.build, "tests", "ob-mockbroker"))
+        broker = harness.MockBroker(os.path.join(args.build, "tests", "ob-mockbroker"),
+                                    logfile=os.path.join(tmp, "ob-mockbroker.log"))
         for t in TOPICS:
             broker.create_topic(t, 4)
         config = {
@@ -196,29 +239,20 @@ def main():
             rows.show_new()
             if args.events and seen >= args.events:
                 break
-    except KeyboardInterrupt:
-        pass
+    except Exception as e:
+        if not stop.is_set():
+            print("demo: %s" % e, file=sys.stderr)
+            failed = True
     finally:
         stop.set()
         print("\nstopping ...", flush=True)
-        if consumer is not None:
-            consumer.close()
-        rc = None
-        if inbox is not None:
-            if rows is not None:
-                rows.wait_for(seen, 20)
-            inbox.terminate()
-            print("outboxd inbox exited with code %s" % inbox.wait(40), flush=True)
-        if daemon is not None:
-            daemon.terminate()
-            rc = daemon.wait(40)
-            print("outboxd exited with code %s" % rc, flush=True)
-        if broker is not None:
-            broker.stop()
-        if pg is not None:
-            pg.destroy()
+        rc = clean_up(consumer, inbox, rows, seen, daemon, broker, pg)
+    if failed or rc != 0:
+        print("demo: logs kept in %s" % tmp, file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     print("%d records shown" % seen)
-    return 0 if rc == 0 and (not args.events or seen >= args.events) else 1
+    return 0 if not failed and rc == 0 and (not args.events or seen >= args.events) else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash deploy/deps.sh --demo
+echo "demo: building outboxd into build/ (a minute on a fresh clone) ..."
 if [[ -f build/build.ninja ]]; then
     meson setup --reconfigure build >/dev/null
 else

@@ -174,8 +174,8 @@ static const struct command_help {
      "  standby_copy          what a standby's copy of the slot holds (PostgreSQL 17\n"
      "                        and later, with postgres.slot_failover, on a primary)\n"
      "\n" COMMON_OPTIONS "\n"
-     "Exit codes: 0 printed, 1 the slot does not exist, 2 usage or configuration\n"
-     "error.\n"},
+     "Exit codes: 0 printed, 1 the slot does not exist or Postgres could not be\n"
+     "reached (the message says which), 2 usage or configuration error.\n"},
     {"inbox", NULL,
      "Usage: outboxd inbox [-c FILE] [-s KEY=VALUE]...\n"
      "\n"

@@ -50,6 +50,16 @@ INBOX_DB = "chaos_inbox"
 # silently drops older records beyond it (and 100,000 message sets).
 BROKER_PARTITION_BYTES = 5 * 1024 * 1024
 SEEDS_FILE = HERE / "seeds.txt"
+LATIN1_ONE_IN = 6
+# The chance, at each workload step, of an UPDATE moving committed rows.
+MOVE_CHANCE = 0.03
+
+
+def encoding_of(seed):
+    """The database encoding of a seed's cluster: LATIN1 for about one
+    seed in LATIN1_ONE_IN, else UTF8."""
+    return "LATIN1" if random.Random("encoding-%d" % seed).randrange(
+        LATIN1_ONE_IN) == 0 else "UTF8"
 
 
 def dims(seed):
@@ -283,7 +293,10 @@ def read_topic(bootstraps, topic):
             key = m.key()
             out.append({"topic": topic, "partition": m.partition(),
                         "offset": m.offset(),
-                        "key": key.decode() if key is not None else None,
+                        # bytes that are not UTF-8 are a finding (the
+                        # record's key is not its event's), not an error
+                        "key": key.decode("utf-8", "replace")
+                        if key is not None else None,
                         "value": m.value(),
                         "headers": list(m.headers() or [])})
         return out
@@ -328,6 +341,11 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     started = time.monotonic()
     rng = random.Random(seed)
     decoder, table = dims(seed)
+    # A database that is not UTF-8 (keys with a letter whose LATIN1 and
+    # UTF-8 bytes differ) and UPDATEs that move rows: generators of their
+    # own, so the other draws stay what they were.
+    encoding = encoding_of(seed)
+    mrng = random.Random("move-%d" % seed)
     parts.runs += 1
     agg = "c%d_%d" % (seed, parts.runs)
     workdir = tempfile.mkdtemp(prefix="chaos-%d-" % seed)
@@ -337,10 +355,11 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         pg = walfaults.Primary(harness.PgCluster(workdir, extra_conf={
             "logical_decoding_work_mem": "'64kB'",
             "max_prepared_transactions": "10",
-            "wal_sender_timeout": "'10s'"}))
+            "wal_sender_timeout": "'10s'"}, encoding=encoding))
         pg.start()
+        key_prefix = "k" if encoding == "UTF8" else "k\u00eb"
         Driver.setup_schema(pg, table == "partitioned",
-                            str(REPO / "sql" / "outbox.sql"))
+                            str(REPO / "sql" / "outbox.sql"), key_prefix)
         if walfaults.wants_standby(wal_kinds):
             pg.add_standby(os.path.join(workdir, "standby"))
         broker = parts.broker
@@ -374,7 +393,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         rtt = rng.choice([0, 0, 5, 20, 100])
         broker.cmd("rtt all %d" % rtt)
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
-                        without)
+                        without, key_prefix)
         clock.start()
         schedule = sorted(faults.plan(rng, seconds) + wal_schedule)
         if inbox:
@@ -401,6 +420,8 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         try:
             while clock() < seconds:
                 driver.step()
+                if mrng.random() < MOVE_CHANCE:
+                    driver.move_rows(mrng)
                 time.sleep(rng.expovariate(50))
         finally:
             side.stop()
@@ -464,8 +485,10 @@ def print_result(res, fault_log=False):
     """One line per seed; a failure adds its findings, fault log and the
     command that replays it; a pass its fault log when fault_log."""
     decoder, table = dims(res.seed)
-    head = "seed %d (%s, %s%s)" % (res.seed, decoder, table, "".join(
-        ", " + k for k in sorted(res.wal)))
+    head = "seed %d (%s, %s%s%s)" % (
+        res.seed, decoder, table,
+        ", LATIN1" if encoding_of(res.seed) != "UTF8" else "",
+        "".join(", " + k for k in sorted(res.wal)))
     if res.error is not None:
         print("%s: ERROR in %.1f s\n%s" % (head, res.seconds, res.error))
         if res.faults is not None:
@@ -546,6 +569,50 @@ def summary(results, started):
     print("findings: %d" % len(findings))
     for seed, f in findings:
         print("  seed %d: %s: %s" % (seed, f.kind, f.summary))
+    duplicates_table(results)
+
+
+def duplicates_table(results):
+    """Duplicates by decoder and table kind, next to what may cause them
+    (tests/README.md, "Duplicates per crash"): kill -9 at a random moment,
+    kill -9 right after a commit (often a large one: the fault aims at
+    acknowledged events not yet confirmed), other crashes (in an outage,
+    an exit), records expired and sent again, producers recreated, slot
+    re-reads for new partitions. A history with none of those and
+    duplicates would have been a finding."""
+    causes = ("kill9", "kill9_after_commit", "outage_kill9", "exit",
+              "expiry", "recreations", "rereads")
+    rows = collections.defaultdict(collections.Counter)
+    for r in results:
+        if r.report is None:
+            continue
+        s = r.report.stats
+        row = rows[dims(r.seed)]
+        row["histories"] += 1
+        row["events"] += s["events"]
+        row["extra_copies"] += s["extra_copies"]
+        for k in causes:
+            row[k] += s[k]
+        if not any(s[k] for k in ("expiry", "recreations", "rereads")):
+            row["crash_only_crashes"] += s["crashes"]
+            row["crash_only_copies"] += s["extra_copies"]
+    if not rows:
+        return
+    print("duplicates | decoder, table | histories | events | extra copies "
+          "| kill -9 | kill -9 after a commit | other crashes | expiries "
+          "| producers recreated | re-reads | extra copies per crash, "
+          "histories with crashes only |")
+    for (decoder, table), row in sorted(rows.items()):
+        only = row["crash_only_crashes"]
+        print("duplicates | %s, %s | %d | %d | %d | %d | %d | %d | %d | %d "
+              "| %d | %s |" % (
+                  decoder, table, row["histories"], row["events"],
+                  row["extra_copies"], row["kill9"],
+                  row["kill9_after_commit"],
+                  row["outage_kill9"] + row["exit"], row["expiry"],
+                  row["recreations"], row["rereads"],
+                  "%.0f (%d crashes)" % (row["crash_only_copies"] / only,
+                                         only) if only else "n/a"))
 
 
 def main(argv=None):

@@ -14,7 +14,12 @@ The rules:
   never published to the event topic; every record has its event's key
   and the key's murmur2 partition;
 - order: per key, first deliveries follow commit order (seq order), with
-  no exception (a whole batch failed by the broker included);
+  no exception (a whole batch failed by the broker included); and every
+  copy published again resumes its key's stream: per key, in partition
+  order, a record is the next event after the one before it or an earlier
+  one (a crash, a recreated producer or a re-read sends the transactions
+  after a position again, in commit order), never a copy alone (a row
+  moved to another partition by an UPDATE is not a new event);
 - dead letters: a non-transactional outbox message must be dead-lettered
   (unless a Postgres crash may have taken it before it reached disk); a
   good event may be dead-lettered only as refused alone by the broker, and
@@ -72,6 +77,9 @@ from walfaults import KILLED
 
 RECREATED = "recreating the kafka producer"
 NEW_PARTITIONS = "new partitions of"
+# The faults that end the publisher's process without its last
+# confirmation.
+CRASHES = ("kill9", "kill9_after_commit", "outage_kill9", "exit")
 NOT_TRANSACTIONAL = "logical message is not transactional"
 REFUSED = ("broker refused the record", "producer refused the record")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
@@ -145,6 +153,7 @@ def check(history, records, dead, faults, daemon_log, partitions, drained,
     _check_records(rep, ctx, delivered, partitions)
     _check_loss(rep, ctx, delivered, refused)
     _check_order(rep, ctx, delivered, refused)
+    _check_resumes(rep, ctx, delivered, refused)
     _check_duplicates(rep, ctx, delivered)
     _check_fork(rep, ctx, delivered, refused)
     _check_daemon(rep, ctx, drained)
@@ -323,13 +332,10 @@ def _first_deliveries(delivered):
 def _check_order(rep, ctx, delivered, refused):
     """Per key, first deliveries in seq (commit) order."""
     firsts = _first_deliveries(delivered)
-    expected = collections.defaultdict(list)
-    for e in ctx.committed.values():
-        if e.id not in refused:
-            expected[e.key].append(e)
+    expected = _expected_by_key(ctx, refused)
     bad_keys = 0
     for key in sorted(expected):
-        want = sorted(expected[key], key=lambda e: e.seq)
+        want = expected[key]
         got = [d for d in firsts.get(key, []) if d.id in ctx.committed]
         i = next((i for i in range(1, len(got))
                   if got[i].seq < got[i - 1].seq), None)
@@ -342,6 +348,77 @@ def _check_order(rep, ctx, delivered, refused):
                                 got[i].offset, got[i - 1].seq),
                     _order_excerpt(ctx, key, want, got, i, delivered))
     rep.stats["reordered_keys"] = bad_keys
+
+
+def _check_resumes(rep, ctx, delivered, refused):
+    """Per key, in partition order, every record is either the key's next
+    event after the record before it, or an earlier one that the key's
+    next events then follow: a copy is published again only as part of
+    the key's stream read again from some point (a crash, a recreated
+    producer, a re-read: each sends the transactions after a position
+    again, in commit order, up to the key's last event). A copy alone,
+    followed by an event past it or by nothing before the key's last
+    event, was published again by something else: an UPDATE that moved
+    its row to another partition (sql/README.md: a moved row is not a new
+    event)."""
+    expected = _expected_by_key(ctx, refused)
+    index = {key: {e.id: i for i, e in enumerate(events)}
+             for key, events in expected.items()}
+    last, alone = {}, []
+    for d in sorted(delivered, key=lambda d: (d.partition, d.offset)):
+        i = index.get(d.key, {}).get(d.id)
+        if i is None:
+            continue
+        prev = last.get(d.key)
+        last[d.key] = (i, d)
+        if prev is not None and i > prev[0] + 1:
+            alone.append((prev[1], d))
+    for key, (i, d) in last.items():
+        if i != len(expected[key]) - 1:
+            alone.append((d, None))
+    for copy, then in alone[:3]:
+        rep.add("order", "key %s: seq %d published again at %d/%d alone "
+                "(followed by %s, not by the key's next event)" % (
+                    copy.key, copy.seq, copy.partition, copy.offset,
+                    "seq %d at %d/%d" % (then.seq, then.partition,
+                                         then.offset)
+                    if then is not None else "nothing"),
+                _resume_excerpt(ctx, copy.key, copy, delivered))
+    rep.stats["copies_alone"] = len(alone)
+
+
+def _expected_by_key(ctx, refused):
+    """{key: [committed event]} in commit (seq) order, without those the
+    broker refused alone (dead-lettered)."""
+    out = collections.defaultdict(list)
+    for e in ctx.committed.values():
+        if e.id not in refused:
+            out[e.key].append(e)
+    for events in out.values():
+        events.sort(key=lambda e: e.seq)
+    return out
+
+
+def _resume_excerpt(ctx, key, copy, delivered):
+    """The records of key in copy's partition around it, with the
+    transactions that wrote them, and the workload's notes (moves) near
+    it."""
+    lines = ["records of %s in partition %d (offset seq txn first?):"
+             % (key, copy.partition)]
+    seen = set()
+    for d in sorted(delivered, key=lambda d: d.offset):
+        if d.partition != copy.partition or d.key != key:
+            continue
+        first = d.id not in seen
+        seen.add(d.id)
+        if abs(d.offset - copy.offset) <= 40:
+            e = ctx.committed.get(d.id)
+            lines.append("  %d seq %s %s %s" % (
+                d.offset, d.seq, e.txn if e else "?",
+                "first" if first else "again"))
+    lines += ["note t=%.2f: %s" % n for n in ctx.history.notes
+              if n[1].startswith("move ")][:10]
+    return lines
 
 
 def _order_excerpt(ctx, key, want, got, i, delivered):
@@ -380,6 +457,15 @@ def _check_duplicates(rep, ctx, delivered):
     dups = {i: n for i, n in counts.items() if n > 1}
     rep.stats["duplicated_events"] = len(dups)
     rep.stats["extra_copies"] = sum(n - 1 for n in dups.values())
+    # What may publish again, for the soak's duplicates per cause: a
+    # process that lost its memory of what it handed over (a crash or an
+    # exit), records expired and sent again, a producer recreated inside a
+    # process, a slot read again for new partitions.
+    for k in CRASHES + ("expiry",):
+        rep.stats[k] = ctx.faults.count(k)
+    rep.stats["crashes"] = sum(ctx.faults.count(k) for k in CRASHES)
+    rep.stats["recreations"] = ctx.log.count(RECREATED)
+    rep.stats["rereads"] = ctx.log.count(NEW_PARTITIONS)
     if not dups:
         return
     # No broker fault is a reason: the test broker answers a retry of a
@@ -390,9 +476,7 @@ def _check_duplicates(rep, ctx, delivered):
     # injected retriable code, OUT_OF_ORDER_SEQUENCE_NUMBER for every batch
     # behind one of those), and a slow broker only delays. Nothing is
     # written twice for one producer either way.
-    reasons = [k for k in ("kill9", "kill9_after_commit", "outage_kill9",
-                           "pg_immediate", "exit")
-               if ctx.faults.count(k)]
+    reasons = [k for k in CRASHES + ("pg_immediate",) if ctx.faults.count(k)]
     if ctx.promoted:
         reasons.append("promotion")
     if RECREATED in ctx.log:

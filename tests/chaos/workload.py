@@ -159,6 +159,12 @@ class Session:
         self.trailer = trailer
 
 
+def keys(prefix):
+    """The workload's aggregate keys: prefix and a number ("kë" in a
+    LATIN1 database: a key whose bytes differ between the two)."""
+    return ["%s%02d" % (prefix, i) for i in range(NUM_KEYS)]
+
+
 class Driver:
     """Runs the seeded workload against cluster `pg` (a harness.PgCluster)
     into the outbox table, recording a History.
@@ -170,7 +176,7 @@ class Driver:
     out (the random draws stay the same)."""
 
     def __init__(self, pg, rng, agg, partitioned, slot_name, clock,
-                 without=frozenset()):
+                 without=frozenset(), key_prefix="k"):
         self.pg = pg
         self.rng = rng
         self.agg = agg
@@ -180,7 +186,8 @@ class Driver:
         self.history = History()
         self.without = frozenset(without)
         self.on_commit = None   # called with each Txn that commits
-        self.keys = ["k%02d" % i for i in range(NUM_KEYS)]
+        self.keys = keys(key_prefix)
+        self.moveable = collections.deque(maxlen=500)  # committed rows' ids
         self.reserved = set()
         self.open = []
         self.prepared = []   # (Txn, keys, decision 'commit'|'rollback')
@@ -195,17 +202,24 @@ class Driver:
     # -- schema ---------------------------------------------------------
 
     @staticmethod
-    def setup_schema(pg, partitioned, outbox_sql):
-        """Creates chaos_keys, chaos_ledger, chaos_other and public.outbox
-        (sql/outbox.sql plus a bucket column, or a table partitioned by
-        LIST (bucket) with partition outbox_b0)."""
-        keys = ",".join("('k%02d')" % i for i in range(NUM_KEYS))
+    def setup_schema(pg, partitioned, outbox_sql, key_prefix="k"):
+        """Creates chaos_keys (the keys of key_prefix), chaos_ledger,
+        chaos_other and public.outbox (sql/outbox.sql plus a bucket
+        column, or a table partitioned by LIST (bucket) with partition
+        outbox_b0)."""
         pg.sql("CREATE TABLE chaos_keys (key text PRIMARY KEY, "
                "seq bigint NOT NULL DEFAULT 0);"
-               "INSERT INTO chaos_keys (key) VALUES %s;"
                "CREATE TABLE chaos_ledger (txn text PRIMARY KEY);"
-               "CREATE TABLE chaos_other (id bigserial PRIMARY KEY, v text);"
-               % keys)
+               "CREATE TABLE chaos_other (id bigserial PRIMARY KEY, v text);")
+        conn = pg.connect()
+        try:
+            with conn.cursor() as cur:
+                psycopg2.extras.execute_values(
+                    cur, "INSERT INTO chaos_keys (key) VALUES %s",
+                    [(k,) for k in keys(key_prefix)])
+            conn.commit()
+        finally:
+            conn.close()
         if partitioned:
             pg.sql("""
                 CREATE TABLE public.outbox (
@@ -566,6 +580,34 @@ class Driver:
             self._note("%s failed: %s" % (kind, str(e).splitlines()[0][:80]))
             self._drop_conn(slot)
 
+    def move_rows(self, rng):
+        """An UPDATE, in a session of its own, of the bucket of up to 10
+        committed outbox rows drawn with rng (the moves' own generator, so
+        the workload's other draws stay the same) to the current bucket:
+        with a partitioned table a row of an older bucket moves to another
+        partition, which the WAL holds as a delete and an insert; in a
+        plain table it is updated in place. Neither is a new event
+        (sql/README.md): the checker's order rule finds a moved row
+        published again. Noted as "move ..."."""
+        if not self.moveable:
+            return
+        ids = rng.sample(list(self.moveable), min(len(self.moveable),
+                                                  rng.randint(1, 10)))
+        slot = "move"
+        try:
+            with self._conn(slot, autocommit=True).cursor() as cur:
+                cur.execute("UPDATE public.outbox SET bucket = %s WHERE "
+                            "id = ANY(%s::uuid[])", (self.bucket, ids))
+                moved = cur.rowcount
+        except psycopg2.Error as e:
+            self._note("move failed: %s" % str(e).splitlines()[0][:80])
+            self._drop_conn(slot)
+            return
+        self._note("move %d of %d rows into bucket %d (%s)"
+                   % (moved, len(ids), self.bucket, ids[0][:8]))
+        self.bucket_last_lsn[self.bucket] = max(
+            self.bucket_last_lsn.get(self.bucket, 0), self._lsn())
+
     def _commit(self, slot, txn, statement):
         """Runs COMMIT or PREPARE TRANSACTION in the session's connection
         and records the outcome ('committed', 'prepared' or 'aborted'),
@@ -602,6 +644,7 @@ class Driver:
             for b in txn.buckets:
                 self.bucket_last_lsn[b] = max(self.bucket_last_lsn.get(b, 0),
                                               lsn)
+            self.moveable.extend(e.id for e in txn.events if e.kind == "row")
             if self.on_commit is not None:
                 self.on_commit(txn)
 

@@ -282,12 +282,12 @@ class PgCluster:
     auth."""
 
     def __init__(self, tmpdir, wal_level="logical", port=None,
-                 extra_conf=None):
+                 extra_conf=None, encoding="UTF8"):
         check_postgres_and_wal2json()
         self.port = port or free_port()
         self.wal_level = wal_level
         self._make_dirs(tmpdir)
-        self._initdb(extra_conf or {})
+        self._initdb(extra_conf or {}, encoding)
         self.running = False
 
     def _make_dirs(self, tmpdir):
@@ -334,9 +334,9 @@ class PgCluster:
                                   r.stderr, _tail(self.logfile)))
         return r
 
-    def _initdb(self, extra_conf):
+    def _initdb(self, extra_conf, encoding):
         self._run_server_cmd([_pg_bin("initdb"), "-D", self.datadir,
-                              "-U", "postgres", "-A", "trust", "-E", "UTF8",
+                              "-U", "postgres", "-A", "trust", "-E", encoding,
                               "--locale=C", "--no-sync", "--no-instructions"])
         conf = {
             "wal_level": self.wal_level,

@@ -4,9 +4,11 @@ arrive) and stop cleanly, after installing only what it needs."""
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import harness
 from conftest import BUILD_DIR, REPO_ROOT
@@ -30,6 +32,42 @@ def test_demo_shows_events_and_stops_cleanly():
     rows = re.search(r"^(\d+) rows in the inbox table$", out, re.M)
     assert rows and int(rows.group(1)) >= 6, out
     assert "outboxd inbox exited with code 0" in out, out
+    # Its throwaway files are gone (broker log included).
+    work = re.search(r"\(log: (/\S+)/outboxd-1\.log", out)
+    assert work and not os.path.exists(work.group(1)), out
+
+
+def test_demo_stops_on_ctrl_c_to_its_process_group():
+    """Ctrl-C in a terminal sends SIGINT to the whole process group: the
+    broker, both daemons and Postgres get it as the demo does. The demo
+    still stops within a minute, says how outboxd exited and removes its
+    files; a newcomer's run (before) kept polling a dead broker for
+    minutes and left its directory behind."""
+    demo = os.path.join(REPO_ROOT, "deploy", "demo.py")
+    proc = subprocess.Popen(
+        [sys.executable, demo, "--rate", "10", "--build", str(BUILD_DIR),
+         "--http", "127.0.0.1:%d" % harness.free_port()],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(
+        iter(proc.stdout.readline, b"")), daemon=True)
+    reader.start()
+    try:
+        harness.wait_until(lambda: sum(b"value=" in line for line in lines) >= 3, 120,
+                           0.2, "the demo shows records")
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(10)
+    out = b"".join(lines).decode("utf-8", "replace")
+    assert "Traceback" not in out, out
+    assert re.search(r"^outboxd exited with code \S+$", out, re.M), out
+    work = re.search(r"\(log: (/\S+)/outboxd-1\.log", out)
+    assert work, out
+    assert not os.path.exists(work.group(1)) or rc != 0, out
+    assert rc == 0, out
 
 
 def _deps_list(*args):
