@@ -40,6 +40,7 @@
 #include "outboxd/policy.h"
 #include "outboxd/position.h"
 #include "outboxd/runtime.h"
+#include "outboxd/slotsave.h"
 #include "outboxd/tableset.h"
 
 /* How long SIGTERM waits for in-flight events before giving up. */
@@ -580,7 +581,7 @@ shut_down(relay *r)
 {
 	int64_t deadline = ob_mono_ms() + SHUTDOWN_FLUSH_MS;
 	ob_outcome out = OB_OUTCOME_STOP;
-	bool final_ok;
+	bool final_ok, confirmed;
 
 	ob_runtime_stopping();
 	/* Nothing to say after a start that never streamed (a refusal at
@@ -608,12 +609,15 @@ shut_down(relay *r)
 		r->stopping_query_until = 0;
 		if (!final_ok)
 			out = OB_OUTCOME_HALT;
-		if (!send_status(r, true))
+		confirmed = send_status(r, true);
+		if (!confirmed)
 			ob_warn("could not confirm the final position");
 		else
 			ob_log_lsn(OB_LOG_INFO, r->sent_flush, NULL, 0, "confirmed " OB_LSN_FMT,
 				   OB_LSN_ARGS(r->sent_flush));
 		disconnect(r, true);
+		if (confirmed)
+			(void)ob_slotsave_mark(r->cfg);
 	}
 	return out != OB_OUTCOME_HALT;
 }

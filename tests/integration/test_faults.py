@@ -567,6 +567,44 @@ def test_kill9_five_times_under_load(pg, broker, consumer, outboxd_factory,
 
 
 # ---------------------------------------------------------------------------
+# 6b. a clean stop, then a PostgreSQL restart
+
+
+def test_clean_stop_then_postgres_restart_publishes_nothing_again(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """outboxd streams events for a few seconds and is stopped with
+    SIGTERM (it confirms everything); then PostgreSQL restarts cleanly (a
+    maintenance window, a reboot) and outboxd starts again: the slot
+    starts where outboxd confirmed, and nothing is published twice.
+    Before PostgreSQL 17 a logical slot's confirmed position reaches disk
+    only when its restart_lsn moves, not at a clean shutdown's checkpoint:
+    before outboxd marked it at its stop (slotsave.h), the slot went back
+    to its last save and all 12,740 events of such a run came again
+    (PostgreSQL 15). PostgreSQL 17 saves it at that checkpoint itself."""
+    agg = "cleanstop_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory()
+    wait_streaming(pg, slot_name)
+    feed = Feed(pg, agg, keys=5)
+    for _ in range(40):
+        feed.commit(10)
+        time.sleep(0.02)
+    feed.close()
+    records = collect_all(consumer, topic, feed.ids)
+    check_delivery(records, feed.ids, exactly_once=True)
+    d.stop()
+    confirmed = pg.slot(slot_name)["confirmed_flush_lsn_int"]
+    pg.restart("fast")
+    assert pg.slot(slot_name)["confirmed_flush_lsn_int"] == confirmed
+    d.start()
+    wait_streaming(pg, slot_name)
+    feed.commit(1)
+    feed.close()
+    records = collect_all(consumer, topic, feed.ids)
+    check_delivery(records, feed.ids, exactly_once=True)
+
+
+# ---------------------------------------------------------------------------
 # 7-8. bad events
 
 
