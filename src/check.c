@@ -138,11 +138,17 @@ check_encoding(ob_checker *c)
 		return;
 	if (strcmp(enc, "SQL_ASCII") == 0)
 		ob_checker_warn(c, "encoding",
-				"SQL_ASCII declares none: text goes out as the bytes written");
+				"SQL_ASCII declares none: UTF-8 text goes out as written, other "
+				"bytes are refused (dead-lettered, or outboxd stops)");
 	else if (c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON &&
-		 ob_recode_need_of(enc) != OB_RECODE_NONE)
-		ob_checker_report(c, "encoding", ob_recode_need_of(enc) == OB_RECODE_CONVERT,
-				  "%s, wal2json's text converted to UTF-8 (else: use pgoutput)",
+		 ob_recode_need_of(enc) == OB_RECODE_UNABLE)
+		ob_checker_report(c, "encoding", false,
+				  "%s: outboxd cannot convert wal2json's text as PostgreSQL "
+				  "converts the rest; use postgres.plugin = pgoutput",
+				  enc);
+	else if (c->cfg->pg.plugin == OB_PLUGIN_WAL2JSON &&
+		 ob_recode_need_of(enc) == OB_RECODE_CONVERT)
+		ob_checker_report(c, "encoding", true, "%s, wal2json's text converted to UTF-8",
 				  enc);
 	else
 		ob_checker_report(c, "encoding", true, "%s, published as UTF-8", enc);

@@ -732,11 +732,9 @@ ob_pgrepl_read(ob_pgconn *p, ob_pgrepl_msg *msg)
 		off += 8; /* sendTime */
 		msg->data = p->copybuf + off;
 		msg->len = (size_t)n - off;
-		if (p->recode.cd != NULL &&
-		    !ob_recode_to_utf8(&p->recode, msg->data, msg->len, &msg->data, &msg->len))
-			ob_warn("could not convert the record at " OB_LSN_FMT
-				" to UTF-8 from the database's encoding; it goes on as it came",
-				OB_LSN_ARGS(msg->data_start));
+		msg->unconvertible =
+		    p->recode.cd != NULL &&
+		    !ob_recode_to_utf8(&p->recode, msg->data, msg->len, &msg->data, &msg->len);
 		ob_pgwarning_stream_read(&standby_wait, false, msg->wal_end);
 		return OB_READ_MSG;
 	}

@@ -8,7 +8,14 @@
 #include <string.h>
 
 /* PostgreSQL's server encodings (pg_wchar.h) and glibc iconv's names for
- * them. */
+ * them: those whose glibc conversion gives what PostgreSQL's gives (every
+ * character of each compared byte by byte; the SQL and pgoutput paths
+ * convert in the server, and one key must give one byte string). Left
+ * out, so refused with wal2json: EUC_JP and EUC_JIS_2004 (89 and 2 two-byte
+ * codes map elsewhere in glibc), WIN1258 (glibc composes combining marks
+ * and holds the last character back), EUC_TW (not compared). SQL_ASCII
+ * declares no encoding: its bytes pass when they are UTF-8, which
+ * PostgreSQL also requires of what it sends a UTF8 client. */
 static const struct {
 	const char *pg, *iconv;
 } names[] = {
@@ -24,10 +31,9 @@ static const struct {
     {"WIN1252", "CP1252"},        {"WIN1253", "CP1253"},
     {"WIN1254", "CP1254"},        {"WIN1255", "CP1255"},
     {"WIN1256", "CP1256"},        {"WIN1257", "CP1257"},
-    {"WIN1258", "CP1258"},        {"KOI8R", "KOI8-R"},
-    {"KOI8U", "KOI8-U"},          {"EUC_JP", "EUC-JP"},
+    {"KOI8R", "KOI8-R"},          {"KOI8U", "KOI8-U"},
     {"EUC_CN", "EUC-CN"},         {"EUC_KR", "EUC-KR"},
-    {"EUC_TW", "EUC-TW"},         {"EUC_JIS_2004", "EUC-JISX0213"},
+    {"SQL_ASCII", "UTF-8"},
 };
 
 /* iconv's name for pg_encoding; NULL when there is none. */
@@ -43,7 +49,7 @@ iconv_name(const char *pg_encoding)
 ob_recode_need
 ob_recode_need_of(const char *pg_encoding)
 {
-	if (strcmp(pg_encoding, "UTF8") == 0 || strcmp(pg_encoding, "SQL_ASCII") == 0)
+	if (strcmp(pg_encoding, "UTF8") == 0)
 		return OB_RECODE_NONE;
 	return iconv_name(pg_encoding) != NULL ? OB_RECODE_CONVERT : OB_RECODE_UNABLE;
 }
@@ -89,7 +95,9 @@ ob_recode_to_utf8(ob_recode *r, const char *in, size_t len, const char **out, si
 	dst = r->buf;
 	room = r->cap;
 	(void)iconv(r->cd, NULL, NULL, NULL, NULL);
-	if (iconv(r->cd, &src, &left, &dst, &room) == (size_t)-1)
+	/* The second call writes what a stateful converter still holds. */
+	if (iconv(r->cd, &src, &left, &dst, &room) == (size_t)-1 ||
+	    iconv(r->cd, NULL, NULL, &dst, &room) == (size_t)-1)
 		return false;
 	*out = r->buf;
 	*out_len = r->cap - room;

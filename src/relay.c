@@ -288,6 +288,11 @@ handle_xlog(relay *r, const ob_pgrepl_msg *msg, ob_outcome *out)
 
 	if (msg->data_start > r->received)
 		r->received = msg->data_start;
+	if (msg->unconvertible)
+		return handle_unparsable(r, msg,
+					 "its bytes are not text of the database's encoding, so "
+					 "they have no UTF-8 form",
+					 out);
 	parsed = ob_decoder_next(&r->decoder, msg->data, msg->len, msg->data_start, &ch, err,
 				 sizeof(err));
 	if (!parsed && ch.kind == OB_CHANGE_OTHER)

@@ -68,6 +68,9 @@ typedef struct ob_pgrepl_msg {
 	bool reply_requested;
 	const char *data;
 	size_t len;
+	/* wal2json's record is not text of the database's encoding (recode.h):
+	 * data is as it came. */
+	bool unconvertible;
 } ob_pgrepl_msg;
 
 typedef enum ob_read_result {

@@ -5,10 +5,13 @@
  * Every connection outboxd opens pins client_encoding to UTF8, so the
  * server converts what SQL and pgoutput send. wal2json writes in the
  * server's encoding whatever the client's: its records are converted
- * here (iconv), once per record and only in a database that is neither
- * UTF8 nor SQL_ASCII. SQL_ASCII declares no encoding: its bytes go out as
- * they are, from the stream and from SQL alike (PostgreSQL converts
- * nothing there either). MULE_INTERNAL has no converter: refused.
+ * here (iconv), once per record and only in a database that is not UTF8,
+ * and only from encodings whose glibc conversion is PostgreSQL's (the
+ * others, and MULE_INTERNAL, are refused with wal2json). SQL_ASCII
+ * declares no encoding: a record passes when it is UTF-8 (PostgreSQL
+ * sends a UTF8 client nothing else from SQL_ASCII either). A record that
+ * cannot be converted is dead-lettered as it came, never published with
+ * bytes another path would not give.
  */
 #ifndef OUTBOXD_RECODE_H
 #define OUTBOXD_RECODE_H
@@ -24,8 +27,8 @@ typedef struct ob_recode {
 } ob_recode;
 
 typedef enum ob_recode_need {
-	OB_RECODE_NONE,    /* UTF8, or SQL_ASCII: bytes as they are */
-	OB_RECODE_CONVERT, /* converted to UTF-8 */
+	OB_RECODE_NONE,    /* UTF8: bytes as they are */
+	OB_RECODE_CONVERT, /* converted to UTF-8 (SQL_ASCII: checked to be UTF-8) */
 	OB_RECODE_UNABLE,  /* an encoding outboxd cannot convert */
 } ob_recode_need;
 

@@ -101,3 +101,75 @@ def test_latin1_database_publishes_utf8_the_same_from_backlog_and_stream(
     rc, out, err = d.run_cmd(["check"])
     line = [ln for ln in out.splitlines() if ln.startswith("encoding")]
     assert line and " ok " in line[0] and "LATIN1" in line[0], out + err
+
+
+def own_encoding_db(pg, name, encoding):
+    """A database of the test's own in encoding, with the outbox table."""
+    pg.sql("CREATE DATABASE \"%s\" TEMPLATE template0 ENCODING '%s' "
+           "LC_COLLATE 'C' LC_CTYPE 'C'" % (name, encoding))
+    pg.run_file(str(OUTBOX_SQL), dbname=name)
+    return name
+
+
+def test_a_byte_without_a_character_is_never_published_as_it_came(
+        pg, broker, outboxd_factory, slot_name, test_id, decoder):
+    """A WIN1252 database, key 'Zoe' with a diaeresis; event 2's payload
+    holds 0x81, a byte WIN1252 leaves undefined (a WIN1252 client may
+    write it; it has no UTF-8 form). Events 1 and 3 go out with the UTF-8
+    key in one partition. wal2json: event 2's record is dead-lettered as
+    it came (before: published as it came, key 'Zo\\xeb', another
+    partition than its key's other events); pgoutput: PostgreSQL cannot
+    send it, and outboxd stops without confirming past it."""
+    db = own_encoding_db(pg, "w1252_%s" % test_id, "WIN1252")
+    agg = "enc_%s" % test_id
+    topic = make_topic(broker, agg)
+    dlq = "%s.outbox.dlq" % test_id
+    broker.create_topic(dlq, 1)
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(dbname=db)}})
+    d.wait_log(r"streaming from slot", 60)
+    insert(pg, db, agg, 1)
+    pg.sql("INSERT INTO public.outbox (aggregate_type, aggregate_id, "
+           "event_type, payload) VALUES (%s, %s, 'e', "
+           "jsonb_build_object('n', 2, 'junk', chr(129)))", (agg, KEY),
+           dbname=db)
+    insert(pg, db, agg, 3)
+    if decoder == "pgoutput":
+        assert d.wait(60) == 1, d.log_tail()
+        recs = raw_records(broker, topic, 1, timeout=10)
+        assert [json.loads(v)["n"] for _, v, _, _ in recs] == [1], recs
+        return
+    recs = raw_records(broker, topic, 2)
+    assert sorted(json.loads(v)["n"] for _, v, _, _ in recs) == [1, 3], recs
+    assert {k for k, _, _, _ in recs} == {KEY.encode("utf-8")}, recs
+    assert len({p for _, _, _, p in recs}) == 1, recs
+    dead = raw_records(broker, dlq, 1)
+    assert len(dead) == 1, d.log_tail()
+    key, value, headers, _ = dead[0]
+    assert b"\x81" in value and b"Zo\xeb" in value, value
+    assert b"no UTF-8 form" in headers["error"], headers
+    assert d.running(), d.log_tail()
+
+
+@pytest.mark.parametrize("encoding", ["EUC_JP", "WIN1258"])
+def test_encodings_glibc_converts_otherwise_are_refused_with_wal2json(
+        pg, broker, outboxd_factory, slot_name, test_id, decoder, encoding):
+    """EUC_JP (glibc maps '～' U+FF5E to U+301C, PostgreSQL does not) and
+    WIN1258 (glibc composes combining marks): the backlog's and
+    pgoutput's text, which PostgreSQL converts, would differ from
+    wal2json's converted by outboxd, so one key could give two byte
+    strings. With wal2json `check` fails on its encoding line naming
+    pgoutput, and run stops (exit 1) saying so; pgoutput is fine."""
+    db = own_encoding_db(pg, "enc_%s_%s" % (encoding.lower(), test_id),
+                         encoding)
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(dbname=db)}},
+                        start=False)
+    rc, out, err = d.run_cmd(["check"])
+    line = [ln for ln in out.splitlines() if ln.startswith("encoding")]
+    assert line, out + err
+    if decoder == "pgoutput":
+        assert " ok " in line[0] and encoding in line[0], out
+        return
+    assert rc == 2 and " FAIL " in line[0] and "pgoutput" in line[0], out
+    d.start()
+    assert d.wait(60) == 1, d.log_tail()
+    assert "postgres.plugin = pgoutput" in d.log_text(), d.log_tail()

@@ -23,8 +23,11 @@ static const recode_case cases[] = {
     {"WIN1252", "\x80 5", "\xe2\x82\xac 5"}, /* the euro sign elsewhere */
     {"WIN1251", "\xcf\xf0\xe8", "\xd0\x9f\xd1\x80\xd0\xb8"},
     {"KOI8R", "\xf0", "\xd0\x9f"},
-    {"EUC_JP", "\xa4\xa2", "\xe3\x81\x82"},
-    {"EUC_JP", "\xa4", NULL}, /* a character cut short */
+    {"EUC_KR", "\xb0\xa1", "\xea\xb0\x80"},
+    {"EUC_KR", "\xb0", NULL},    /* a character cut short */
+    {"WIN1252", "Zo\x81", NULL}, /* a byte WIN1252 leaves undefined */
+    {"SQL_ASCII", "Zo\xc3\xab", "Zo\xc3\xab"}, /* UTF-8 passes as it is */
+    {"SQL_ASCII", "Zo\xe9", NULL},               /* other bytes do not */
     {"LATIN1", "", ""},
 };
 
@@ -58,8 +61,12 @@ test_what_each_encoding_needs(void **state)
 
 	(void)state;
 	assert_int_equal(ob_recode_need_of("UTF8"), OB_RECODE_NONE);
-	assert_int_equal(ob_recode_need_of("SQL_ASCII"), OB_RECODE_NONE);
+	assert_int_equal(ob_recode_need_of("SQL_ASCII"), OB_RECODE_CONVERT);
 	assert_int_equal(ob_recode_need_of("MULE_INTERNAL"), OB_RECODE_UNABLE);
+	/* glibc converts these otherwise than PostgreSQL: refused */
+	assert_int_equal(ob_recode_need_of("EUC_JP"), OB_RECODE_UNABLE);
+	assert_int_equal(ob_recode_need_of("EUC_JIS_2004"), OB_RECODE_UNABLE);
+	assert_int_equal(ob_recode_need_of("WIN1258"), OB_RECODE_UNABLE);
 	assert_int_equal(ob_recode_need_of("NOT_AN_ENCODING"), OB_RECODE_UNABLE);
 	assert_false(ob_recode_open(&r, "MULE_INTERNAL"));
 	ob_recode_close(&r);
