@@ -19,21 +19,16 @@
 static const struct {
 	const char *pg, *iconv;
 } names[] = {
-    {"LATIN1", "ISO-8859-1"},     {"LATIN2", "ISO-8859-2"},
-    {"LATIN3", "ISO-8859-3"},     {"LATIN4", "ISO-8859-4"},
-    {"LATIN5", "ISO-8859-9"},     {"LATIN6", "ISO-8859-10"},
-    {"LATIN7", "ISO-8859-13"},    {"LATIN8", "ISO-8859-14"},
-    {"LATIN9", "ISO-8859-15"},    {"LATIN10", "ISO-8859-16"},
-    {"ISO_8859_5", "ISO-8859-5"}, {"ISO_8859_6", "ISO-8859-6"},
-    {"ISO_8859_7", "ISO-8859-7"}, {"ISO_8859_8", "ISO-8859-8"},
-    {"WIN866", "CP866"},          {"WIN874", "CP874"},
-    {"WIN1250", "CP1250"},        {"WIN1251", "CP1251"},
-    {"WIN1252", "CP1252"},        {"WIN1253", "CP1253"},
-    {"WIN1254", "CP1254"},        {"WIN1255", "CP1255"},
-    {"WIN1256", "CP1256"},        {"WIN1257", "CP1257"},
-    {"KOI8R", "KOI8-R"},          {"KOI8U", "KOI8-U"},
-    {"EUC_CN", "EUC-CN"},         {"EUC_KR", "EUC-KR"},
-    {"SQL_ASCII", "UTF-8"},
+    {"LATIN1", "ISO-8859-1"},     {"LATIN2", "ISO-8859-2"},     {"LATIN3", "ISO-8859-3"},
+    {"LATIN4", "ISO-8859-4"},     {"LATIN5", "ISO-8859-9"},     {"LATIN6", "ISO-8859-10"},
+    {"LATIN7", "ISO-8859-13"},    {"LATIN8", "ISO-8859-14"},    {"LATIN9", "ISO-8859-15"},
+    {"LATIN10", "ISO-8859-16"},   {"ISO_8859_5", "ISO-8859-5"}, {"ISO_8859_6", "ISO-8859-6"},
+    {"ISO_8859_7", "ISO-8859-7"}, {"ISO_8859_8", "ISO-8859-8"}, {"WIN866", "CP866"},
+    {"WIN874", "CP874"},          {"WIN1250", "CP1250"},        {"WIN1251", "CP1251"},
+    {"WIN1252", "CP1252"},        {"WIN1253", "CP1253"},        {"WIN1254", "CP1254"},
+    {"WIN1255", "CP1255"},        {"WIN1256", "CP1256"},        {"WIN1257", "CP1257"},
+    {"KOI8R", "KOI8-R"},          {"KOI8U", "KOI8-U"},          {"EUC_CN", "EUC-CN"},
+    {"EUC_KR", "EUC-KR"},         {"SQL_ASCII", "UTF-8"},
 };
 
 /* iconv's name for pg_encoding; NULL when there is none. */

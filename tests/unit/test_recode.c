@@ -24,10 +24,10 @@ static const recode_case cases[] = {
     {"WIN1251", "\xcf\xf0\xe8", "\xd0\x9f\xd1\x80\xd0\xb8"},
     {"KOI8R", "\xf0", "\xd0\x9f"},
     {"EUC_KR", "\xb0\xa1", "\xea\xb0\x80"},
-    {"EUC_KR", "\xb0", NULL},    /* a character cut short */
-    {"WIN1252", "Zo\x81", NULL}, /* a byte WIN1252 leaves undefined */
+    {"EUC_KR", "\xb0", NULL},                  /* a character cut short */
+    {"WIN1252", "Zo\x81", NULL},               /* a byte WIN1252 leaves undefined */
     {"SQL_ASCII", "Zo\xc3\xab", "Zo\xc3\xab"}, /* UTF-8 passes as it is */
-    {"SQL_ASCII", "Zo\xe9", NULL},               /* other bytes do not */
+    {"SQL_ASCII", "Zo\xe9", NULL},             /* other bytes do not */
     {"LATIN1", "", ""},
 };
 
