@@ -605,8 +605,15 @@ class Driver:
             return
         self._note("move %d of %d rows into bucket %d (%s)"
                    % (moved, len(ids), self.bucket, ids[0][:8]))
-        self.bucket_last_lsn[self.bucket] = max(
-            self.bucket_last_lsn.get(self.bucket, 0), self._lsn())
+        # The move's deletes are changes of the rows' old partitions
+        # (whichever they were): none is detached before the slot is
+        # confirmed past it (sql/README.md, "Partitioned outbox tables";
+        # seed 8114 republished a row whose old partition was detached
+        # before a re-read for a new one).
+        lsn = self._lsn()
+        for b in self.bucket_last_lsn:
+            if b not in self.detached:
+                self.bucket_last_lsn[b] = max(self.bucket_last_lsn[b], lsn)
 
     def _commit(self, slot, txn, statement):
         """Runs COMMIT or PREPARE TRANSACTION in the session's connection
