@@ -578,10 +578,10 @@ def duplicates_table(results):
     kill -9 right after a commit (often a large one: the fault aims at
     acknowledged events not yet confirmed), other crashes (in an outage,
     an exit), records expired and sent again, producers recreated, slot
-    re-reads for new partitions. A history with none of those and
+    re-reads for new partitions, promotions. A history with none of those and
     duplicates would have been a finding."""
     causes = ("kill9", "kill9_after_commit", "outage_kill9", "exit",
-              "expiry", "recreations", "rereads")
+              "expiry", "recreations", "rereads", "promotions")
     rows = collections.defaultdict(collections.Counter)
     for r in results:
         if r.report is None:
@@ -593,24 +593,25 @@ def duplicates_table(results):
         row["extra_copies"] += s["extra_copies"]
         for k in causes:
             row[k] += s[k]
-        if not any(s[k] for k in ("expiry", "recreations", "rereads")):
+        if not any(s[k] for k in ("expiry", "recreations", "rereads",
+                                  "promotions")):
             row["crash_only_crashes"] += s["crashes"]
             row["crash_only_copies"] += s["extra_copies"]
     if not rows:
         return
     print("duplicates | decoder, table | histories | events | extra copies "
           "| kill -9 | kill -9 after a commit | other crashes | expiries "
-          "| producers recreated | re-reads | extra copies per crash, "
-          "histories with crashes only |")
+          "| producers recreated | re-reads | promotions | extra copies per "
+          "crash, histories with crashes only |")
     for (decoder, table), row in sorted(rows.items()):
         only = row["crash_only_crashes"]
         print("duplicates | %s, %s | %d | %d | %d | %d | %d | %d | %d | %d "
-              "| %d | %s |" % (
+              "| %d | %d | %s |" % (
                   decoder, table, row["histories"], row["events"],
                   row["extra_copies"], row["kill9"],
                   row["kill9_after_commit"],
                   row["outage_kill9"] + row["exit"], row["expiry"],
-                  row["recreations"], row["rereads"],
+                  row["recreations"], row["rereads"], row["promotions"],
                   "%.0f (%d crashes)" % (row["crash_only_copies"] / only,
                                          only) if only else "n/a"))
 

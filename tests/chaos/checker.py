@@ -464,6 +464,7 @@ def _check_duplicates(rep, ctx, delivered):
     for k in CRASHES + ("expiry",):
         rep.stats[k] = ctx.faults.count(k)
     rep.stats["crashes"] = sum(ctx.faults.count(k) for k in CRASHES)
+    rep.stats["promotions"] = 1 if ctx.promoted else 0
     rep.stats["recreations"] = ctx.log.count(RECREATED)
     rep.stats["rereads"] = ctx.log.count(NEW_PARTITIONS)
     if not dups:
