@@ -137,7 +137,9 @@ ob_leafset_missing(const ob_leafset *s, const ob_leafset *of, char *buf, size_t 
 
 /* Append name to the growing string *dst (length *len, capacity *cap),
  * escaped for wal2json's add-tables: a backslash before the characters it
- * treats specially, and a single quote doubled for the quoted option.
+ * treats specially (its list splits at commas, dots and whitespace, which
+ * isspace() says includes tabs and newlines), and a single quote doubled
+ * for the quoted option.
  * Room for one more byte and the NUL is left after it. */
 static void
 append_escaped(char **dst, size_t *len, size_t *cap, const char *name)
@@ -149,7 +151,7 @@ append_escaped(char **dst, size_t *len, size_t *cap, const char *name)
 		*dst = ob_xrealloc(*dst, *cap);
 	}
 	for (const char *c = name; *c != '\0'; c++) {
-		if (strchr(" ',.*\\", *c) != NULL)
+		if (strchr(" \t\n\v\f\r',.*\\", *c) != NULL)
 			(*dst)[(*len)++] = '\\';
 		if (*c == '\'')
 			(*dst)[(*len)++] = '\'';

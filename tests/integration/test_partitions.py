@@ -335,3 +335,36 @@ def test_partitioned_outbox_table_is_not_read_as_empty(pg, broker, consumer,
         feed.commit(5)
     check_delivery(collect_all(consumer, topic, feed.ids), feed.ids, exactly_once=True)
     assert d.running(), d.log_tail()
+
+
+def test_partitions_named_with_a_tab_or_a_newline(pg, broker, consumer,
+                                                  outboxd_factory, slot_name,
+                                                  test_id):
+    """A partition whose name holds a tab (there at start) and one whose
+    name holds a newline (created while streaming): wal2json's add-tables
+    list splits at whitespace, so outboxd escapes those too. Every row is
+    published once and the stream goes on. Before, START_REPLICATION
+    failed ('could not parse value ... for parameter "add-tables"') five
+    times and outboxd stopped, publishing nothing."""
+    name = "pobx_%s" % test_id
+    table = make_table(pg, name)
+    pg.sql('CREATE TABLE public."%s_t\tab" PARTITION OF public.%s FOR VALUES '
+           "FROM (%s) TO (%s)" % (name, name, day_sql(31), day_sql(32)))
+    agg = "names_%s" % test_id
+    make_topic(broker, agg)
+    d = outboxd_factory(config(table))
+    wait_streaming(pg, slot_name)
+    feed = Feed(pg, agg, table=table, keys=5)
+    for _ in range(5):
+        feed.commit(3)
+        feed.commit(2, before=into_day(31))
+    pg.sql('CREATE TABLE public."%s_n\nl" PARTITION OF public.%s FOR VALUES '
+           "FROM (%s) TO (%s)" % (name, name, day_sql(59), day_sql(60)))
+    for _ in range(5):
+        feed.commit(2, before=into_day(59))
+        feed.commit(3)
+    feed.close()
+    records = collect_all(consumer, "outbox.event.%s" % agg, feed.ids,
+                          timeout=60)
+    check_delivery(records, feed.ids, exactly_once=True)
+    assert d.running(), d.log_tail()

@@ -138,6 +138,14 @@ test_add_tables(void **state)
 	assert_string_equal(list, "back\\\\slash.a\\,b,my\\ schema.it\\''s\\*,public.outbox,"
 				  "public.outbox_2024\\.01");
 	free(list);
+	ob_leafset_clear(&s);
+	/* wal2json splits at whitespace too: a tab or newline in a name
+	 * (before: the whole list refused, START_REPLICATION failing) */
+	ob_leafset_add(&s, "public", "t\tab");
+	ob_leafset_add(&s, "new\nline", "x");
+	list = ob_leafset_add_tables(&s);
+	assert_string_equal(list, "new\\\nline.x,public.t\\\tab");
+	free(list);
 	ob_leafset_free(&s);
 }
 
