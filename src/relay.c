@@ -586,7 +586,7 @@ shut_down(relay *r)
 {
 	int64_t deadline = ob_mono_ms() + SHUTDOWN_FLUSH_MS;
 	ob_outcome out = OB_OUTCOME_STOP;
-	bool final_ok, confirmed;
+	bool final_ok, confirmed, save;
 
 	ob_runtime_stopping();
 	/* Nothing to say after a start that never streamed (a refusal at
@@ -615,13 +615,14 @@ shut_down(relay *r)
 		if (!final_ok)
 			out = OB_OUTCOME_HALT;
 		confirmed = send_status(r, true);
+		save = confirmed && ob_slotsave_needed(ob_pgsql_server_version(r->pg));
 		if (!confirmed)
 			ob_warn("could not confirm the final position");
 		else
 			ob_log_lsn(OB_LOG_INFO, r->sent_flush, NULL, 0, "confirmed " OB_LSN_FMT,
 				   OB_LSN_ARGS(r->sent_flush));
 		disconnect(r, true);
-		if (confirmed)
+		if (save)
 			(void)ob_slotsave_mark(r->cfg);
 	}
 	return out != OB_OUTCOME_HALT;

@@ -44,6 +44,12 @@ advance(ob_pgconn *p, const ob_config *cfg, bool *busy, char *err, size_t errlen
 }
 
 bool
+ob_slotsave_needed(int server_version)
+{
+	return server_version < 170000;
+}
+
+bool
 ob_slotsave_mark(const ob_config *cfg)
 {
 	ob_pgconn *p = NULL;
@@ -52,10 +58,6 @@ ob_slotsave_mark(const ob_config *cfg)
 
 	if (ob_pgsql_connect(cfg, OB_PGCONN_PLAIN, &p) != OB_PG_OK)
 		goto out;
-	if (ob_pgsql_server_version(p) >= OB_SLOTSAVE_UNNEEDED_FROM) {
-		ok = true;
-		goto out;
-	}
 	if (!ob_pgsql_query_true(p, &standby, "SELECT pg_is_in_recovery()") ||
 	    !ob_pgsql_command(p, OB_LOG_WARNING, "set a statement timeout",
 			      "SET statement_timeout = '" ADVANCE_TIMEOUT "'")) {

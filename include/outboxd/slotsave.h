@@ -23,13 +23,14 @@
 #include "outboxd/common.h"
 #include "outboxd/config.h"
 
-/* The first server version that writes a logical slot's confirmed
- * position at its shutdown checkpoint. */
-#define OB_SLOTSAVE_UNNEEDED_FROM 170000
+/* Whether a server of server_version (PQserverVersion's) needs the mark:
+ * before PostgreSQL 17, which writes a logical slot's confirmed position
+ * at its shutdown checkpoint itself. */
+bool ob_slotsave_needed(int server_version);
 
-/* After outboxd's final confirmation and the end of its stream: mark the
- * slot to be written at the next checkpoint (on a primary before
- * PostgreSQL 17; nothing to do elsewhere). Waits briefly for the
+/* After outboxd's final confirmation and the end of its stream, on a
+ * server that needs it: mark the slot to be written at the next
+ * checkpoint (on a primary; nothing to do on a standby). Waits briefly for the
  * walsender to release the slot. False (logged as a warning, which says
  * what a PostgreSQL restart would then publish again) when it could not. */
 bool ob_slotsave_mark(const ob_config *cfg);
