@@ -28,7 +28,8 @@ typedef enum key_type {
 	KEY_PLUGIN,      /* wal2json | pgoutput */
 	KEY_MISMATCH,    /* halt | earliest | latest | stored */
 	KEY_CLOUDEVENTS, /* off | binary | structured */
-	KEY_AUTH_METHOD, /* none | command */
+	KEY_AUTH_METHOD, /* none | command | aws_msk_iam */
+	KEY_PG_AUTH,     /* password | aws_iam */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -57,9 +58,14 @@ static const config_key config_keys[] = {
     {"postgres", "standby_retry_ms", KEY_MS, OFF(pg.standby_retry_ms), "5000"},
     {"postgres", "password_command", KEY_STRING, OFF(pg.password_command), ""},
     {"postgres", "credential_timeout_ms", KEY_MS, OFF(pg.credential_timeout_ms), "10000"},
-    {"kafka_auth", "method", KEY_AUTH_METHOD, OFF(kafka_auth.method_command), "none"},
+    {"postgres", "auth", KEY_PG_AUTH, OFF(pg.aws_iam), "password"},
+    {"postgres", "aws_region", KEY_STRING, OFF(pg.aws_region), ""},
+    {"postgres", "aws_profile", KEY_STRING, OFF(pg.aws_profile), ""},
+    {"kafka_auth", "method", KEY_AUTH_METHOD, OFF(kafka_auth.method), "none"},
     {"kafka_auth", "token_command", KEY_STRING, OFF(kafka_auth.token_command), ""},
     {"kafka_auth", "credential_timeout_ms", KEY_MS, OFF(kafka_auth.credential_timeout_ms), "10000"},
+    {"kafka_auth", "aws_region", KEY_STRING, OFF(kafka_auth.aws_region), ""},
+    {"kafka_auth", "aws_profile", KEY_STRING, OFF(kafka_auth.aws_profile), ""},
     {"outbox", "table", KEY_NONEMPTY, OFF(outbox.table), "public.outbox"},
     {"outbox", "id_column", KEY_NONEMPTY, OFF(outbox.id_column), "id"},
     {"outbox", "key_column", KEY_NONEMPTY, OFF(outbox.key_column), "aggregate_id"},
@@ -170,19 +176,20 @@ parse_ms(const char *s, int *out)
 	return true;
 }
 
+/* s as the index of its name among n names. */
 static bool
-parse_mismatch(const char *s, ob_mismatch_policy *out)
+parse_choice(const char *s, const char *const *names, size_t n, int *out)
 {
-	static const char *const names[] = {"halt", "earliest", "latest", "stored"};
-
-	for (size_t i = 0; i < OB_ARRAY_LEN(names); i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (strcmp(s, names[i]) == 0) {
-			*out = (ob_mismatch_policy)i;
+			*out = (int)i;
 			return true;
 		}
 	}
 	return false;
 }
+
+const char *const ob_kafka_auth_names[OB_KAFKA_AUTH_METHODS] = {"none", "command", "aws_msk_iam"};
 
 /* Store an already expanded value into the field k describes. */
 static bool
@@ -235,7 +242,9 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		expected = "wal2json or pgoutput";
 		break;
 	case KEY_MISMATCH:
-		ok = parse_mismatch(value, (ob_mismatch_policy *)field);
+		ok = parse_choice(value,
+				  (const char *const[]){"halt", "earliest", "latest", "stored"}, 4,
+				  (int *)field);
 		expected = "halt, earliest, latest or stored";
 		break;
 	case KEY_CLOUDEVENTS:
@@ -250,10 +259,14 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		expected = "off, binary or structured";
 		break;
 	case KEY_AUTH_METHOD:
-		ok = strcmp(value, "none") == 0 || strcmp(value, "command") == 0;
+		ok = parse_choice(value, ob_kafka_auth_names, OB_KAFKA_AUTH_METHODS, (int *)field);
+		expected = "none, command or aws_msk_iam";
+		break;
+	case KEY_PG_AUTH:
+		ok = strcmp(value, "password") == 0 || strcmp(value, "aws_iam") == 0;
 		if (ok)
-			*(bool *)field = strcmp(value, "command") == 0;
-		expected = "none or command";
+			*(bool *)field = strcmp(value, "aws_iam") == 0;
+		expected = "password or aws_iam";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);
@@ -574,176 +587,6 @@ ob_config_set_override(ob_config *cfg, const char *assignment)
 	ok = ob_config_set(cfg, section, key, eq + 1, "-s");
 	free(section);
 	free(key);
-	return ok;
-}
-
-/* Split the value t of the setting key ("outbox.table", "inbox.table")
- * into *schema (default public) and *name, which replace what they held. */
-static bool
-split_table(const char *key, const char *t, char **schema, char **name)
-{
-	const char *dot = strchr(t, '.');
-
-	free(*schema);
-	free(*name);
-	if (dot == NULL) {
-		*schema = ob_xstrdup("public");
-		*name = ob_xstrdup(t);
-	} else {
-		*schema = ob_xstrndup(t, (size_t)(dot - t));
-		*name = ob_xstrdup(dot + 1);
-	}
-	if ((*schema)[0] == '\0' || (*name)[0] == '\0' || strchr(*name, '.') != NULL) {
-		ob_error("invalid value \"%s\" for %s: expected schema.table", t, key);
-		return false;
-	}
-	return true;
-}
-
-/* Check that every {column} of the template of key (outbox.topic,
- * outbox.cloudevents_source) is closed and non-empty; with topic, also
- * that its literal text could be part of a Kafka topic name (the columns'
- * text is judged per event: an invalid topic is a bad event). */
-static bool
-check_template(const char *key, const char *tpl, bool topic)
-{
-	const char *cursor = tpl;
-	ob_topic_piece piece;
-	ob_topic_scan scan;
-	size_t literal = 0;
-
-	while ((scan = ob_topic_template_next(&cursor, &piece)) == OB_TOPIC_PIECE) {
-		if (!topic || piece.is_column)
-			continue;
-		literal += piece.len;
-		if (!ob_topic_name_valid(piece.text, piece.len, true) ||
-		    literal > OB_TOPIC_NAME_MAX) {
-			ob_error("invalid value \"%s\" for %s: a Kafka topic name has at most %d "
-				 "of the characters a-z, A-Z, 0-9, '.', '_' and '-'",
-				 tpl, key, OB_TOPIC_NAME_MAX);
-			return false;
-		}
-	}
-	if (scan == OB_TOPIC_BAD_BRACE) {
-		ob_error("invalid value \"%s\" for %s: expected literal text and "
-			 "{column} placeholders, found a stray brace at offset %zu",
-			 tpl, key, (size_t)(cursor - tpl));
-		return false;
-	}
-	return true;
-}
-
-/* With outbox.cloudevents on, a CloudEvent needs a source (a non-empty
- * template) and a type (a mapped type column). */
-static bool
-check_cloudevents(const ob_config *cfg)
-{
-	if (cfg->outbox.cloudevents == OB_CE_OFF)
-		return true;
-	if (cfg->outbox.cloudevents_source[0] == '\0') {
-		ob_error("outbox.cloudevents is %s but outbox.cloudevents_source is empty: set it "
-			 "to a URI-reference such as /orders/{aggregate_type}",
-			 cfg->outbox.cloudevents == OB_CE_BINARY ? "binary" : "structured");
-		return false;
-	}
-	if (cfg->outbox.type_column[0] == '\0') {
-		ob_error("outbox.cloudevents needs outbox.type_column: a CloudEvent has a type");
-		return false;
-	}
-	return check_template("outbox.cloudevents_source", cfg->outbox.cloudevents_source, false);
-}
-
-/* kafka_auth.method = command needs its command and librdkafka's
- * OAUTHBEARER mechanism, whose token refresh outboxd takes over. */
-static bool
-check_kafka_auth(const ob_config *cfg)
-{
-	const char *mech = ob_config_kafka_get(cfg, "sasl.mechanism");
-
-	if (!cfg->kafka_auth.method_command)
-		return true;
-	if (cfg->kafka_auth.token_command[0] == '\0') {
-		ob_error("kafka_auth.method is command but kafka_auth.token_command is empty");
-		return false;
-	}
-	if (mech == NULL)
-		mech = ob_config_kafka_get(cfg, "sasl.mechanisms");
-	if (mech == NULL || strcmp(mech, "OAUTHBEARER") != 0) {
-		ob_error("kafka_auth.method = command needs kafka.sasl.mechanism = OAUTHBEARER "
-			 "(it is %s)",
-			 mech != NULL ? mech : "unset");
-		return false;
-	}
-	return true;
-}
-
-/* A name of at most 63 lower-case letters, digits and underscores. */
-static bool
-check_plain_name(const char *key, const char *name)
-{
-	if (strlen(name) <= 63 &&
-	    strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(name))
-		return true;
-	ob_error("invalid value \"%s\" for %s: use at most 63 lower-case letters, digits and "
-		 "underscores",
-		 name, key);
-	return false;
-}
-
-/* The inbox's own limits: batch_max within one statement's parameters,
- * and a subscription that never takes in the dead-letter topic (the inbox
- * would consume its own dead letters, each failing again, forever). */
-static bool
-check_inbox(const ob_config *cfg)
-{
-	size_t n;
-	char **topics = ob_topic_subscriptions(cfg->inbox.topics, &n);
-	bool ok = true;
-
-	if (cfg->inbox.batch_max > OB_INBOX_BATCH_LIMIT) {
-		ob_error("invalid value \"%d\" for inbox.batch_max: at most %d (a row takes 9 of "
-			 "the 65535 parameters of one statement)",
-			 cfg->inbox.batch_max, OB_INBOX_BATCH_LIMIT);
-		ok = false;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (ob_topic_subscription_matches(topics[i], cfg->outbox.dlq_topic)) {
-			ob_error(
-			    "inbox.topics entry \"%s\" takes in outbox.dlq_topic (%s): the inbox "
-			    "would consume its own dead letters; change one of them",
-			    topics[i], cfg->outbox.dlq_topic);
-			ok = false;
-		}
-	}
-	ob_topic_subscriptions_free(topics, n);
-	return ok;
-}
-
-bool
-ob_config_finish(ob_config *cfg)
-{
-	bool ok = split_table("outbox.table", cfg->outbox.table, &cfg->outbox.schema,
-			      &cfg->outbox.table_name);
-
-	if (!split_table("inbox.table", cfg->inbox.table, &cfg->inbox.schema,
-			 &cfg->inbox.table_name))
-		ok = false;
-
-	if (!check_template("outbox.topic", cfg->outbox.topic, true) || !check_inbox(cfg))
-		ok = false;
-	if (!ob_topic_name_valid(cfg->outbox.dlq_topic, strlen(cfg->outbox.dlq_topic), false)) {
-		ob_error("invalid value \"%s\" for outbox.dlq_topic: a Kafka topic name has at "
-			 "most %d of the characters a-z, A-Z, 0-9, '.', '_' and '-'",
-			 cfg->outbox.dlq_topic, OB_TOPIC_NAME_MAX);
-		ok = false;
-	}
-	if (!check_cloudevents(cfg) || !check_kafka_auth(cfg))
-		ok = false;
-	/* Postgres itself allows only these in slot names; a publication
-	 * named so needs no quoting in SQL or in pgoutput's options. */
-	if (!check_plain_name("postgres.slot", cfg->pg.slot) ||
-	    !check_plain_name("postgres.publication", cfg->pg.publication))
-		ok = false;
 	return ok;
 }
 

@@ -1,6 +1,6 @@
 /*
- * kafkaauth.c: OAUTHBEARER tokens from kafka_auth.token_command
- * (kafkaauth.h).
+ * kafkaauth.c: OAUTHBEARER tokens from kafka_auth.token_command or signed
+ * as MSK IAM tokens (kafkaauth.h).
  */
 #include "outboxd/kafkaauth.h"
 
@@ -9,17 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/awsiam.h"
 #include "outboxd/credcmd.h"
 #include "outboxd/kafka.h"
 #include "outboxd/log.h"
 
-/* The command every client runs, set by the first ob_kafkaauth_conf()
- * of the process and never changed after (the background threads read
- * it). */
+/* The method and its settings every client uses, set by the first
+ * ob_kafkaauth_conf() of the process and never changed after (the
+ * background threads read them). */
 static struct {
 	bool set;
+	ob_kafka_auth_method method;
 	char *command;
 	int timeout_ms;
+	char *aws_region, *aws_profile;
 } settings;
 
 /* The latest run, for `outboxd check`; written on background threads. */
@@ -29,33 +32,66 @@ static struct {
 	bool ok;
 	int64_t ms, lifetime_ms;
 	char principal[128];
-	char err[512];
+	char err[1024];
 } last = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* librdkafka's token refresh callback: run the command and hand its token
- * to librdkafka, or tell it the refresh failed. */
+/* A token from kafka_auth.token_command into *tok; false with err. */
+static bool
+command_token(ob_credtoken *tok, char *err, size_t err_len)
+{
+	char why[256], *out = NULL;
+	/* On librdkafka's thread, so no tick: the daemon's heartbeat is the
+	 * main loop's. */
+	bool ok = ob_credcmd_run("kafka_auth.token_command", settings.command, settings.timeout_ms,
+				 NULL, NULL, &out, err, err_len);
+
+	if (ok && !ob_credtoken_parse(out, strlen(out), tok, why, sizeof(why))) {
+		snprintf(err, err_len, "what kafka_auth.token_command printed %s", why);
+		ok = false;
+	}
+	ob_credcmd_free(out);
+	return ok;
+}
+
+/* An MSK IAM token signed now into *tok; false with err. */
+static bool
+msk_token(ob_credtoken *tok, char *err, size_t err_len)
+{
+	char principal[128];
+
+	if (!ob_awsiam_msk("kafka_auth.method aws_msk_iam", settings.aws_region,
+			   settings.aws_profile, time(NULL), &tok->token, principal,
+			   sizeof(principal), err, err_len))
+		return false;
+	tok->principal = ob_xstrdup(principal);
+	tok->lifetime_ms = OB_AWSIAM_EXPIRES * 1000;
+	return true;
+}
+
+/* librdkafka's token refresh callback: get a token as the method says and
+ * hand it to librdkafka, or tell it the refresh failed. */
 static void
 on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 {
 	int64_t started = ob_mono_ms();
+	/* Signed in whole seconds: the MSK token's lifetime runs from then. */
+	int64_t now_ms = (int64_t)time(NULL) * 1000;
 	ob_credtoken tok = {0};
-	char err[512], why[256], *out = NULL;
-	/* On librdkafka's thread, so no tick: the daemon's heartbeat is the
-	 * main loop's. */
-	bool ok = ob_credcmd_run("kafka_auth.token_command", settings.command, settings.timeout_ms,
-				 NULL, NULL, &out, err, sizeof(err));
+	char err[1024], why[256];
+	bool ok = settings.method == OB_KAFKA_AUTH_AWS_MSK_IAM
+		      ? msk_token(&tok, err, sizeof(err))
+		      : command_token(&tok, err, sizeof(err));
 
 	(void)oauthbearer_config;
 	(void)opaque;
-	if (ok && !ob_credtoken_parse(out, strlen(out), &tok, why, sizeof(why))) {
-		snprintf(err, sizeof(err), "what kafka_auth.token_command printed %s", why);
-		ok = false;
-	}
-	if (ok && rd_kafka_oauthbearer_set_token(
-		      rk, tok.token, ob_now_us() / 1000 + tok.lifetime_ms, tok.principal, NULL, 0,
-		      why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+	if (settings.method == OB_KAFKA_AUTH_COMMAND)
+		now_ms = ob_now_us() / 1000;
+	if (ok && rd_kafka_oauthbearer_set_token(rk, tok.token, now_ms + tok.lifetime_ms,
+						 tok.principal, NULL, 0, why,
+						 sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		snprintf(err, sizeof(err),
-			 "librdkafka refused the token of kafka_auth.token_command: %s", why);
+			 "librdkafka refused the token of kafka_auth.method %s: %s",
+			 ob_kafka_auth_names[settings.method], why);
 		ok = false;
 	}
 	if (!ok) {
@@ -71,17 +107,19 @@ on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 	snprintf(last.err, sizeof(last.err), "%s", ok ? "" : err);
 	pthread_mutex_unlock(&last.lock);
 	ob_credtoken_clear(&tok);
-	ob_credcmd_free(out);
 }
 
 void
 ob_kafkaauth_conf(rd_kafka_conf_t *conf, const ob_config *cfg)
 {
-	if (!cfg->kafka_auth.method_command)
+	if (cfg->kafka_auth.method == OB_KAFKA_AUTH_NONE)
 		return;
 	if (!settings.set) {
+		settings.method = cfg->kafka_auth.method;
 		settings.command = ob_xstrdup(cfg->kafka_auth.token_command);
 		settings.timeout_ms = cfg->kafka_auth.credential_timeout_ms;
+		settings.aws_region = ob_xstrdup(cfg->kafka_auth.aws_region);
+		settings.aws_profile = ob_xstrdup(cfg->kafka_auth.aws_profile);
 		settings.set = true;
 	}
 	rd_kafka_conf_set_oauthbearer_token_refresh_cb(conf, on_refresh);
@@ -106,9 +144,12 @@ bool
 ob_kafkaauth_report(const ob_config *cfg, bool reached, char *buf, size_t size)
 {
 	const char *mech = ob_config_kafka_get(cfg, "sasl.mechanism");
+	const char *source = cfg->kafka_auth.method == OB_KAFKA_AUTH_COMMAND
+				 ? "kafka_auth.token_command"
+				 : "kafka_auth.method aws_msk_iam";
 	bool ok;
 
-	if (!cfg->kafka_auth.method_command) {
+	if (cfg->kafka_auth.method == OB_KAFKA_AUTH_NONE) {
 		snprintf(buf, size,
 			 "kafka_auth.method none: librdkafka's own [kafka] settings (%s)",
 			 mech != NULL ? mech : "no SASL mechanism");
@@ -117,14 +158,12 @@ ob_kafkaauth_report(const ob_config *cfg, bool reached, char *buf, size_t size)
 	pthread_mutex_lock(&last.lock);
 	ok = last.ran && last.ok && reached;
 	if (!last.ran)
-		snprintf(buf, size, "kafka_auth.token_command did not run");
+		snprintf(buf, size, "%s: no token was asked for", source);
 	else if (!last.ok)
 		snprintf(buf, size, "%s", last.err);
 	else
-		snprintf(buf, size,
-			 "kafka_auth.token_command gave a token for %s (lifetime %lld ms) in %lld "
-			 "ms; %s",
-			 last.principal, (long long)last.lifetime_ms, (long long)last.ms,
+		snprintf(buf, size, "%s gave a token for %s (lifetime %lld ms) in %lld ms; %s",
+			 source, last.principal, (long long)last.lifetime_ms, (long long)last.ms,
 			 reached ? "the broker accepted it"
 				 : "no broker took it (see the kafka line)");
 	pthread_mutex_unlock(&last.lock);

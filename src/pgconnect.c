@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "outboxd/awsiam.h"
 #include "outboxd/credcmd.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
@@ -47,13 +48,15 @@ static struct {
 
 /* How the latest attempt's credential came about (for `outboxd check`
  * and the fix of a refused password): whether postgres.password_command
- * ran, and what went wrong with it. */
+ * ran or an RDS IAM token was signed, and what went wrong with it. */
 static struct {
 	bool command;
+	bool aws_iam;
 	bool failed;
 	bool connected; /* the attempt connected */
 	int64_t ms;
-	char err[512];
+	char err[1024];
+	char source[512]; /* aws_iam: what was signed, and with which credentials */
 } cred;
 
 /* libpq's message without the LOCATION lines of a verbose message and
@@ -150,6 +153,7 @@ write_fix(PGconn *conn, ob_pg_refusal refusal)
 	    .sslrootcert = sslrootcert,
 	    .password_given = !PQconnectionNeedsPassword(conn),
 	    .password_command = cred.command,
+	    .aws_iam = cred.aws_iam,
 	};
 
 	if (!unix_socket && hba_address(conn, address, sizeof(address)))
@@ -243,25 +247,92 @@ target_env(const char *conninfo)
 	return env;
 }
 
-/* Run postgres.password_command for a connection to conninfo: *password
- * is what it printed (the caller frees it with ob_credcmd_free()). False
- * (logged) when it failed. */
+/* Run postgres.password_command for a connection to conninfo into
+ * *password; false (cred.err) when it failed. */
 static bool
-command_password(const char *conninfo, const char *command, int timeout_ms, char **password)
+command_password(const char *conninfo, const ob_config *cfg, char **password)
 {
 	char **env = target_env(conninfo);
-	int64_t started = ob_mono_ms();
-
-	cred.command = true;
 	/* The daemon's loop stays alive while the command runs, and a stop
 	 * request ends it. */
-	cred.failed = !ob_credcmd_run("postgres.password_command", command, timeout_ms,
-				      (const char *const *)env, ob_runtime_tick, password, cred.err,
-				      sizeof(cred.err));
-	cred.ms = ob_mono_ms() - started;
+	bool ok = ob_credcmd_run("postgres.password_command", cfg->pg.password_command,
+				 cfg->pg.credential_timeout_ms, (const char *const *)env,
+				 ob_runtime_tick, password, cred.err, sizeof(cred.err));
+
 	for (size_t i = 0; env[i] != NULL; i++)
 		free(env[i]);
 	free(env);
+	return ok;
+}
+
+/* The value libpq uses for keyword when connecting with conninfo: the
+ * conninfo's, else libpq's default (environment, compiled in); "" when
+ * neither. */
+static const char *
+target_value(PQconninfoOption *given, PQconninfoOption *defaults, const char *keyword)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		for (PQconninfoOption *o = pass ? defaults : given; o != NULL && o->keyword; o++) {
+			if (strcmp(o->keyword, keyword) == 0 && o->val != NULL && o->val[0] != '\0')
+				return o->val;
+		}
+	}
+	return "";
+}
+
+/* Sign an RDS IAM token for the host, port and user libpq will connect
+ * to with conninfo into *password; false (cred.err) when there is no
+ * single host, or no credentials or region. */
+static bool
+iam_password(const char *conninfo, const ob_config *cfg, char **password)
+{
+	PQconninfoOption *given = PQconninfoParse(conninfo, NULL), *defaults = PQconndefaults();
+	const char *host = target_value(given, defaults, "host");
+	const char *port = target_value(given, defaults, "port");
+	const char *user = target_value(given, defaults, "user");
+	bool ok = false;
+
+	if (host[0] == '\0')
+		host = target_value(given, defaults, "hostaddr");
+	if (host[0] == '\0' || host[0] == '/' || strchr(host, ',') != NULL ||
+	    strchr(port, ',') != NULL)
+		snprintf(cred.err, sizeof(cred.err),
+			 "postgres.auth aws_iam signs a token for one host and port, and the "
+			 "connection names %s: give the RDS or Aurora endpoint as its only host",
+			 host[0] == '\0' ? "none" : host);
+	else if (ob_awsiam_rds_password("postgres.auth aws_iam", cfg->pg.aws_region,
+					cfg->pg.aws_profile, host, atoi(port), user, time(NULL),
+					password, cred.source, sizeof(cred.source), cred.err,
+					sizeof(cred.err))) {
+		char *what = ob_xasprintf("an RDS IAM token for %s at %s:%s from %s", user, host,
+					  port, cred.source);
+
+		snprintf(cred.source, sizeof(cred.source), "%s", what);
+		free(what);
+		ok = true;
+	}
+	PQconninfoFree(given);
+	PQconninfoFree(defaults);
+	return ok;
+}
+
+/* The password for an attempt to conninfo from postgres.password_command
+ * or postgres.auth = aws_iam, into *password (the caller frees it with
+ * ob_credcmd_free()); NULL, and true, with neither. False (logged) when
+ * it could not be had. */
+static bool
+fetch_password(const char *conninfo, const ob_config *cfg, char **password)
+{
+	int64_t started = ob_mono_ms();
+
+	*password = NULL;
+	cred.command = cfg->pg.password_command[0] != '\0';
+	cred.aws_iam = cfg->pg.aws_iam;
+	if (!cred.command && !cred.aws_iam)
+		return true;
+	cred.failed = cred.aws_iam ? !iam_password(conninfo, cfg, password)
+				   : !command_password(conninfo, cfg, password);
+	cred.ms = ob_mono_ms() - started;
 	if (cred.failed)
 		ob_log(one_shot ? OB_LOG_ERROR : OB_LOG_WARNING,
 		       "could not get a password for postgres: %s%s", cred.err,
@@ -275,13 +346,18 @@ ob_pgconnect_auth(char *buf, size_t size)
 	const char *fix;
 	bool refused = ob_pgconnect_refusal(&fix) == OB_PG_REFUSAL_PASSWORD;
 
-	if (!cred.command) {
+	if (!cred.command && !cred.aws_iam) {
 		snprintf(buf, size, "libpq's own (conninfo, PGPASSWORD, ~/.pgpass or none)%s",
 			 refused ? ": the server refused it" : "");
 		return !refused;
 	}
 	if (cred.failed)
 		snprintf(buf, size, "%s", cred.err);
+	else if (cred.aws_iam)
+		snprintf(buf, size, "postgres.auth aws_iam signed %s%s", cred.source,
+			 cred.connected ? "; the server accepted it"
+			 : refused      ? "; the server refused it"
+					: "; the server was not reached");
 	else
 		snprintf(buf, size, "postgres.password_command gave a password in %lld ms%s",
 			 (long long)cred.ms,
@@ -293,7 +369,7 @@ ob_pgconnect_auth(char *buf, size_t size)
 
 PGconn *
 ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name,
-		  const char *password_command, int credential_timeout_ms)
+		  const ob_config *cfg)
 {
 	/* Defaults first: the settings in conninfo (expanded from "dbname")
 	 * come later and win. A connection attempt gives up after 10 s; a
@@ -304,8 +380,8 @@ ob_pgconnect_open(const char *conninfo, bool replication, const char *applicatio
 	 * always apply; so does client_encoding UTF8 (recode.h), which as a
 	 * startup parameter also wins over PGCLIENTENCODING and a role's or
 	 * database's setting. A password from postgres.password_command,
-	 * which runs before every attempt, comes last and wins over the
-	 * conninfo's. */
+	 * which runs before every attempt, or an RDS IAM token signed for
+	 * every attempt, comes last and wins over the conninfo's. */
 	char *options, *password = NULL;
 	/* clang-format off */
 	const char *keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives_idle",
@@ -318,9 +394,8 @@ ob_pgconnect_open(const char *conninfo, bool replication, const char *applicatio
 	/* clang-format on */
 	PGconn *conn;
 
-	cred.command = cred.connected = false;
-	if (password_command[0] != '\0' &&
-	    !command_password(conninfo, password_command, credential_timeout_ms, &password))
+	cred.connected = false;
+	if (!fetch_password(conninfo, cfg, &password))
 		return NULL;
 	options = session_options(conninfo);
 	values[9] = options;

@@ -154,6 +154,15 @@ ob_pg_refusal_fix(ob_pg_refusal refusal, const ob_pg_refusal_ctx *ctx, char *buf
 			    "it in postgres.conninfo (password=${NAME} keeps it out of the "
 			    "file), in PGPASSWORD or in ~/.pgpass",
 			    role);
+		else if (ctx->aws_iam)
+			snprintf(
+			    buf, size,
+			    "the server rejected the RDS IAM token outboxd signed for role %s "
+			    "(postgres.auth = aws_iam): the role needs GRANT rds_iam TO %s, the "
+			    "AWS identity of the credentials needs rds-db:connect on this "
+			    "database user, the region must be the database's, and the "
+			    "connection must use SSL (sslmode=require or verify-full)",
+			    role, role);
 		else if (ctx->password_command)
 			snprintf(
 			    buf, size,

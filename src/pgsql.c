@@ -35,7 +35,7 @@ ob_pgsql_connect(const ob_config *cfg, ob_pgconn_kind kind, ob_pgconn **out)
 	PGconn *conn = ob_pgconnect_open(
 	    kind == OB_PGCONN_INBOX ? cfg->inbox.conninfo : cfg->pg.conninfo,
 	    kind == OB_PGCONN_REPLICATION, kind == OB_PGCONN_INBOX ? "outboxd-inbox" : "outboxd",
-	    cfg->pg.password_command, cfg->pg.credential_timeout_ms);
+	    cfg);
 
 	*out = NULL;
 	if (conn == NULL)

@@ -47,6 +47,19 @@ typedef enum ob_ce_mode {
 	OB_CE_STRUCTURED,
 } ob_ce_mode;
 
+/* Where librdkafka's OAUTHBEARER tokens come from (kafkaauth.h): its own
+ * [kafka] sasl.* settings, kafka_auth.token_command, or an MSK IAM token
+ * outboxd signs (awsiam.h). */
+typedef enum ob_kafka_auth_method {
+	OB_KAFKA_AUTH_NONE = 0,
+	OB_KAFKA_AUTH_COMMAND,
+	OB_KAFKA_AUTH_AWS_MSK_IAM,
+	OB_KAFKA_AUTH_METHODS
+} ob_kafka_auth_method;
+
+/* The methods' names as kafka_auth.method spells them. */
+extern const char *const ob_kafka_auth_names[OB_KAFKA_AUTH_METHODS];
+
 /* The logical decoding plugin the slot uses (deploy/README.md, "Choosing a decoder"). */
 typedef enum ob_plugin {
 	OB_PLUGIN_WAL2JSON = 0,
@@ -101,6 +114,9 @@ typedef struct ob_config {
 		int standby_retry_ms;
 		char *password_command; /* "" means libpq's own (conninfo, PGPASSWORD, ...) */
 		int credential_timeout_ms;
+		bool aws_iam;      /* auth = aws_iam: the password is an RDS IAM token (awsiam.h) */
+		char *aws_region;  /* "": the environment's or the profile's */
+		char *aws_profile; /* "": the environment's credentials, else AWS_PROFILE */
 	} pg;
 	struct {
 		char *table;      /* as configured: "schema.name" or "name" */
@@ -140,9 +156,11 @@ typedef struct ob_config {
 	ob_kafka_prop *kafka;
 	size_t kafka_len;
 	struct {
-		bool method_command; /* method = command: token_command feeds OAUTHBEARER */
+		ob_kafka_auth_method method; /* where OAUTHBEARER tokens come from (kafkaauth.h) */
 		char *token_command;
 		int credential_timeout_ms;
+		char *aws_region; /* aws_msk_iam: as postgres.aws_region */
+		char *aws_profile;
 	} kafka_auth;
 	struct {
 		char *listen;       /* "" disables the HTTP server */

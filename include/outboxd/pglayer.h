@@ -35,13 +35,15 @@ struct ob_pgconn {
 
 /* Connect to conninfo (a connection string or URI; libpq's environment
  * fills the rest) as a replication connection (replication=database) or a
- * plain one, with outboxd's settings (pgconnect.h). When password_command
- * is not "", it runs first (for at most credential_timeout_ms; credcmd.h)
- * and what it prints is the password. The connection, the caller's to
- * PQfinish(); NULL when the command failed or ob_pgconnect_ok() found the
- * connection failed (logged). */
+ * plain one, with outboxd's settings (pgconnect.h). When
+ * postgres.password_command is set, it runs first (for at most
+ * postgres.credential_timeout_ms; credcmd.h) and what it prints is the
+ * password; with postgres.auth = aws_iam, the password is an RDS IAM
+ * token signed for the connection's host, port and user (awsiam.h). The
+ * connection, the caller's to PQfinish(); NULL when the password could
+ * not be had or ob_pgconnect_ok() found the connection failed (logged). */
 PGconn *ob_pgconnect_open(const char *conninfo, bool replication, const char *application_name,
-			  const char *password_command, int credential_timeout_ms) OB_MUST_CHECK;
+			  const ob_config *cfg) OB_MUST_CHECK;
 
 /* True if conn is connected. When the server itself turned the attempt
  * down, the attempt is repeated once on conn with PQERRORS_VERBOSE

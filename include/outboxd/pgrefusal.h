@@ -49,6 +49,7 @@ typedef struct ob_pg_refusal_ctx {
 	const char *sslrootcert;
 	bool password_given;   /* false: the server asked and there was none */
 	bool password_command; /* the password came from postgres.password_command */
+	bool aws_iam;          /* the password was an RDS IAM token (postgres.auth = aws_iam) */
 } ob_pg_refusal_ctx;
 
 /* The SQLSTATE of the last server error in a libpq connection failure

@@ -112,7 +112,7 @@ test_defaults(void **state)
 	assert_string_equal(cfg.pg.password_command, "");
 	assert_int_equal(cfg.pg.credential_timeout_ms, 10000);
 	/* [kafka_auth] */
-	assert_false(cfg.kafka_auth.method_command);
+	assert_int_equal(cfg.kafka_auth.method, OB_KAFKA_AUTH_NONE);
 	assert_string_equal(cfg.kafka_auth.token_command, "");
 	assert_int_equal(cfg.kafka_auth.credential_timeout_ms, 10000);
 	/* [outbox] */
@@ -279,7 +279,8 @@ static const bad_file_case bad_file_cases[] = {
     {"ms empty", "[postgres]\nstatus_interval_ms =\n", "postgres.status_interval_ms"},
     {"bad on_bad_event", "[outbox]\non_bad_event = drop\n", "outbox.on_bad_event"},
     {"bad log format", "[log]\nformat = xml\n", "log.format"},
-    {"bad kafka_auth method", "[kafka_auth]\nmethod = aws_msk_iam\n", "kafka_auth.method"},
+    {"bad kafka_auth method", "[kafka_auth]\nmethod = aws_iam\n", "kafka_auth.method"},
+    {"bad postgres auth", "[postgres]\nauth = aws_msk_iam\n", "postgres.auth"},
     {"unknown kafka_auth key", "[kafka_auth]\ntoken = x\n", "kafka_auth.token"},
     {"zero credential timeout", "[postgres]\ncredential_timeout_ms = 0\n",
      "postgres.credential_timeout_ms"},
@@ -755,6 +756,24 @@ static const finish_case finish_cases[] = {
      NULL,
      NULL,
      "kafka_auth.token_command is empty"},
+    /* An MSK IAM token feeds it too, and needs no command. */
+    {{"kafka_auth.method=aws_msk_iam", "kafka.sasl.mechanism=OAUTHBEARER"},
+     true,
+     "public",
+     "outbox"},
+    {{"kafka_auth.method=aws_msk_iam", "kafka.sasl.mechanism=AWS_MSK_IAM"},
+     false,
+     NULL,
+     NULL,
+     "kafka_auth.method = aws_msk_iam needs kafka.sasl.mechanism = OAUTHBEARER (it is "
+     "AWS_MSK_IAM)"},
+    /* An RDS IAM token is the password: no command beside it. */
+    {{"postgres.auth=aws_iam", "postgres.aws_region=eu-west-1"}, true, "public", "outbox"},
+    {{"postgres.auth=aws_iam", "postgres.password_command=cat pw"},
+     false,
+     NULL,
+     NULL,
+     "postgres.auth = aws_iam and postgres.password_command both give the password"},
     /* Every problem is reported. */
     {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "postgres.slot"},
     {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "outbox.table"},
