@@ -33,7 +33,7 @@ set -euo pipefail
 BUILD_PACKAGES=(
     build-essential pkg-config meson ninja-build
     libpq-dev librdkafka-dev libjansson-dev libinih-dev libmicrohttpd-dev
-    libsystemd-dev
+    libsystemd-dev libssl-dev
     # tests/meson.build, part of the meson project, needs cmocka to configure
     libcmocka-dev
 )
@@ -50,6 +50,8 @@ PACKAGES=(
     clang-format
     python3-kafka python3-lz4 python3-pytest python3-yaml kcat
     locales openssl
+    # the RDS IAM test: PostgreSQL's pam authentication runs pam_exec
+    libpam-modules
     # the failover test with a real failover manager (test_patroni.py)
     patroni etcd-server
     # fuzzing: clang-14 recommends, but does not pull in, libFuzzer

@@ -109,7 +109,8 @@ from_profile(const char *profile, ob_awscreds *out, char *err, size_t err_len)
 		profile_read p;
 
 		read_profile(profile, config, &p, paths[config], sizeof(paths[config]));
-		if (p.found && p.access_key != NULL && p.secret_key != NULL) {
+		if (p.found && p.access_key != NULL && p.access_key[0] != '\0' &&
+		    p.secret_key != NULL && p.secret_key[0] != '\0') {
 			out->access_key = ob_xstrdup(p.access_key);
 			out->secret_key = ob_xstrdup(p.secret_key);
 			out->session_token = p.session_token ? ob_xstrdup(p.session_token) : NULL;

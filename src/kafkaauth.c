@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ob_build.h"
 #include "outboxd/awsiam.h"
 #include "outboxd/credcmd.h"
 #include "outboxd/kafka.h"
@@ -53,39 +54,58 @@ command_token(ob_credtoken *tok, char *err, size_t err_len)
 	return ok;
 }
 
-/* An MSK IAM token signed now into *tok; false with err. */
+/* An MSK IAM token signed at now into *tok; false with err. */
 static bool
-msk_token(ob_credtoken *tok, char *err, size_t err_len)
+msk_token(time_t now, ob_credtoken *tok, char *err, size_t err_len)
 {
 	char principal[128];
 
 	if (!ob_awsiam_msk("kafka_auth.method aws_msk_iam", settings.aws_region,
-			   settings.aws_profile, time(NULL), &tok->token, principal,
-			   sizeof(principal), err, err_len))
+			   settings.aws_profile, now, &tok->token, principal, sizeof(principal),
+			   err, err_len))
 		return false;
 	tok->principal = ob_xstrdup(principal);
 	tok->lifetime_ms = OB_AWSIAM_EXPIRES * 1000;
 	return true;
 }
 
+#if OB_TEST_HOOKS
+/* Test builds (meson -Dtest_hooks=true): OUTBOXD_TEST_TOKEN_FILE=PATH gets
+ * a line "EXPIRY_MS PRINCIPAL TOKEN" for every token handed to
+ * librdkafka, so a test can check what a broker would be given (the test
+ * broker takes no SASL). */
+static void
+test_hook_token(const ob_credtoken *tok, int64_t expiry_ms)
+{
+	const char *path = getenv("OUTBOXD_TEST_TOKEN_FILE");
+	FILE *f = path != NULL ? fopen(path, "a") : NULL;
+
+	if (f == NULL)
+		return;
+	fprintf(f, "%lld %s %s\n", (long long)expiry_ms, tok->principal, tok->token);
+	fclose(f);
+}
+#endif
+
 /* librdkafka's token refresh callback: get a token as the method says and
  * hand it to librdkafka, or tell it the refresh failed. */
 static void
 on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 {
-	int64_t started = ob_mono_ms();
-	/* Signed in whole seconds: the MSK token's lifetime runs from then. */
-	int64_t now_ms = (int64_t)time(NULL) * 1000;
+	int64_t started = ob_mono_ms(), now_ms;
+	time_t now = time(NULL);
 	ob_credtoken tok = {0};
 	char err[1024], why[256];
 	bool ok = settings.method == OB_KAFKA_AUTH_AWS_MSK_IAM
-		      ? msk_token(&tok, err, sizeof(err))
+		      ? msk_token(now, &tok, err, sizeof(err))
 		      : command_token(&tok, err, sizeof(err));
 
 	(void)oauthbearer_config;
 	(void)opaque;
-	if (settings.method == OB_KAFKA_AUTH_COMMAND)
-		now_ms = ob_now_us() / 1000;
+	/* An MSK token lives from its signing second; a command's token from
+	 * when the command printed it. */
+	now_ms =
+	    settings.method == OB_KAFKA_AUTH_AWS_MSK_IAM ? (int64_t)now * 1000 : ob_now_us() / 1000;
 	if (ok && rd_kafka_oauthbearer_set_token(rk, tok.token, now_ms + tok.lifetime_ms,
 						 tok.principal, NULL, 0, why,
 						 sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -94,6 +114,10 @@ on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 			 ob_kafka_auth_names[settings.method], why);
 		ok = false;
 	}
+#if OB_TEST_HOOKS
+	if (ok)
+		test_hook_token(&tok, now_ms + tok.lifetime_ms);
+#endif
 	if (!ok) {
 		ob_warn("could not get a kafka token: %s; retrying in 10 s", err);
 		rd_kafka_oauthbearer_set_token_failure(rk, err);

@@ -437,7 +437,8 @@ ob_pgconnect_ok(PGconn *conn)
 	}
 
 	clean_message(PQerrorMessage(conn), msg, sizeof(msg));
-	refusal = ob_pg_refusal_classify(msg, PQconnectionNeedsPassword(conn));
+	refusal = ob_pg_refusal_classify(msg, PQconnectionNeedsPassword(conn),
+					 PQconnectionUsedPassword(conn));
 	if (refusal == OB_PG_REFUSAL_NONE && !one_shot) {
 		/* A server away (restarting, failing over): the daemon retries,
 		 * and /readyz says connecting meanwhile. */

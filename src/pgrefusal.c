@@ -47,15 +47,19 @@ ob_pg_refusal_sqlstate(const char *message, char state[6])
 }
 
 ob_pg_refusal
-ob_pg_refusal_classify(const char *message, bool password_needed)
+ob_pg_refusal_classify(const char *message, bool password_needed, bool password_sent)
 {
 	char state[6];
 
 	if (password_needed)
 		return OB_PG_REFUSAL_PASSWORD;
 	if (ob_pg_refusal_sqlstate(message, state)) {
+		/* PAM, LDAP, RADIUS and BSD authentication ask for the password
+		 * and refuse it with 28000, not 28P01 (an RDS IAM token that
+		 * RDS's PAM turns down too): once a password went, it was the
+		 * password. */
 		if (ob_sqlstate_is(state, OB_SQLSTATE_INVALID_AUTHORIZATION))
-			return OB_PG_REFUSAL_PG_HBA;
+			return password_sent ? OB_PG_REFUSAL_PASSWORD : OB_PG_REFUSAL_PG_HBA;
 		if (ob_sqlstate_is(state, OB_SQLSTATE_INVALID_PASSWORD))
 			return OB_PG_REFUSAL_PASSWORD;
 		if (ob_sqlstate_is(state, OB_SQLSTATE_INSUFFICIENT_PRIVILEGE))

@@ -52,7 +52,7 @@ BUILD="$ROOT/build"
 BUILD_FUZZ="$ROOT/build-fuzz"
 BUILD_ASAN="$ROOT/build-asan"
 PY=/usr/bin/python3
-FUZZ_TARGETS=(wal2json jsontext config pgoutput)
+FUZZ_TARGETS=(wal2json jsontext config pgoutput awsiam)
 FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-12}
 
 # Starts a section, saying how long the run has taken so far.

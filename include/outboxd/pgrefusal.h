@@ -57,10 +57,11 @@ typedef struct ob_pg_refusal_ctx {
  * copied into state. False when the message has none. */
 bool ob_pg_refusal_sqlstate(const char *message, char state[6]) OB_MUST_CHECK;
 
-/* Classify a failed connection from libpq's message and
- * PQconnectionNeedsPassword(). OB_PG_REFUSAL_NONE for every failure that
- * is not a refusal. */
-ob_pg_refusal ob_pg_refusal_classify(const char *message, bool password_needed);
+/* Classify a failed connection from libpq's message,
+ * PQconnectionNeedsPassword() and PQconnectionUsedPassword() (the server
+ * asked for a password, and got one). OB_PG_REFUSAL_NONE for every
+ * failure that is not a refusal. */
+ob_pg_refusal ob_pg_refusal_classify(const char *message, bool password_needed, bool password_sent);
 
 /* The reason's label for /metrics and `check`: "pg_hba", "password",
  * "privilege" or "tls" ("" for OB_PG_REFUSAL_NONE). */

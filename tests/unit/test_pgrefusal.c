@@ -19,6 +19,7 @@ typedef struct classify_case {
 	const char *message; /* as libpq 15 writes it with PQERRORS_VERBOSE */
 	bool password_needed;
 	ob_pg_refusal expected;
+	bool password_sent; /* the server asked for a password and got one */
 } classify_case;
 
 static const classify_case classify_cases[] = {
@@ -54,6 +55,13 @@ static const classify_case classify_cases[] = {
     /* A server error naming a certificate is judged by its SQLSTATE. */
     {AT "FATAL:  28000: certificate authentication failed for user \"ob\"\n", false,
      OB_PG_REFUSAL_PG_HBA},
+    /* PAM (RDS's IAM authentication among them), LDAP and RADIUS refuse a
+     * password with 28000: once the server asked for it and got it, the
+     * password was refused, in any language. */
+    {AT "FATAL:  28000: PAM authentication failed for user \"ob\"\n", false, OB_PG_REFUSAL_PASSWORD,
+     true},
+    {AT "FATAL:  28000: LDAP-Authentifizierung für Benutzer »ob« fehlgeschlagen\n", false,
+     OB_PG_REFUSAL_PASSWORD, true},
     /* No password at hand (PQconnectionNeedsPassword). */
     {AT "fe_sendauth: no password supplied\n", true, OB_PG_REFUSAL_PASSWORD},
     /* libpq's own TLS failures. */
@@ -82,7 +90,8 @@ test_classify_table(void **state)
 	(void)state;
 	for (size_t i = 0; i < OB_ARRAY_LEN(classify_cases); i++) {
 		const classify_case *c = &classify_cases[i];
-		ob_pg_refusal got = ob_pg_refusal_classify(c->message, c->password_needed);
+		ob_pg_refusal got =
+		    ob_pg_refusal_classify(c->message, c->password_needed, c->password_sent);
 
 		if (got != c->expected)
 			fail_msg("case %zu: \"%s\" is \"%s\", expected \"%s\"", i, c->message,
