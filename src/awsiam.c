@@ -4,7 +4,6 @@
  */
 #include "outboxd/awsiam.h"
 
-#include <ini.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 #include "ob_build.h"
 #include "outboxd/credcmd.h"
+#include "outboxd/inifile.h"
 #include "outboxd/sigv4.h"
 
 /* What one profile of one file holds. */
@@ -95,7 +95,7 @@ read_profile(const char *profile, bool config, profile_read *p, char *path, size
 	shared_file(config ? "AWS_CONFIG_FILE" : "AWS_SHARED_CREDENTIALS_FILE",
 		    config ? "config" : "credentials", path, path_len);
 	if (path[0] != '\0')
-		(void)ini_parse(path, on_profile_key, p); /* a line it cannot read is skipped */
+		(void)ob_ini_parse(path, on_profile_key, p); /* a line it cannot read is skipped */
 	p->section = NULL;
 }
 
@@ -325,7 +325,8 @@ ob_awsiam_rds_password(const char *setting, const char *region_set, const char *
 
 bool
 ob_awsiam_msk(const char *setting, const char *region_set, const char *profile, time_t now,
-	      char **token, char *principal, size_t principal_len, char *err, size_t err_len)
+	      char **token, char *principal, size_t principal_len, char *source, size_t source_len,
+	      char *err, size_t err_len)
 {
 	ob_awscreds c;
 	char region[64];
@@ -335,6 +336,7 @@ ob_awsiam_msk(const char *setting, const char *region_set, const char *profile, 
 		return false;
 	*token = ob_awsiam_msk_token(&c, region, now);
 	snprintf(principal, principal_len, "%s", c.access_key);
+	snprintf(source, source_len, "%s, region %s", c.source, region);
 	ob_awscreds_clear(&c);
 	return true;
 }

@@ -8,6 +8,7 @@
  * `outboxd inbox` are named again in inbox_defaults[].
  */
 #include "outboxd/config.h"
+#include "outboxd/inifile.h"
 #include "outboxd/topic.h"
 
 #include <errno.h>
@@ -537,7 +538,7 @@ static bool
 load_file(ob_config *cfg, const char *path, const char *const *overrides, size_t n)
 {
 	ini_state st = {cfg, path, overrides, n, true};
-	int rc = ini_parse(path, on_ini_entry, &st);
+	int rc = ob_ini_parse(path, on_ini_entry, &st);
 
 	if (rc < 0) {
 		ob_error("could not read configuration file %s: %s", path, strerror(errno));

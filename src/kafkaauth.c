@@ -33,6 +33,7 @@ static struct {
 	bool ok;
 	int64_t ms, lifetime_ms;
 	char principal[128];
+	char from[512]; /* aws_msk_iam: " from SOURCE, region R" */
 	char err[1024];
 } last = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -54,16 +55,18 @@ command_token(ob_credtoken *tok, char *err, size_t err_len)
 	return ok;
 }
 
-/* An MSK IAM token signed at now into *tok; false with err. */
+/* An MSK IAM token signed at now into *tok, and where its credentials
+ * came from into from; false with err. */
 static bool
-msk_token(time_t now, ob_credtoken *tok, char *err, size_t err_len)
+msk_token(time_t now, ob_credtoken *tok, char *from, size_t from_len, char *err, size_t err_len)
 {
-	char principal[128];
+	char principal[128], source[384];
 
 	if (!ob_awsiam_msk("kafka_auth.method aws_msk_iam", settings.aws_region,
 			   settings.aws_profile, now, &tok->token, principal, sizeof(principal),
-			   err, err_len))
+			   source, sizeof(source), err, err_len))
 		return false;
+	snprintf(from, from_len, " from %s", source);
 	tok->principal = ob_xstrdup(principal);
 	tok->lifetime_ms = OB_AWSIAM_EXPIRES * 1000;
 	return true;
@@ -95,9 +98,9 @@ on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 	int64_t started = ob_mono_ms(), now_ms;
 	time_t now = time(NULL);
 	ob_credtoken tok = {0};
-	char err[1024], why[256];
+	char err[1024], why[256], from[512] = "";
 	bool ok = settings.method == OB_KAFKA_AUTH_AWS_MSK_IAM
-		      ? msk_token(now, &tok, err, sizeof(err))
+		      ? msk_token(now, &tok, from, sizeof(from), err, sizeof(err))
 		      : command_token(&tok, err, sizeof(err));
 
 	(void)oauthbearer_config;
@@ -128,6 +131,7 @@ on_refresh(rd_kafka_t *rk, const char *oauthbearer_config, void *opaque)
 	last.ms = ob_mono_ms() - started;
 	last.lifetime_ms = tok.lifetime_ms;
 	snprintf(last.principal, sizeof(last.principal), "%s", ok ? tok.principal : "");
+	snprintf(last.from, sizeof(last.from), "%s", from);
 	snprintf(last.err, sizeof(last.err), "%s", ok ? "" : err);
 	pthread_mutex_unlock(&last.lock);
 	ob_credtoken_clear(&tok);
@@ -186,10 +190,10 @@ ob_kafkaauth_report(const ob_config *cfg, bool reached, char *buf, size_t size)
 	else if (!last.ok)
 		snprintf(buf, size, "%s", last.err);
 	else
-		snprintf(buf, size, "%s gave a token for %s (lifetime %lld ms) in %lld ms; %s",
-			 source, last.principal, (long long)last.lifetime_ms, (long long)last.ms,
-			 reached ? "the broker accepted it"
-				 : "no broker took it (see the kafka line)");
+		snprintf(
+		    buf, size, "%s gave a token for %s (lifetime %lld ms) in %lld ms%s; %s", source,
+		    last.principal, (long long)last.lifetime_ms, (long long)last.ms, last.from,
+		    reached ? "the broker accepted it" : "no broker took it (see the kafka line)");
 	pthread_mutex_unlock(&last.lock);
 	return ok;
 }

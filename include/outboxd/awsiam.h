@@ -71,9 +71,9 @@ char *ob_awsiam_msk_token(const ob_awscreds *c, const char *region, time_t now);
 
 /* Load the credentials and region of a section's aws_region and
  * aws_profile settings (region_set, profile), then sign one token at now:
- * the RDS token for user at host:port, with *source saying where the
- * credentials came from; or the MSK token, with principal the access key
- * id (librdkafka wants one; MSK takes the identity from the signature).
+ * the RDS token for user at host:port, or the MSK token, with principal
+ * the access key id (librdkafka wants one; MSK takes the identity from the
+ * signature). source gets where the credentials came from and the region.
  * False with err, which starts with setting (the key that asked for the
  * token), when credentials or region are missing or refused. */
 bool ob_awsiam_rds_password(const char *setting, const char *region_set, const char *profile,
@@ -81,7 +81,7 @@ bool ob_awsiam_rds_password(const char *setting, const char *region_set, const c
 			    char *source, size_t source_len, char *err,
 			    size_t err_len) OB_MUST_CHECK;
 bool ob_awsiam_msk(const char *setting, const char *region_set, const char *profile, time_t now,
-		   char **token, char *principal, size_t principal_len, char *err,
-		   size_t err_len) OB_MUST_CHECK;
+		   char **token, char *principal, size_t principal_len, char *source,
+		   size_t source_len, char *err, size_t err_len) OB_MUST_CHECK;
 
 #endif

@@ -315,8 +315,9 @@ def test_msk_iam_token_handed_to_librdkafka(pg, broker, outboxd_factory,
     # The test broker takes no SASL: the token is made, never accepted.
     assert len(auth) == 1 and not auth[0][1], (out, err)
     assert re.match(r"kafka_auth\.method aws_msk_iam gave a token for AKIDMSK "
-                    r"\(lifetime 900000 ms\) in \d+ ms; no broker took it",
-                    auth[0][2]), auth
+                    r"\(lifetime 900000 ms\) in \d+ ms from the environment "
+                    r"\(AWS_ACCESS_KEY_ID\), region eu-central-1; no broker "
+                    r"took it", auth[0][2]), auth
     assert d.running(), d.log_tail()
     assert "could not get a kafka token" not in d.log_text()
     assert d.stop() == 0, d.log_tail()

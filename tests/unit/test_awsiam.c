@@ -29,7 +29,15 @@
 #include "outboxd/awsiam.h"
 #include "outboxd/credcmd.h"
 
-#define MOMENT   ((time_t)1478540373) /* 2016-11-07T17:39:33Z */
+#define MOMENT ((time_t)1478540373) /* 2016-11-07T17:39:33Z */
+/* A session token as long as STS gives (they run to 1,000 characters and
+ * more): past the 199 characters inih reads of a line. */
+#define TOKEN_97                                                                                   \
+	"IQoJb3JpZ2luX2VjEJr//////////"                                                            \
+	"wEaCXVzLWVhc3QtMSJHMEUCIQDx0123456789abcdefghijklmnopqrstuvwxyzABCDE"
+#define LONG_TOKEN                                                                                 \
+	TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97 TOKEN_97  \
+	    TOKEN_97 TOKEN_97
 #define RDS_HOST "prod-instance.us-east-1.rds.amazonaws.com"
 #define CREDENTIAL(service)                                                                        \
 	"X-Amz-Credential=akid%2F20161107%2Fus-east-1%2F" service "%2Faws4_request"
@@ -163,7 +171,9 @@ setup_home(void **state)
 		   "[default]\naws_access_key_id = DEFKEY\n"
 		   "aws_secret_access_key = defsecret\n"
 		   "[prod]\naws_access_key_id=PRODKEY\naws_secret_access_key=prodsecret\n"
-		   "aws_session_token = prodtoken\n");
+		   "aws_session_token = prodtoken\n"
+		   "[long]\naws_access_key_id = LONGKEY\naws_secret_access_key = ls\n"
+		   "aws_session_token = " LONG_TOKEN "\n");
 	write_file("config", "[default]\nregion = eu-west-1\n"
 			     "[profile cfgonly]\naws_access_key_id = CFGKEY\n"
 			     "aws_secret_access_key = cfgsecret\nregion = ap-south-1\n"
@@ -218,6 +228,7 @@ test_credential_sources(void **state)
 	(void)state;
 	expect_creds("", "DEFKEY", NULL, NULL);
 	expect_creds("prod", "PRODKEY", "prodtoken", NULL);
+	expect_creds("long", "LONGKEY", LONG_TOKEN, NULL);
 	expect_creds("cfgonly", "CFGKEY", NULL, NULL); /* [profile cfgonly] of config */
 	expect_creds("assumed", NULL, NULL, "gets its credentials through role_arn");
 	expect_creds("nosuch", NULL, NULL, "profile nosuch has no aws_access_key_id");
