@@ -42,6 +42,11 @@
  *                                   partition p led by broker p mod N + 1)
  *     topicerr <name> <err>         make Metadata report err for the topic
  *                                   (0 clears it)
+ *     apiversion <apikey> <min> <max>
+ *                                   the versions of ApiKey the brokers
+ *                                   offer from now on (JoinGroup=11 2 9
+ *                                   is Apache Kafka 4.0.0: no JoinGroup v0
+ *                                   or v1, KIP-896)
  *     quit                          exit
  *
  * Unlike librdkafka's mock cluster alone, the broker checks idempotent
@@ -398,6 +403,16 @@ run_command(struct broker_state *st, char *line)
 		}
 		rd_kafka_mock_topic_set_error(st->mcluster, argv[1], err);
 		reply("ok");
+	} else if (strcmp(argv[0], "apiversion") == 0 && argc == 4) {
+		long min, max;
+
+		if (!parse_int(argv[1], 0, 32767, &n) || !parse_int(argv[2], 0, 32767, &min) ||
+		    !parse_int(argv[3], min, 32767, &max)) {
+			reply("err bad apikey or versions");
+			return true;
+		}
+		reply_result(rd_kafka_mock_set_apiversion(st->mcluster, (int16_t)n, (int16_t)min,
+							  (int16_t)max));
 	} else {
 		reply("err unknown command or wrong arguments: %s", argv[0]);
 	}

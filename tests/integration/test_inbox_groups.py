@@ -9,10 +9,13 @@ and skipping nothing."""
 
 import re
 
+import pytest
+
 import harness
-from conftest import OUTBOXD_BIN
+from conftest import BROKER_BIN, OUTBOXD_BIN
 from harness import wait_until
-from test_inbox import INBOX_SQL, Feed, inbox_env
+from test_inbox import (INBOX_SQL, Feed, InboxEnv, assert_exactly_once,
+                        inbox_env)
 
 assert inbox_env  # a fixture, used by name
 
@@ -113,3 +116,38 @@ def test_default_group_takes_over_the_old_default_groups_positions(
     env.group = "outboxd-inbox"
     assert env.stored() == old_stored
     assert d.running(), d.log_tail()
+
+
+@pytest.fixture(scope="module")
+def broker_without_joingroup_v0(tmp_path_factory):
+    """A broker that offers JoinGroup v2 to v9 only, as Apache Kafka 4.0.0
+    does (KIP-896 removed v0 and v1; 4.0.1 and 4.1.0 brought them back,
+    KAFKA-19444)."""
+    logdir = tmp_path_factory.mktemp("broker-kafka-4.0.0")
+    b = harness.MockBroker(BROKER_BIN, brokers=1,
+                           logfile=str(logdir / "ob-mockbroker.log"))
+    try:
+        assert b.cmd("apiversion 11 2 9") == "ok"
+        yield b
+    finally:
+        b.stop()
+
+
+def test_inbox_joins_a_broker_without_joingroup_v0(
+        pg, broker_without_joingroup_v0, test_id, tmp_path):
+    """librdkafka before 2.11 (Debian 12's 2.0.2 among them) counts a
+    broker without JoinGroup v0 as one without balanced consumer groups
+    (with debug=feature it logs "Disabling feature BrokerBalancedConsumer"),
+    yet its consumer joins the group with JoinGroup v2 and later all the
+    same: `outboxd inbox` is assigned the topic's partitions and stores
+    every record once. (Kerberos is what breaks there: its feature needs
+    JoinGroup v0 too; deploy/README.md, "Kafka versions".)"""
+    env = InboxEnv(pg, broker_without_joingroup_v0, test_id, tmp_path)
+    try:
+        feed = Feed(broker_without_joingroup_v0, env.topic)
+        ids = feed.events(50)
+        feed.flush()
+        env.start()
+        assert_exactly_once(env, ids)
+    finally:
+        env.stop_all()
