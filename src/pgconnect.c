@@ -437,7 +437,9 @@ ob_pgconnect_ok(PGconn *conn)
 	}
 
 	clean_message(PQerrorMessage(conn), msg, sizeof(msg));
-	refusal = ob_pg_refusal_classify(msg, PQconnectionNeedsPassword(conn),
+	/* With its LOCATION lines, which tell an error raised after
+	 * authentication from a refused password. */
+	refusal = ob_pg_refusal_classify(PQerrorMessage(conn), PQconnectionNeedsPassword(conn),
 					 PQconnectionUsedPassword(conn));
 	if (refusal == OB_PG_REFUSAL_NONE && !one_shot) {
 		/* A server away (restarting, failing over): the daemon retries,
