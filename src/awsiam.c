@@ -4,7 +4,9 @@
  */
 #include "outboxd/awsiam.h"
 
+#include <ctype.h>
 #include <openssl/evp.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +19,10 @@
 /* What one profile of one file holds. */
 typedef struct profile_read {
 	const char *section; /* the section that is the profile */
+	bool config;         /* the config file, not the credentials file */
 	bool found;
 	char *access_key, *secret_key, *session_token, *region;
+	char *security_token; /* the older name of aws_session_token */
 	char remote[32]; /* a key that needs a call to AWS, "" when none */
 } profile_read;
 
@@ -28,6 +32,7 @@ profile_read_clear(profile_read *p)
 	ob_credcmd_free(p->access_key);
 	ob_credcmd_free(p->secret_key);
 	ob_credcmd_free(p->session_token);
+	ob_credcmd_free(p->security_token);
 	free(p->region);
 }
 
@@ -46,19 +51,26 @@ on_profile_key(void *user, const char *section, const char *name, const char *va
 					     "sso_account_id", "web_identity_token_file"};
 	profile_read *p = user;
 
-	if (strcmp(section, p->section) != 0)
+	/* The config file's default profile is [default] or [profile default],
+	 * as botocore reads it. */
+	if (strcmp(section, p->section) != 0 &&
+	    !(strcmp(p->section, "default") == 0 && p->config &&
+	      strcmp(section, "profile default") == 0))
 		return 1;
 	p->found = true;
-	if (strcmp(name, "aws_access_key_id") == 0)
+	/* Option names in any case, as botocore (configparser) reads them. */
+	if (strcasecmp(name, "aws_access_key_id") == 0)
 		keep(&p->access_key, value);
-	else if (strcmp(name, "aws_secret_access_key") == 0)
+	else if (strcasecmp(name, "aws_secret_access_key") == 0)
 		keep(&p->secret_key, value);
-	else if (strcmp(name, "aws_session_token") == 0)
+	else if (strcasecmp(name, "aws_session_token") == 0)
 		keep(&p->session_token, value);
-	else if (strcmp(name, "region") == 0)
+	else if (strcasecmp(name, "aws_security_token") == 0)
+		keep(&p->security_token, value);
+	else if (strcasecmp(name, "region") == 0)
 		keep(&p->region, value);
 	for (size_t i = 0; i < OB_ARRAY_LEN(remote); i++) {
-		if (strcmp(name, remote[i]) == 0 && p->remote[0] == '\0')
+		if (strcasecmp(name, remote[i]) == 0 && p->remote[0] == '\0')
 			snprintf(p->remote, sizeof(p->remote), "%s", remote[i]);
 	}
 	return 1;
@@ -92,6 +104,7 @@ read_profile(const char *profile, bool config, profile_read *p, char *path, size
 	else
 		snprintf(section, sizeof(section), "%s", profile);
 	p->section = section;
+	p->config = config;
 	shared_file(config ? "AWS_CONFIG_FILE" : "AWS_SHARED_CREDENTIALS_FILE",
 		    config ? "config" : "credentials", path, path_len);
 	if (path[0] != '\0')
@@ -113,7 +126,12 @@ from_profile(const char *profile, ob_awscreds *out, char *err, size_t err_len)
 		    p.secret_key != NULL && p.secret_key[0] != '\0') {
 			out->access_key = ob_xstrdup(p.access_key);
 			out->secret_key = ob_xstrdup(p.secret_key);
-			out->session_token = p.session_token ? ob_xstrdup(p.session_token) : NULL;
+			/* aws_session_token, else the older aws_security_token */
+			const char *token =
+			    p.session_token != NULL ? p.session_token : p.security_token;
+
+			out->session_token =
+			    token != NULL && token[0] != '\0' ? ob_xstrdup(token) : NULL;
 			snprintf(out->source, sizeof(out->source), "profile %s of %s", profile,
 				 paths[config]);
 			ok = true;
@@ -145,6 +163,9 @@ ob_awscreds_load(const char *profile, ob_awscreds *out, char *err, size_t err_le
 {
 	const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
 	const char *token = getenv("AWS_SESSION_TOKEN"), *named = getenv("AWS_PROFILE");
+
+	if (token == NULL || token[0] == '\0')
+		token = getenv("AWS_SECURITY_TOKEN"); /* the older name */
 
 	memset(out, 0, sizeof(*out));
 	if (profile[0] != '\0')
@@ -215,8 +236,8 @@ static char *
 presign(const ob_awscreds *c, const char *region, const char *service, const char *host,
 	const ob_sigv4_pair *extra, size_t extra_len, time_t now)
 {
-	char date[17], *credential;
-	ob_sigv4_pair query[8], header = {"host", host};
+	char date[17], *credential, *signed_host = ob_xstrdup(host);
+	ob_sigv4_pair query[8], header = {"host", signed_host};
 	size_t n = 0;
 	ob_sigv4_result r;
 	ob_sigv4_request req = {
@@ -233,6 +254,10 @@ presign(const ob_awscreds *c, const char *region, const char *service, const cha
 	};
 	char *url;
 
+	/* The host header as AWS's SDKs sign it: a host name is lower case
+	 * (botocore takes urllib's hostname); the URL keeps it as given. */
+	for (char *h = signed_host; *h; h++)
+		*h = (char)tolower((unsigned char)*h);
 	ob_sigv4_amz_date(now, date);
 	credential =
 	    ob_xasprintf("%s/%.8s/%s/%s/aws4_request", c->access_key, date, region, service);
@@ -252,6 +277,7 @@ presign(const ob_awscreds *c, const char *region, const char *service, const cha
 	explicit_bzero(r.canonical_request, strlen(r.canonical_request));
 	ob_sigv4_result_clear(&r);
 	free(credential);
+	free(signed_host);
 	return url;
 }
 

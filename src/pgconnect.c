@@ -290,11 +290,24 @@ iam_password(const char *conninfo, const ob_config *cfg, char **password)
 	const char *host = target_value(given, defaults, "host");
 	const char *port = target_value(given, defaults, "port");
 	const char *user = target_value(given, defaults, "user");
+
+	const char *service = target_value(given, NULL, "service");
 	bool ok = false;
 
 	if (host[0] == '\0')
 		host = target_value(given, defaults, "hostaddr");
-	if (host[0] == '\0' || host[0] == '/' || strchr(host, ',') != NULL ||
+	/* libpq takes a service's host, port and user from pg_service.conf,
+	 * which it reads for no caller: the token would be signed for another
+	 * target than libpq connects to. (PGSERVICE is read by
+	 * PQconndefaults() as libpq reads it.) */
+	if (service[0] != '\0')
+		snprintf(cred.err, sizeof(cred.err),
+			 "postgres.auth aws_iam signs a token for the host, port and user of the "
+			 "conninfo and the environment (PGHOST, PGPORT, PGUSER), and the conninfo "
+			 "names service=%s, whose pg_service.conf outboxd cannot read as libpq "
+			 "does: give host, port and user in the conninfo",
+			 service);
+	else if (host[0] == '\0' || host[0] == '/' || strchr(host, ',') != NULL ||
 	    strchr(port, ',') != NULL)
 		snprintf(cred.err, sizeof(cred.err),
 			 "postgres.auth aws_iam signs a token for one host and port, and the "
@@ -437,7 +450,9 @@ ob_pgconnect_ok(PGconn *conn)
 	}
 
 	clean_message(PQerrorMessage(conn), msg, sizeof(msg));
-	refusal = ob_pg_refusal_classify(msg, PQconnectionNeedsPassword(conn),
+	/* With its LOCATION lines, which tell an error raised after
+	 * authentication from a refused password. */
+	refusal = ob_pg_refusal_classify(PQerrorMessage(conn), PQconnectionNeedsPassword(conn),
 					 PQconnectionUsedPassword(conn));
 	if (refusal == OB_PG_REFUSAL_NONE && !one_shot) {
 		/* A server away (restarting, failing over): the daemon retries,

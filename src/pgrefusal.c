@@ -57,9 +57,15 @@ ob_pg_refusal_classify(const char *message, bool password_needed, bool password_
 		/* PAM, LDAP, RADIUS and BSD authentication ask for the password
 		 * and refuse it with 28000, not 28P01 (an RDS IAM token that
 		 * RDS's PAM turns down too): once a password went, it was the
-		 * password. */
+		 * password. Not when the server raised it after authentication,
+		 * in InitializeSessionUserId (a role that may not log in or does
+		 * not exist, its password right): a verbose message names the
+		 * function, which is never translated. */
 		if (ob_sqlstate_is(state, OB_SQLSTATE_INVALID_AUTHORIZATION))
-			return password_sent ? OB_PG_REFUSAL_PASSWORD : OB_PG_REFUSAL_PG_HBA;
+			return password_sent &&
+				       strstr(message, "LOCATION:  InitializeSessionUserId") == NULL
+				   ? OB_PG_REFUSAL_PASSWORD
+				   : OB_PG_REFUSAL_PG_HBA;
 		if (ob_sqlstate_is(state, OB_SQLSTATE_INVALID_PASSWORD))
 			return OB_PG_REFUSAL_PASSWORD;
 		if (ob_sqlstate_is(state, OB_SQLSTATE_INSUFFICIENT_PRIVILEGE))

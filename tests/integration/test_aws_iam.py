@@ -341,3 +341,36 @@ def test_msk_iam_without_credentials_is_logged_and_asked_again(
     assert d.running(), d.log_tail()
     assert count_lines(env["OUTBOXD_TEST_TOKEN_FILE"]) == 0
     assert d.stop() == 0, d.log_tail()
+
+
+def test_service_file_conninfo_is_refused_not_signed_for_another_target(
+        iam_pg, broker, outboxd_factory, test_id, tmp_path):
+    """conninfo = service=NAME: libpq takes host, port and user from
+    pg_service.conf, which PQconninfoParse() and PQconndefaults() do not
+    read for a service named in the conninfo. outboxd must not sign a
+    token for another target than libpq connects to (here the
+    environment's PGHOST and the OS user, while libpq connects as the
+    service's user): it says it cannot, naming the service, and asks the
+    server nothing."""
+    cluster = iam_pg.cluster
+    creds = str(tmp_path / "credentials")
+    env = iam_env(tmp_path, creds)
+    write_credentials(creds, "AKIDSVC", "secret-svc")
+    iam_pg.set_keys({"AKIDSVC": "secret-svc"})
+    svc = str(tmp_path / "pg_service.conf")
+    with open(svc, "w") as f:
+        f.write("[iamsvc]\nhost=127.0.0.1\nport=%d\nuser=%s\n"
+                % (cluster.port, ROLE))
+    env.update({"PGSERVICEFILE": svc, "PGHOST": "127.0.0.1",
+                "PGPORT": str(cluster.port)})
+    port = free_port()
+    d = outboxd_factory(iam_overrides(cluster, port, test_id,
+                                      conninfo="service=iamsvc "
+                                               "dbname=postgres"), env=env)
+    before = count_lines(iam_pg.log_path)
+    pat = (r"could not get a password for postgres: postgres\.auth aws_iam "
+           r"[^;]*service=iamsvc[^;]*; retrying")
+    wait_until(lambda: len(re.findall(pat, d.log_text())) >= 2, 30, 0.2,
+               "outboxd says it cannot sign for a service:\n" + d.log_tail())
+    assert count_lines(iam_pg.log_path) == before
+    assert d.stop() == 0, d.log_tail()

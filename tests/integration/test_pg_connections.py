@@ -84,6 +84,7 @@ PG_HBA = """local all all trust
 host all postgres 127.0.0.1/32 trust
 host all ob_norepl 127.0.0.1/32 scram-sha-256
 host all ob_pw 127.0.0.1/32 scram-sha-256
+host all ob_nologin 127.0.0.1/32 scram-sha-256
 """
 
 
@@ -244,6 +245,15 @@ REFUSALS = [
             "user=ob_pw password=wrong-pw", "password",
             'ALTER ROLE "ob_pw" PASSWORD',
             lambda e: e.cluster.sql("ALTER ROLE ob_pw PASSWORD 'wrong-pw'")),
+    # The right password of a NOLOGIN role: the server refuses it with
+    # 28000 after the password was checked; no password to fix.
+    Refusal("role-without-login",
+            ("CREATE ROLE ob_nologin NOLOGIN REPLICATION PASSWORD 'nl-pw'",
+             "GRANT SELECT ON public.outbox TO ob_nologin",
+             "GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO ob_nologin"),
+            "user=ob_nologin password=nl-pw", "pg_hba",
+            "or the role does not exist or may not log in",
+            lambda e: e.cluster.sql("ALTER ROLE ob_nologin LOGIN")),
     Refusal("no-pg-hba-line",
             ("CREATE ROLE ob_nohba LOGIN REPLICATION",
              "GRANT SELECT ON public.outbox TO ob_nohba",

@@ -79,6 +79,27 @@ test_rds_token(void **state)
 	ob_credcmd_free(t);
 }
 
+/* The host of the signed "host" header is lower case, as botocore (and
+ * so `aws rds generate-db-auth-token`) signs it: urllib's hostname is
+ * lower case; the token's prefix keeps the host as written. What botocore
+ * 1.43 gives for Orders.ABC.eu-west-1.RDS.amazonaws.com at the moment. */
+static void
+test_rds_token_host_in_upper_case(void **state)
+{
+	ob_awscreds c = creds(NULL);
+	char *t = ob_awsiam_rds_token(&c, "us-east-1", "Orders.ABC.eu-west-1.RDS.amazonaws.com",
+				      5432, "bob", MOMENT);
+
+	(void)state;
+	assert_string_equal(t, "Orders.ABC.eu-west-1.RDS.amazonaws.com:5432/?Action=connect&"
+			       "DBUser=bob&X-Amz-Algorithm=AWS4-HMAC-SHA256&" CREDENTIAL(
+				   "rds-db") "&X-Amz-Date=20161107T173933Z&X-Amz-Expires=900&"
+					     "X-Amz-SignedHeaders=host&X-Amz-Signature="
+					     "868950eab069dac36b230757f8d509a493c98a62195e814eb"
+					     "63254ec4cc40e4a");
+	ob_credcmd_free(t);
+}
+
 /* The MSK token decoded: only base64url characters, no padding. */
 static char *
 decode_msk(const char *token)
@@ -162,7 +183,7 @@ setup_home(void **state)
 	setenv("HOME", home, 1);
 	for (const char *const *v =
 		 (const char *const[]){"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-				       "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+				       "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_REGION",
 				       "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
 				       "AWS_SHARED_CREDENTIALS_FILE", NULL};
 	     *v != NULL; v++)
@@ -251,6 +272,54 @@ test_credential_sources(void **state)
 	unsetenv("AWS_SHARED_CREDENTIALS_FILE");
 }
 
+static void expect_region(const char *configured, const char *profile, const char *want);
+
+/* Files as botocore reads them: option names in any case (configparser
+ * lower-cases them), the older aws_security_token for the session token
+ * (written by saml2aws, gimme-aws-creds, aws-vault's older versions),
+ * [profile default] in the config file, an empty aws_session_token, and
+ * AWS_SECURITY_TOKEN in the environment. */
+static void
+test_credential_files_as_botocore_reads_them(void **state)
+{
+	char creds_path[128], config_path[128];
+
+	(void)state;
+	snprintf(creds_path, sizeof(creds_path), "%s/.aws/credentials2", home);
+	snprintf(config_path, sizeof(config_path), "%s/.aws/config2", home);
+	setenv("AWS_SHARED_CREDENTIALS_FILE", creds_path, 1);
+	setenv("AWS_CONFIG_FILE", config_path, 1);
+	write_file("credentials2", "[upper]\nAWS_ACCESS_KEY_ID = UPKEY\n"
+				   "AWS_Secret_Access_Key = upsecret\n"
+				   "[old]\naws_access_key_id = OLDKEY\n"
+				   "aws_secret_access_key = oldsecret\n"
+				   "aws_security_token = oldtoken\n"
+				   "[emptytoken]\naws_access_key_id = ETKEY\n"
+				   "aws_secret_access_key = etsecret\naws_session_token =\n");
+	write_file("config2", "[profile default]\naws_access_key_id = CFGDEFKEY\n"
+			      "aws_secret_access_key = cfgdefsecret\nregion = eu-central-1\n");
+	expect_creds("upper", "UPKEY", NULL, NULL);
+	expect_creds("old", "OLDKEY", "oldtoken", NULL);
+	/* An empty session token is none (botocore adds no
+	 * X-Amz-Security-Token then), not an empty parameter AWS refuses. */
+	expect_creds("emptytoken", "ETKEY", NULL, NULL);
+	expect_creds("", "CFGDEFKEY", NULL, NULL);
+	expect_region("", "", "eu-central-1");
+
+	setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
+	setenv("AWS_SECURITY_TOKEN", "envoldtoken", 1);
+	expect_creds("", "ENVKEY", "envoldtoken", NULL);
+	setenv("AWS_SESSION_TOKEN", "envtoken", 1);
+	expect_creds("", "ENVKEY", "envtoken", NULL);
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	unsetenv("AWS_SECURITY_TOKEN");
+	unsetenv("AWS_SESSION_TOKEN");
+	unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+	unsetenv("AWS_CONFIG_FILE");
+}
+
 static void
 expect_region(const char *configured, const char *profile, const char *want)
 {
@@ -312,10 +381,13 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_rds_token),
+	    cmocka_unit_test(test_rds_token_host_in_upper_case),
 	    cmocka_unit_test(test_msk_token),
 	    cmocka_unit_test(test_credential_sources),
 	    cmocka_unit_test(test_region),
 	    cmocka_unit_test(test_combined_errors_name_the_setting),
+	    /* Last: it points the files elsewhere. */
+	    cmocka_unit_test(test_credential_files_as_botocore_reads_them),
 	};
 
 	return cmocka_run_group_tests(tests, setup_home, teardown_home);

@@ -103,18 +103,42 @@ test_short_lines_as_inih(void **state)
 	assert_string_equal(mine, "[s] k=a\n[s] k2=a;b\n[s] k3=a #c\n[s] k3=more\n");
 }
 
-/* A long continuation line continues the value, as a short one does. */
+/* A long continuation line continues the value, as a short one does;
+ * inih cuts no inline comment from a continuation line, short or long. */
 static void
 test_long_continuation(void **state)
 {
 	char *tail = repeat('c', 250);
-	char *text = ob_xasprintf("[s]\nk = first\n   %s\n", tail);
-	char *want = ob_xasprintf("[s] k=first\n[s] k=%s\n", tail);
+	char *text = ob_xasprintf("[s]\nk = first\n   %s\n  %.170s ;kept\n", tail, tail);
+	char *want = ob_xasprintf("[s] k=first\n[s] k=%s\n[s] k=%.170s ;kept\n", tail, tail);
 
 	(void)state;
 	assert_int_equal(parse_text(text), 0);
 	assert_string_equal(got, want);
 	free(tail);
+	free(text);
+	free(want);
+}
+
+/* An indented name = value line with no name before it in its section is
+ * a name = value line to inih, not a continuation: long, it parses as it
+ * did when it was short enough for inih alone. */
+static void
+test_long_indented_first_key(void **state)
+{
+	char *v170 = repeat('a', 170), *v400 = repeat('b', 400);
+	char *text = ob_xasprintf("[postgres]\n    conninfo = %s\n[kafka]\n\tbootstrap.servers = "
+				  "%s\nclient.id = x\n",
+				  v170, v400);
+	char *want = ob_xasprintf("[postgres] conninfo=%s\n[kafka] bootstrap.servers=%s\n"
+				  "[kafka] client.id=x\n",
+				  v170, v400);
+
+	(void)state;
+	assert_int_equal(parse_text(text), 0);
+	assert_string_equal(got, want);
+	free(v170);
+	free(v400);
 	free(text);
 	free(want);
 }
@@ -176,7 +200,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_long_values_whole), cmocka_unit_test(test_short_lines_as_inih),
 	    cmocka_unit_test(test_long_continuation), cmocka_unit_test(test_errors_name_the_line),
-	    cmocka_unit_test(test_config_file),
+	    cmocka_unit_test(test_config_file), cmocka_unit_test(test_long_indented_first_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -62,6 +62,19 @@ static const classify_case classify_cases[] = {
      true},
     {AT "FATAL:  28000: LDAP-Authentifizierung für Benutzer »ob« fehlgeschlagen\n", false,
      OB_PG_REFUSAL_PASSWORD, true},
+    /* ... but a role that may not log in (NOLOGIN), or is missing, is
+     * refused with 28000 after the password was checked and found right:
+     * the server raised it in InitializeSessionUserId, not auth_failed
+     * (libpq's verbose message names the function, never translated). */
+    {AT "FATAL:  28000: role \"ob\" is not permitted to log in\n"
+	"LOCATION:  InitializeSessionUserId, miscinit.c:735\n",
+     false, OB_PG_REFUSAL_PG_HBA, true},
+    {AT "FATAL:  28000: la rôle « ob » n'est pas autorisé à se connecter\n"
+	"LOCATION:  InitializeSessionUserId, miscinit.c:735\n",
+     false, OB_PG_REFUSAL_PG_HBA, true},
+    {AT "FATAL:  28000: PAM authentication failed for user \"ob\"\n"
+	"LOCATION:  auth_failed, auth.c:370\n",
+     false, OB_PG_REFUSAL_PASSWORD, true},
     /* No password at hand (PQconnectionNeedsPassword). */
     {AT "fe_sendauth: no password supplied\n", true, OB_PG_REFUSAL_PASSWORD},
     /* libpq's own TLS failures. */
