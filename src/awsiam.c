@@ -23,7 +23,7 @@ typedef struct profile_read {
 	bool found;
 	char *access_key, *secret_key, *session_token, *region;
 	char *security_token; /* the older name of aws_session_token */
-	char remote[32]; /* a key that needs a call to AWS, "" when none */
+	char remote[32];      /* a key that needs a call to AWS, "" when none */
 } profile_read;
 
 static void
@@ -53,9 +53,8 @@ on_profile_key(void *user, const char *section, const char *name, const char *va
 
 	/* The config file's default profile is [default] or [profile default],
 	 * as botocore reads it. */
-	if (strcmp(section, p->section) != 0 &&
-	    !(strcmp(p->section, "default") == 0 && p->config &&
-	      strcmp(section, "profile default") == 0))
+	if (strcmp(section, p->section) != 0 && !(strcmp(p->section, "default") == 0 && p->config &&
+						  strcmp(section, "profile default") == 0))
 		return 1;
 	p->found = true;
 	/* Option names in any case, as botocore (configparser) reads them. */
@@ -116,38 +115,42 @@ static bool
 from_profile(const char *profile, ob_awscreds *out, char *err, size_t err_len)
 {
 	char paths[2][1024];
+	profile_read p[2];
 	bool ok = false;
 
-	for (int config = 0; config < 2 && !ok; config++) {
-		profile_read p;
-
-		read_profile(profile, config, &p, paths[config], sizeof(paths[config]));
-		if (p.found && p.access_key != NULL && p.access_key[0] != '\0' &&
-		    p.secret_key != NULL && p.secret_key[0] != '\0') {
-			out->access_key = ob_xstrdup(p.access_key);
-			out->secret_key = ob_xstrdup(p.secret_key);
-			/* aws_session_token, else the older aws_security_token */
-			const char *token =
-			    p.session_token != NULL ? p.session_token : p.security_token;
-
-			out->session_token =
-			    token != NULL && token[0] != '\0' ? ob_xstrdup(token) : NULL;
-			snprintf(out->source, sizeof(out->source), "profile %s of %s", profile,
-				 paths[config]);
-			ok = true;
-		} else if (p.found && p.remote[0] != '\0') {
-			snprintf(
-			    err, err_len,
-			    "AWS profile %s of %s gets its credentials through %s, which needs "
-			    "a call to AWS: outboxd reads only keys written in the files; use "
-			    "the command route (postgres.password_command, "
-			    "kafka_auth.token_command) with the AWS CLI",
-			    profile, paths[config], p.remote);
-			profile_read_clear(&p);
+	for (int config = 0; config < 2; config++)
+		read_profile(profile, config, &p[config], paths[config], sizeof(paths[config]));
+	/* As AWS's SDKs, a role or process named in either file wins over
+	 * keys written in the other: refused, never signed with the keys. */
+	for (int i = 0; i < 2 && !ok; i++) {
+		if (p[i].found && p[i].remote[0] != '\0') {
+			snprintf(err, err_len,
+				 "AWS profile %s of %s gets its credentials through %s, which "
+				 "needs a call to AWS: outboxd reads only keys written in the "
+				 "files; use the command route (postgres.password_command, "
+				 "kafka_auth.token_command) with the AWS CLI",
+				 profile, paths[i], p[i].remote);
+			profile_read_clear(&p[0]);
+			profile_read_clear(&p[1]);
 			return false;
 		}
-		profile_read_clear(&p);
 	}
+	for (int i = 0; i < 2 && !ok; i++) {
+		/* aws_session_token, else the older aws_security_token */
+		const char *token =
+		    p[i].session_token != NULL ? p[i].session_token : p[i].security_token;
+
+		if (!p[i].found || p[i].access_key == NULL || p[i].access_key[0] == '\0' ||
+		    p[i].secret_key == NULL || p[i].secret_key[0] == '\0')
+			continue;
+		out->access_key = ob_xstrdup(p[i].access_key);
+		out->secret_key = ob_xstrdup(p[i].secret_key);
+		out->session_token = token != NULL && token[0] != '\0' ? ob_xstrdup(token) : NULL;
+		snprintf(out->source, sizeof(out->source), "profile %s of %s", profile, paths[i]);
+		ok = true;
+	}
+	profile_read_clear(&p[0]);
+	profile_read_clear(&p[1]);
 	if (!ok)
 		snprintf(err, err_len,
 			 "no AWS credentials: profile %s has no aws_access_key_id and "

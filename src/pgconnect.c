@@ -280,6 +280,24 @@ target_value(PQconninfoOption *given, PQconninfoOption *defaults, const char *ke
 	return "";
 }
 
+/* RDS admits IAM logins over TLS only. With sslmode prefer (libpq's
+ * default) or allow, libpq tries again without TLS after a refused token,
+ * and that attempt's refusal ("no pg_hba.conf entry ... no encryption")
+ * is the one reported. Said once per process. */
+static void
+warn_without_tls(const char *sslmode)
+{
+	static bool warned;
+
+	if (warned || strcmp(sslmode, "require") == 0 || strncmp(sslmode, "verify-", 7) == 0)
+		return;
+	warned = true;
+	ob_warn("postgres.auth aws_iam with sslmode=%s: RDS and Aurora admit IAM logins over TLS "
+		"only, and a refused token is then tried again without TLS and reported as a "
+		"pg_hba refusal: set sslmode=verify-full (or require) in postgres.conninfo",
+		sslmode);
+}
+
 /* Sign an RDS IAM token for the host, port and user libpq will connect
  * to with conninfo into *password; false (cred.err) when there is no
  * single host, or no credentials or region. */
@@ -290,7 +308,6 @@ iam_password(const char *conninfo, const ob_config *cfg, char **password)
 	const char *host = target_value(given, defaults, "host");
 	const char *port = target_value(given, defaults, "port");
 	const char *user = target_value(given, defaults, "user");
-
 	const char *service = target_value(given, NULL, "service");
 	bool ok = false;
 
@@ -308,7 +325,7 @@ iam_password(const char *conninfo, const ob_config *cfg, char **password)
 			 "does: give host, port and user in the conninfo",
 			 service);
 	else if (host[0] == '\0' || host[0] == '/' || strchr(host, ',') != NULL ||
-	    strchr(port, ',') != NULL)
+		 strchr(port, ',') != NULL)
 		snprintf(cred.err, sizeof(cred.err),
 			 "postgres.auth aws_iam signs a token for one host and port, and the "
 			 "connection names %s: give the RDS or Aurora endpoint as its only host",
@@ -322,6 +339,7 @@ iam_password(const char *conninfo, const ob_config *cfg, char **password)
 
 		snprintf(cred.source, sizeof(cred.source), "%s", what);
 		free(what);
+		warn_without_tls(target_value(given, defaults, "sslmode"));
 		ok = true;
 	}
 	PQconninfoFree(given);

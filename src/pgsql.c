@@ -32,10 +32,10 @@ ob_pgsql_trim(const char *msg, char *buf, size_t len)
 ob_pg_status
 ob_pgsql_connect(const ob_config *cfg, ob_pgconn_kind kind, ob_pgconn **out)
 {
-	PGconn *conn = ob_pgconnect_open(
-	    kind == OB_PGCONN_INBOX ? cfg->inbox.conninfo : cfg->pg.conninfo,
-	    kind == OB_PGCONN_REPLICATION, kind == OB_PGCONN_INBOX ? "outboxd-inbox" : "outboxd",
-	    cfg);
+	PGconn *conn =
+	    ob_pgconnect_open(kind == OB_PGCONN_INBOX ? cfg->inbox.conninfo : cfg->pg.conninfo,
+			      kind == OB_PGCONN_REPLICATION,
+			      kind == OB_PGCONN_INBOX ? "outboxd-inbox" : "outboxd", cfg);
 
 	*out = NULL;
 	if (conn == NULL)

@@ -92,11 +92,13 @@ pair_cmp(const void *a, const void *b)
 	return c != 0 ? c : strcmp(x->value, y->value);
 }
 
+/* Free n pairs, their values wiped (a session token is one). */
 static void
 pairs_free(pair *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(p[i].name);
+		explicit_bzero(p[i].value, strlen(p[i].value));
 		free(p[i].value);
 	}
 	free(p);

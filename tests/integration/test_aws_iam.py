@@ -201,6 +201,11 @@ def test_rds_iam_tokens_admitted_and_keys_rotated_while_streaming(
                     % (ROLE, cluster.port, re.escape(creds), REGION),
                     auth[0][2]), auth
     assert d.stop() == 0, d.log_tail()
+    # The test server has no TLS: the conninfo leaves sslmode at prefer,
+    # which RDS would not take for IAM; said once.
+    assert len(re.findall(r"postgres\.auth aws_iam with sslmode=prefer: RDS and "
+                          r"Aurora admit IAM logins over TLS only",
+                          d.log_text())) == 1, d.log_tail()
     text = d.log_text() + out + err
     for _, secret in keys:
         assert secret not in text

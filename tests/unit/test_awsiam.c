@@ -183,8 +183,8 @@ setup_home(void **state)
 	setenv("HOME", home, 1);
 	for (const char *const *v =
 		 (const char *const[]){"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-				       "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_REGION",
-				       "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
+				       "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+				       "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
 				       "AWS_SHARED_CREDENTIALS_FILE", NULL};
 	     *v != NULL; v++)
 		unsetenv(*v);
@@ -194,13 +194,15 @@ setup_home(void **state)
 		   "[prod]\naws_access_key_id=PRODKEY\naws_secret_access_key=prodsecret\n"
 		   "aws_session_token = prodtoken\n"
 		   "[long]\naws_access_key_id = LONGKEY\naws_secret_access_key = ls\n"
-		   "aws_session_token = " LONG_TOKEN "\n");
+		   "aws_session_token = " LONG_TOKEN "\n"
+		   "[rolekeys]\naws_access_key_id = BASEKEY\naws_secret_access_key = basesecret\n");
 	write_file("config", "[default]\nregion = eu-west-1\n"
 			     "[profile cfgonly]\naws_access_key_id = CFGKEY\n"
 			     "aws_secret_access_key = cfgsecret\nregion = ap-south-1\n"
 			     "[profile assumed]\nrole_arn = arn:aws:iam::1:role/x\n"
 			     "source_profile = default\n"
-			     "[profile prod]\nregion = us-west-2\n");
+			     "[profile prod]\nregion = us-west-2\n"
+			     "[profile rolekeys]\nrole_arn = arn:aws:iam::1:role/y\n");
 	return 0;
 }
 
@@ -227,8 +229,9 @@ expect_creds(const char *profile, const char *key, const char *token, const char
 		assert_false(ok);
 		if (strstr(err, error) == NULL)
 			fail_msg("profile \"%s\": \"%s\" lacks \"%s\"", profile, err, error);
-		for (const char *const *v = (const char *const[]){"defsecret", "prodsecret",
-								  "cfgsecret", "prodtoken", NULL};
+		for (const char *const *v =
+			 (const char *const[]){"defsecret", "prodsecret", "basesecret", "cfgsecret",
+					       "prodtoken", NULL};
 		     *v != NULL; v++)
 			assert_null(strstr(err, *v));
 		return;
@@ -252,6 +255,9 @@ test_credential_sources(void **state)
 	expect_creds("long", "LONGKEY", LONG_TOKEN, NULL);
 	expect_creds("cfgonly", "CFGKEY", NULL, NULL); /* [profile cfgonly] of config */
 	expect_creds("assumed", NULL, NULL, "gets its credentials through role_arn");
+	/* A role in the config file wins over keys in the credentials file,
+	 * as in AWS's SDKs: never signed with the keys. */
+	expect_creds("rolekeys", NULL, NULL, "gets its credentials through role_arn");
 	expect_creds("nosuch", NULL, NULL, "profile nosuch has no aws_access_key_id");
 
 	setenv("AWS_PROFILE", "prod", 1);
