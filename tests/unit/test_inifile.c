@@ -198,9 +198,12 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_long_values_whole), cmocka_unit_test(test_short_lines_as_inih),
-	    cmocka_unit_test(test_long_continuation), cmocka_unit_test(test_errors_name_the_line),
-	    cmocka_unit_test(test_config_file), cmocka_unit_test(test_long_indented_first_key),
+	    cmocka_unit_test(test_long_values_whole),
+	    cmocka_unit_test(test_short_lines_as_inih),
+	    cmocka_unit_test(test_long_continuation),
+	    cmocka_unit_test(test_errors_name_the_line),
+	    cmocka_unit_test(test_config_file),
+	    cmocka_unit_test(test_long_indented_first_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
