@@ -12,7 +12,9 @@
 #    the same run, with each decoder, against the reference ratios in
 #    tests/bench/cpu_reference.txt (fails past 25% over),
 # 4. runs the integration tests (pytest tests/integration: a throwaway
-#    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker),
+#    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker; one
+#    smoke test through mokapi, a Kafka-protocol server not built on
+#    librdkafka, fetched from npm by tests/broker/mokapi.sh),
 # 4b. runs the PostgreSQL version matrix (tests/versions.sh): a chosen part
 #    of the integration tests (streaming, restarts, faults, backlog) with
 #    pgoutput against PostgreSQL 16, 17 and 18 (from npm, fetched by
@@ -238,6 +240,9 @@ else
 fi
 
 # --- integration tests -------------------------------------------------------
+# The second broker of test_mokapi.py (npm, cached); if it cannot be had,
+# that test fails, as any other whose part is missing.
+bash tests/broker/mokapi.sh || echo "mokapi could not be fetched: test_mokapi.py will fail" >&2
 say "integration tests"
 run_integration "$BUILD"
 passed=$((passed + it_passed))
