@@ -121,7 +121,10 @@ LAT_WARMUP = 3.0
 B_PARTITIONS = 1
 B_FETCH_WAIT_MS = 1
 AGG_TYPES = ("order", "customer", "payment", "shipment")
+# Partitions per topic (--partitions) and the broker's added round trip
+# (--rtt-ms: each response held back that long, as a network would).
 PARTITIONS = 4
+RTT_MS = 0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -393,6 +396,8 @@ class Rig:
         for t in AGG_TYPES:
             self.broker.create_topic("outbox.event.%s" % t, PARTITIONS)
         self.broker.create_topic("outbox.dlq", PARTITIONS)
+        if RTT_MS:
+            assert self.broker.cmd("rtt all %d" % RTT_MS) == "ok"
 
     def close(self):
         for d in self.daemons:
@@ -1301,7 +1306,7 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
     L.append("Backlog: transactions of %d rows into public.outbox "
              "(sql/outbox.sql), payload ~%s bytes of JSON, headers object "
              "~%s bytes, %d topics × %d partitions on the mock broker (3 "
-             "brokers). Each round runs the drains in turn (pg_recvlogical "
+             "brokers, %d ms added to each response). Each round runs the drains in turn (pg_recvlogical "
              "and outboxd with wal2json%s), each on its own slot "
              "created before the fill (the pgoutput ones after publication "
              "%s, FOR TABLE public.outbox, publish insert, "
@@ -1310,7 +1315,7 @@ def report(args, info, table, msg, lat, spor, load0, load1, elapsed):
              "CPU, each the median of the per-round ratios."
              % (TXN_ROWS, info.get("payload_len", "?"),
                 info.get("headers_len", "?"), len(AGG_TYPES), PARTITIONS,
-                "; no pgoutput pair: --skip-pgoutput" if args.skip_pgoutput
+                RTT_MS, "; no pgoutput pair: --skip-pgoutput" if args.skip_pgoutput
                 else ", then the same two with pgoutput", PUBLICATION))
     L.append("")
     if table:
@@ -1660,6 +1665,7 @@ def run_profile(rig, args):
 
 
 def main():
+    global PARTITIONS, RTT_MS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=str(ROOT / "build-release"))
     ap.add_argument("--rows", type=int, default=None)
@@ -1683,7 +1689,10 @@ def main():
                     default="wal2json")
     ap.add_argument("--out", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--partitions", type=int, default=PARTITIONS)
+    ap.add_argument("--rtt-ms", type=int, default=RTT_MS)
     args = ap.parse_args()
+    PARTITIONS, RTT_MS = args.partitions, args.rtt_ms
     if args.rows is None:
         args.rows = 100000 if args.profile else 200000
     args.rows = max(TXN_ROWS, args.rows // TXN_ROWS * TXN_ROWS)

@@ -38,6 +38,9 @@
 #   --sporadic K          single events to known topics afterwards (50)
 #   --sporadic-seed S     seed of the 200-500 ms gaps (1)
 #   --skip-sporadic       no sporadic phase (about 35 s with the defaults)
+#   --partitions N        partitions of each topic on the mock broker (4)
+#   --rtt-ms M            ms the mock broker holds back each response, as
+#                         a network round trip would (0)
 #   --latency-only        only the latency runs (steady and sporadic; no
 #                         drains)
 #   --profile             instead of the benchmark: drain --rows (default
