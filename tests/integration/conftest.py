@@ -13,7 +13,10 @@ own, which the daemon creates); other modules use wal2json.
 
 Binaries come from $OUTBOXD_BUILD (default: <repo>/build; a relative path
 is taken from the repo root): $OUTBOXD_BUILD/outboxd and
-$OUTBOXD_BUILD/tests/ob-mockbroker. Anything missing makes the tests fail.
+$OUTBOXD_BUILD/tests/ob-mockbroker. $OUTBOXD_BROKER_BIN names another
+broker binary (relative: from the repo root): outboxd built against one
+librdkafka (deploy/rdkafka.sh's) tested against a broker built against
+another (Debian's). Anything missing makes the tests fail.
 """
 
 import itertools
@@ -32,7 +35,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _build = Path(os.environ.get("OUTBOXD_BUILD", "build"))
 BUILD_DIR = _build if _build.is_absolute() else REPO_ROOT / _build
 OUTBOXD_BIN = str(BUILD_DIR / "outboxd")
-BROKER_BIN = str(BUILD_DIR / "tests" / "ob-mockbroker")
+_broker = os.environ.get("OUTBOXD_BROKER_BIN")
+if _broker:
+    BROKER_BIN = str(Path(_broker) if Path(_broker).is_absolute()
+                     else REPO_ROOT / _broker)
+else:
+    BROKER_BIN = str(BUILD_DIR / "tests" / "ob-mockbroker")
 OUTBOX_SQL = REPO_ROOT / "sql" / "outbox.sql"
 
 _counter = itertools.count(1)
