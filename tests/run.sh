@@ -18,7 +18,11 @@
 # 4b. runs the PostgreSQL version matrix (tests/versions.sh): a chosen part
 #    of the integration tests (streaming, restarts, faults, backlog) with
 #    pgoutput against PostgreSQL 16, 17 and 18 (from npm, fetched by
-#    deploy/pgversions.sh; a version that is missing fails),
+#    deploy/pgversions.sh; a version that is missing fails), and beside it
+#    the second librdkafka (tests/rdkafka.sh): outboxd built against
+#    librdkafka 2.15.1 (deploy/rdkafka.sh builds it from npm's source
+#    package while step 4 runs) through the producer's and the inbox's
+#    integration tests,
 # 5. runs the fixed seeds of the randomized fault checker (tests/chaos:
 #    a seeded workload under random faults, then a check of what reached
 #    Kafka and of what `outboxd inbox` stored from it; each seed counts as
@@ -243,6 +247,11 @@ fi
 # The second broker of test_mokapi.py (npm, cached); if it cannot be had,
 # that test fails, as any other whose part is missing.
 bash tests/broker/mokapi.sh || echo "mokapi could not be fetched: test_mokapi.py will fail" >&2
+# The second librdkafka (tests/rdkafka.sh) builds meanwhile, at a lower
+# priority: the integration tests mostly wait on servers and timers.
+rdk_build_log="$BUILD/rdkafka-build.log"
+nice -n 10 bash tests/rdkafka.sh --build-only >"$rdk_build_log" 2>&1 &
+rdk_build_pid=$!
 say "integration tests"
 run_integration "$BUILD"
 passed=$((passed + it_passed))
@@ -250,7 +259,18 @@ failed=$((failed + it_failed))
 
 # --- the PostgreSQL version matrix: 16, 17, 18 with pgoutput ---------------
 # tests/versions.sh (which says what it runs and why); each test counts.
-say "PostgreSQL versions (${OUTBOXD_PG_VERSIONS:-16 17 18})"
+# Beside it, side by side as its versions are, the producer's and the
+# inbox's tests against outboxd built with librdkafka 2.15.1
+# (tests/rdkafka.sh).
+say "PostgreSQL versions (${OUTBOXD_PG_VERSIONS:-16 17 18}) and librdkafka 2.15.1"
+rdk_log="$BUILD/rdkafka.log"
+rdk_pid=
+if wait "$rdk_build_pid"; then
+    OUTBOXD_BUILD="$BUILD" bash tests/rdkafka.sh >"$rdk_log" 2>&1 &
+    rdk_pid=$!
+else
+    cat "$rdk_build_log" >"$rdk_log"
+fi
 versions_log="$BUILD/versions.log"
 OUTBOXD_BUILD="$BUILD" bash tests/versions.sh 2>&1 | tee "$versions_log"
 if read -r versions_passed versions_failed < <(sed -n \
@@ -263,6 +283,20 @@ else
     failed=$((failed + 1))
 fi
 cat "$BUILD/versions-failures.txt" >>"$FAILURES" 2>/dev/null
+[[ -z "$rdk_pid" ]] || wait "$rdk_pid"
+printf '\n=== librdkafka 2.15.1 (tests/rdkafka.sh)\n'
+cat "$rdk_log"
+if read -r rdk_passed rdk_failed < <(sed -n \
+        's/^rdkafka: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$rdk_log" |
+        tail -n 1) && [[ -n "$rdk_passed" ]]; then
+    passed=$((passed + rdk_passed))
+    failed=$((failed + rdk_failed))
+    cat "${OUTBOXD_BUILD_RDKAFKA:-build-rdk215}/rdkafka-failures.txt" >>"$FAILURES" 2>/dev/null
+else
+    echo "the librdkafka 2.15.1 pass ended without its summary line" >&2
+    note_failure "librdkafka 2.15.1: tests/rdkafka.sh ended without its summary line"
+    failed=$((failed + 1))
+fi
 
 # --- chaos: the fault checker's fixed seeds, one test each ------------------
 # tests/chaos/seeds.txt; a seed that fails prints its findings, its fault

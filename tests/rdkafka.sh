@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# tests/rdkafka.sh — the second librdkafka: outboxd built against a current
+# librdkafka (2.15.1, built by deploy/rdkafka.sh from npm's source package
+# into /var/cache/outboxd-rdkafka) and the integration tests that touch the
+# producer, its faults and the inbox's consumer run against that build.
+#
+#   bash tests/rdkafka.sh              # build (when missing) and test
+#   bash tests/rdkafka.sh --build-only # build only
+#
+# The tests: test_stream.py (exactly once, per-key order, restarts, Kafka
+# down), test_broker_errors.py (broker refusals of records and batches,
+# retries, fatal idempotence errors, producer recreation) and
+# test_inbox.py (the consumer group, positions, dead letters, kill -9),
+# with the wal2json decoder (the decoder is not what differs here).
+# The test broker stays the one built against Debian's 2.0.2
+# ($OUTBOXD_BUILD/tests/ob-mockbroker, via OUTBOXD_BROKER_BIN): built
+# against 2.15.1 its mock cluster takes ProduceRequest v9 and v10, which
+# the broker's sequence checks (tests/broker/seqcheck.c) do not read, so
+# its fault injection and idempotence checks would be off.
+#
+# Binaries: outboxd into $OUTBOXD_BUILD_RDKAFKA (default build-rdk215/),
+# the broker from $OUTBOXD_BUILD (default build/), built already.
+# PYTEST_ARGS adds pytest arguments. Prints what failed and last
+# "rdkafka: N passed, N failed"; exits non-zero when anything failed or
+# nothing ran.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+PY=/usr/bin/python3
+BUILD=${OUTBOXD_BUILD:-build}
+[[ "$BUILD" == /* ]] || BUILD="$ROOT/$BUILD"
+RDK_BUILD=${OUTBOXD_BUILD_RDKAFKA:-build-rdk215}
+[[ "$RDK_BUILD" == /* ]] || RDK_BUILD="$ROOT/$RDK_BUILD"
+IT=tests/integration
+TESTS=("$IT/test_stream.py" "$IT/test_broker_errors.py" "$IT/test_inbox.py")
+
+fail() {
+    echo "rdkafka: $*" >&2
+    echo "rdkafka: 0 passed, 1 failed"
+    exit 1
+}
+
+pcdir=$(bash deploy/rdkafka.sh | tail -n 1) || fail "deploy/rdkafka.sh could not build librdkafka"
+[[ -f "$pcdir/rdkafka.pc" ]] || fail "no rdkafka.pc in '$pcdir'"
+if [[ -f "$RDK_BUILD/build.ninja" ]]; then
+    PKG_CONFIG_PATH="$pcdir" meson setup --reconfigure "$RDK_BUILD" \
+        -Dwerror=true -Dtest_hooks=true >"$RDK_BUILD.setup.log" 2>&1
+else
+    PKG_CONFIG_PATH="$pcdir" meson setup "$RDK_BUILD" \
+        -Dwerror=true -Dtest_hooks=true >"$RDK_BUILD.setup.log" 2>&1
+fi || fail "meson setup of $RDK_BUILD failed (see $RDK_BUILD.setup.log)"
+ninja -C "$RDK_BUILD" outboxd >"$RDK_BUILD/ninja.log" 2>&1 ||
+    fail "outboxd did not build against librdkafka in $pcdir (see $RDK_BUILD/ninja.log)"
+version=$("$RDK_BUILD/outboxd" --version | sed -n 's/^librdkafka //p')
+[[ "$version" == 2.15.* ]] || fail "$RDK_BUILD/outboxd runs with librdkafka '$version', not 2.15"
+echo "rdkafka: $RDK_BUILD/outboxd runs with librdkafka $version"
+[[ "${1:-}" == "--build-only" ]] && exit 0
+
+[[ -x "$BUILD/tests/ob-mockbroker" ]] || fail "the test broker $BUILD/tests/ob-mockbroker is not built"
+junit="$RDK_BUILD/rdkafka-junit.xml"
+failures="$RDK_BUILD/rdkafka-failures.txt"
+rm -f "$junit" "$failures"
+# shellcheck disable=SC2086
+OUTBOXD_BUILD="$RDK_BUILD" OUTBOXD_BROKER_BIN="$BUILD/tests/ob-mockbroker" \
+    OUTBOXD_TEST_DECODERS=wal2json \
+    timeout --signal=INT --kill-after=60 1200 \
+    "$PY" -m pytest "${TESTS[@]}" -q -p no:cacheprovider -rfEs \
+    --junitxml="$junit" ${PYTEST_ARGS:-}
+rc=$?
+read -r p f < <("$PY" tests/junit_count.py "$junit" "librdkafka $version" "$failures")
+p=${p:-0}
+f=${f:-0}
+if ((rc != 0 && f == 0)); then
+    f=1 # pytest crashed, timed out, or collected nothing (rc 5)
+    echo "librdkafka $version: pytest exited $rc" >>"$failures"
+fi
+if [[ -s "$failures" ]]; then
+    printf '\n=== what failed\n'
+    cat "$failures"
+fi
+echo "rdkafka: $p passed, $f failed"
+((f == 0 && p > 0))
