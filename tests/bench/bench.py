@@ -371,7 +371,10 @@ class Rig:
         self.args = args
         self.build = Path(args.build)
         self.outboxd_bin = str(self.build / "outboxd")
-        self.broker_bin = str(self.build / "tests" / "ob-mockbroker")
+        # OUTBOXD_BROKER_BIN: the test broker of another build (outboxd
+        # built against another librdkafka, the broker kept on 2.0.2).
+        self.broker_bin = os.environ.get(
+            "OUTBOXD_BROKER_BIN", str(self.build / "tests" / "ob-mockbroker"))
         self.tmp = tempfile.mkdtemp(prefix="outboxd-bench-")
         os.chmod(self.tmp, 0o755)
         self.pg = None

@@ -54,7 +54,9 @@
 #   --out FILE            results file (build-release/bench-results.md)
 #   --keep                keep the temporary Postgres cluster and logs
 #
-# Environment: OUTBOXD_SKIP_BUILD=1 uses build-release/ as it is;
+# Environment: OUTBOXD_SKIP_BUILD=1 uses build-release/ (or --build) as it
+# is; OUTBOXD_BROKER_BIN names the test broker of another build (outboxd
+# built against librdkafka 2.15.1, the broker on 2.0.2);
 # OUTBOXD_BENCH_KAFKA="key=value,..." adds librdkafka settings (tuning);
 # OUTBOXD_PG_BIN overrides /usr/lib/postgresql/15/bin.
 #
