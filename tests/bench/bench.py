@@ -396,9 +396,10 @@ class Rig:
         self.broker = harness.MockBroker(
             self.broker_bin, brokers=3, partitions=PARTITIONS,
             logfile=os.path.join(self.tmp, "ob-mockbroker.log"))
-        for t in AGG_TYPES:
-            self.broker.create_topic("outbox.event.%s" % t, PARTITIONS)
-        self.broker.create_topic("outbox.dlq", PARTITIONS)
+        # A topic of many partitions takes the broker a while (it places
+        # every partition's leader).
+        for t in ["outbox.event.%s" % a for a in AGG_TYPES] + ["outbox.dlq"]:
+            assert self.broker.cmd("topic %s %d" % (t, PARTITIONS), timeout=120) == "ok"
         if RTT_MS:
             assert self.broker.cmd("rtt all %d" % RTT_MS) == "ok"
 
