@@ -20,8 +20,8 @@
 #
 # Nothing but npm downloads: configure runs with --no-download (no mklove
 # module fetched) and without --install-deps (no dependency fetched or
-# built from source), and wget and curl are stubs that fail while it and
-# make run. A feature whose Debian library is missing, and cannot be
+# built from source), and wget and curl are replaced by commands that
+# refuse to run while it and make run. A feature whose Debian library is missing, and cannot be
 # installed, is disabled (and said so), never downloaded.
 #
 # The last line on standard output is the pkg-config directory:
@@ -150,7 +150,7 @@ ensure_packages() {
 }
 
 build() {
-    local tmp tgz src stubs dest p nproc=2
+    local tmp tgz src nodl dest p nproc=2
     ensure_packages
     mkdir -p "$CACHE"
     chmod 0755 "$CACHE"
@@ -172,16 +172,16 @@ build() {
     say "fetched in $(elapsed "$t0") s"
 
     # Whatever would download during configure or make fails instead.
-    stubs="$tmp/no-download"
-    mkdir -p "$stubs"
+    nodl="$tmp/no-download"
+    mkdir -p "$nodl"
     for p in wget curl; do
-        printf '#!/bin/sh\necho "rdkafka.sh: refusing to run %s $*" >&2\nexit 1\n' "$p" >"$stubs/$p"
-        chmod +x "$stubs/$p"
+        printf '#!/bin/sh\necho "rdkafka.sh: refusing to run %s $*" >&2\nexit 1\n' "$p" >"$nodl/$p"
+        chmod +x "$nodl/$p"
     done
 
     t0=$EPOCHREALTIME
     say "configuring${DISABLE[*]:+ (${DISABLE[*]})}"
-    (cd "$src" && env -u MKL_INSTALL_DEPS -u MKL_SOURCE_DEPS_ONLY PATH="$stubs:$PATH" \
+    (cd "$src" && env -u MKL_INSTALL_DEPS -u MKL_SOURCE_DEPS_ONLY PATH="$nodl:$PATH" \
         ./configure --prefix="$PREFIX" --no-download --no-cache "${DISABLE[@]}" \
         >"$tmp/configure.log" 2>&1) ||
         { tail -n 30 "$tmp/configure.log" >&2; die "configure failed (log above)"; }
@@ -195,11 +195,11 @@ build() {
     done
 
     say "building (make -j$nproc libs)"
-    (cd "$src" && PATH="$stubs:$PATH" make -j"$nproc" libs >"$tmp/make.log" 2>&1) ||
+    (cd "$src" && PATH="$nodl:$PATH" make -j"$nproc" libs >"$tmp/make.log" 2>&1) ||
         { tail -n 30 "$tmp/make.log" >&2; die "make failed (log above)"; }
     # The C library, its headers and its .pc files only (no C++ library, no docs).
     dest="$tmp/dest"
-    (cd "$src" && PATH="$stubs:$PATH" make -C src install DESTDIR="$dest" >>"$tmp/make.log" 2>&1) ||
+    (cd "$src" && PATH="$nodl:$PATH" make -C src install DESTDIR="$dest" >>"$tmp/make.log" 2>&1) ||
         { tail -n 30 "$tmp/make.log" >&2; die "make install failed (log above)"; }
     say "built in $(elapsed "$t0") s"
     local built_with
