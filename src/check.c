@@ -17,10 +17,10 @@
 #include "outboxd/colmap.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/kafkaauth.h"
+#include "outboxd/kafkaprobe.h"
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
 #include "outboxd/prodconf.h"
-#include "outboxd/producer.h"
 #include "outboxd/recode.h"
 #include "outboxd/publication.h"
 #include "outboxd/tableprops.h"
@@ -532,17 +532,22 @@ check_backlog(ob_checker *c)
 static void
 check_broker(ob_checker *c)
 {
-	char detail[512];
-	bool dlq_exists = false;
-	bool ok = ob_producer_probe(c->cfg, BROKER_PROBE_TIMEOUT_MS, c->cfg->outbox.dlq_topic,
-				    &dlq_exists, detail, sizeof(detail));
+	char detail[768];
+	ob_kafka_probe probe;
+	bool ok =
+	    ob_kafka_probe_run(c->cfg, BROKER_PROBE_TIMEOUT_MS, c->cfg->outbox.dlq_topic, &probe);
 
-	ob_checker_report(c, "kafka", ok, "%s", detail);
+	ob_checker_report(c, "kafka", ok, "%s", probe.detail);
+	/* Kerberos refused for want of a feature leaves the metadata
+	 * unanswered, yet the features were seen: say why. */
+	if (probe.brokers > 0)
+		ob_checker_report(c, "kafka fit",
+				  ob_kafka_probe_fit(&probe, detail, sizeof(detail)), "%s", detail);
 	ob_checker_report(c, "kafka auth", ob_kafkaauth_report(c->cfg, ok, detail, sizeof(detail)),
 			  "%s", detail);
 	if (ok)
 		ob_checker_report(c, "dead-letter topic", true, "%s %s", c->cfg->outbox.dlq_topic,
-				  dlq_exists
+				  probe.topic_exists
 				      ? "exists"
 				      : "does not exist yet (created on first use if the cluster "
 					"auto-creates topics)");

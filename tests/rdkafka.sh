@@ -11,7 +11,9 @@
 # down), test_broker_errors.py (broker refusals of records and batches,
 # retries, fatal idempotence errors, producer recreation) and
 # test_inbox.py (the consumer group, positions, dead letters, kill -9),
-# with the wal2json decoder (the decoder is not what differs here).
+# and a broker without JoinGroup v0 (the inbox joins it; `check`'s
+# `kafka fit` line, whose verdict differs from 2.11 on), with the wal2json
+# decoder (the decoder is not what differs here).
 # The test broker stays the one built against Debian's 2.0.2
 # ($OUTBOXD_BUILD/tests/ob-mockbroker, via OUTBOXD_BROKER_BIN): built
 # against 2.15.1 its mock cluster takes ProduceRequest v9 and v10, which
@@ -33,7 +35,9 @@ BUILD=${OUTBOXD_BUILD:-build}
 RDK_BUILD=${OUTBOXD_BUILD_RDKAFKA:-build-rdk215}
 [[ "$RDK_BUILD" == /* ]] || RDK_BUILD="$ROOT/$RDK_BUILD"
 IT=tests/integration
-TESTS=("$IT/test_stream.py" "$IT/test_broker_errors.py" "$IT/test_inbox.py")
+TESTS=("$IT/test_stream.py" "$IT/test_broker_errors.py" "$IT/test_inbox.py"
+    "$IT/test_inbox_groups.py::test_inbox_joins_a_broker_without_joingroup_v0"
+    "$IT/test_inbox_groups.py::test_check_says_whether_librdkafka_and_the_brokers_fit")
 
 fail() {
     echo "rdkafka: $*" >&2

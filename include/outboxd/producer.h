@@ -125,10 +125,4 @@ size_t ob_producer_max_record_bytes(const ob_producer *p);
 /* True while at least one broker connection is up. */
 bool ob_producer_connected(const ob_producer *p);
 
-/* Connect to the cluster and fetch its metadata (for `check`). Writes a
- * one-line description to detail: the broker count, or the error. When
- * topic is not NULL, *topic_exists says whether the cluster has it. */
-bool ob_producer_probe(const ob_config *cfg, int timeout_ms, const char *topic, bool *topic_exists,
-		       char *detail, size_t detail_len) OB_MUST_CHECK;
-
 #endif

@@ -8,6 +8,7 @@ share their group; an inbox upgraded from the old default group
 and skipping nothing."""
 
 import re
+import subprocess
 
 import pytest
 
@@ -154,3 +155,68 @@ def test_inbox_joins_a_broker_without_joingroup_v0(
         assert_exactly_once(env, ids)
     finally:
         env.stop_all()
+
+
+def fit_line(env, name, **kafka):
+    """`check`'s kafka fit line for env's configuration with the [kafka]
+    properties kafka (underscores for dots): (ok, detail)."""
+    cfg = env.config()
+    for key, value in kafka.items():
+        cfg["kafka"][key.replace("_", ".")] = value
+    d = harness.Outboxd(OUTBOXD_BIN, cfg, str(env.tmpdir / name),
+                        command="inbox", start=False)
+    rc, out, err = d.run_cmd(["check"])
+    m = re.search(r"^kafka fit\s+(ok|FAIL)\s+(.*)$", out, re.M)
+    assert m, (out, err)
+    return m.group(1) == "ok", m.group(2)
+
+
+# Kerberos as librdkafka is configured for it, without a KDC: no kinit
+# runs (min.time.before.relogin 0), and the features are decided before
+# any authentication.
+KERBEROS = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI",
+            "sasl_kerberos_min_time_before_relogin": "0"}
+
+
+def librdkafka_version():
+    out = subprocess.run([OUTBOXD_BIN, "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    m = re.search(r"^librdkafka (\d+)\.(\d+)", out, re.M)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.mark.no_sanitizers
+def test_check_says_whether_librdkafka_and_the_brokers_fit(
+        pg, broker, broker_without_joingroup_v0, test_id, tmp_path):
+    """`check` prints a `kafka fit` line from the protocol features the
+    linked librdkafka enabled for the brokers it talked to: with a broker
+    that offers JoinGroup v0 everything fits; with one that does not (as
+    Apache Kafka 4.0.0) the inbox still fits (it joins with later
+    JoinGroup versions: test_inbox_joins_a_broker_without_joingroup_v0)
+    and the line says so, but Kerberos does not before librdkafka 2.11,
+    where neither daemon could authenticate: the line fails and says
+    what to change. From 2.11 both fit there."""
+    version = librdkafka_version()
+    plain = InboxEnv(pg, broker, test_id, tmp_path / "plain")
+    ok, detail = fit_line(plain, "fits")
+    assert ok and re.search(r"fits broker \S+: idempotent producer, "
+                            r"consumer groups$", detail), detail
+    ok, detail = fit_line(plain, "fits-kerberos", **KERBEROS)
+    assert ok and "consumer groups, Kerberos" in detail, detail
+
+    v4 = InboxEnv(pg, broker_without_joingroup_v0, test_id, tmp_path / "v4")
+    ok, detail = fit_line(v4, "no-v0")
+    kerberos_ok, kerberos_detail = fit_line(v4, "no-v0-kerberos", **KERBEROS)
+    if version >= (2, 11):
+        # JoinGroup v2 to v9 serve both (a range, not v0 exactly).
+        assert ok and detail.endswith(": idempotent producer, consumer groups"), detail
+        assert kerberos_ok and kerberos_detail.endswith("consumer groups, Kerberos"), \
+            kerberos_detail
+        return
+    assert ok and "offers no JoinGroup v0" in detail \
+        and "outboxd inbox joins with the later JoinGroup versions" \
+        in detail, detail
+    assert not kerberos_ok, kerberos_detail
+    assert "did not enable Kerberos" in kerberos_detail \
+        and "use librdkafka 2.11 or later" in kerberos_detail, kerberos_detail
