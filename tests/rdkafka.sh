@@ -13,7 +13,9 @@
 # test_inbox.py (the consumer group, positions, dead letters, kill -9),
 # and a broker without JoinGroup v0 (the inbox joins it; `check`'s
 # `kafka fit` line, whose verdict differs from 2.11 on), with the wal2json
-# decoder (the decoder is not what differs here).
+# decoder (the decoder is not what differs here); then the fault
+# checker's seeds that exercise the producer and the broker most
+# (tests/chaos, each seed one test; OUTBOXD_RDKAFKA_SEEDS below).
 # The test broker stays the one built against Debian's 2.0.2
 # ($OUTBOXD_BUILD/tests/ob-mockbroker, via OUTBOXD_BROKER_BIN): built
 # against 2.15.1 its mock cluster takes ProduceRequest v9 and v10, which
@@ -79,6 +81,39 @@ if ((rc != 0 && f == 0)); then
     f=1 # pytest crashed, timed out, or collected nothing (rc 5)
     echo "librdkafka $version: pytest exited $rc" >>"$failures"
 fi
+
+# The fault checker's seeds that exercise the producer and the broker
+# most (record errors, broker outages and slowness, leader moves and
+# retriable errors on Produce, kill -9 around commits, the inbox's
+# assignor), each one test. OUTBOXD_RDKAFKA_SEEDS: "all" runs every fixed
+# seed (tests/chaos/seeds.txt), "none" none, a list of numbers those seeds.
+SEEDS=${OUTBOXD_RDKAFKA_SEEDS:-"0 600 640 6 100066 100096 234570 234571"}
+
+# Runs the seeds of SEEDS; sets cp and cf (seeds passed and failed).
+run_chaos() {
+    local log="$RDK_BUILD/rdkafka-chaos.log" args=() s
+    cp=0 cf=0
+    [[ "$SEEDS" == none ]] && return
+    # No --seed: chaos.py runs every fixed seed, as seeds.txt says.
+    if [[ "$SEEDS" != all ]]; then
+        for s in $SEEDS; do args+=(--seed "$s"); done
+    fi
+    OUTBOXD_BUILD="$RDK_BUILD" OUTBOXD_BROKER_BIN="$BUILD/tests/ob-mockbroker" \
+        timeout --kill-after=60 1200 "$PY" tests/chaos/chaos.py "${args[@]}" \
+        --keep /tmp/outboxd-chaos-rdkafka >"$log" 2>&1
+    read -r cp cf < <(sed -n 's/^chaos: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$log")
+    if [[ -z "${cp:-}" ]]; then
+        cp=0 cf=1
+        echo "librdkafka $version: the fault checker ended without its summary line ($log)" >>"$failures"
+    elif ((cf > 0)); then
+        grep -E '^seed [0-9]+ .*: (FAIL|ERROR) ' "$log" |
+            sed "s/^/librdkafka $version chaos: /" >>"$failures"
+    fi
+    echo "rdkafka: fault checker: $cp passed, $cf failed (seeds $SEEDS; $log)"
+}
+run_chaos
+p=$((p + cp))
+f=$((f + cf))
 if [[ -s "$failures" ]]; then
     printf '\n=== what failed\n'
     cat "$failures"

@@ -22,7 +22,7 @@
 #    the second librdkafka (tests/rdkafka.sh): outboxd built against
 #    librdkafka 2.15.1 (deploy/rdkafka.sh builds it from npm's source
 #    package while step 4 runs) through the producer's and the inbox's
-#    integration tests,
+#    integration tests and eight of the fault checker's fixed seeds,
 # 5. runs the fixed seeds of the randomized fault checker (tests/chaos:
 #    a seeded workload under random faults, then a check of what reached
 #    Kafka and of what `outboxd inbox` stored from it; each seed counts as

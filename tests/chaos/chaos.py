@@ -17,7 +17,9 @@ missing part (Postgres, wal2json, the broker or outboxd binaries) fails
 the seeds, never skips them.
 
 Binaries come from $OUTBOXD_BUILD (default build/, relative to the repo
-root); a failed run's logs are kept under --keep (default
+root); $OUTBOXD_BROKER_BIN names another broker binary (outboxd built
+against one librdkafka, the broker against another: tests/rdkafka.sh); a
+failed run's logs are kept under --keep (default
 /tmp/outboxd-chaos)."""
 
 import argparse
@@ -73,7 +75,8 @@ class Parts:
 
     def __init__(self, build, logdir):
         self.outboxd = str(build / "outboxd")
-        broker_bin = str(build / "tests" / "ob-mockbroker")
+        broker_bin = os.environ.get("OUTBOXD_BROKER_BIN") or \
+            str(build / "tests" / "ob-mockbroker")
         self.broker = harness.MockBroker(
             broker_bin, brokers=3, partitions=PARTITIONS,
             logfile=str(Path(logdir) / "ob-mockbroker.log"))
