@@ -27,11 +27,13 @@
 --                table (the columns the preflight check verifies come from
 --                the catalog). outboxd needs no INSERT, UPDATE or DELETE:
 --                the application writes the table, not outboxd.
---   SELECT, INSERT, DELETE on public.outboxd_slots
+--   SELECT, INSERT, UPDATE, DELETE on public.outboxd_slots
 --                the marker row of the slot outboxd creates (written when
 --                it creates the slot, read when the slot is missing,
 --                deleted by outboxd slot drop), which tells a first start
---                from a slot lost in a failover (deploy/README.md, "Failover").
+--                from a slot lost in a failover (deploy/README.md, "Failover"),
+--                and keeps the slot's recovery point (updated every few
+--                seconds while outboxd streams; "The recovery point").
 --   CONNECT on the database
 --                granted to PUBLIC by default; granted explicitly below in
 --                case it was revoked.
@@ -80,7 +82,7 @@ $$;
 
 GRANT USAGE ON SCHEMA public TO outboxd;
 GRANT SELECT ON TABLE public.outbox TO outboxd;
-GRANT SELECT, INSERT, DELETE ON TABLE public.outboxd_slots TO outboxd;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.outboxd_slots TO outboxd;
 
 COMMENT ON ROLE outboxd IS
     'outboxd: streams public.outbox inserts to Kafka (REPLICATION, SELECT on the outbox, its slot marker rows)';

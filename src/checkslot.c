@@ -12,6 +12,7 @@
 
 #include "outboxd/failover.h"
 #include "outboxd/log.h"
+#include "outboxd/recpointdb.h"
 #include "outboxd/slotmark.h"
 #include "outboxd/sqlstate.h"
 
@@ -85,6 +86,18 @@ check_marker(ob_checker *c)
 	ob_checker_report(c, "slot marker", st == OB_PG_OK, "%s", detail);
 }
 
+/* The recovery point kept in the slot's row (recpointdb.h). */
+static void
+check_recovery_point(ob_checker *c)
+{
+	char detail[1024];
+	ob_pg_status st = ob_recpointdb_describe(c->pg, c->cfg, detail, sizeof(detail));
+
+	if (st == OB_PG_RETRY)
+		c->query_failed = true;
+	ob_checker_report(c, "recovery point", st == OB_PG_OK, "%s", detail);
+}
+
 /* Whether the missing slot was lost: its marker row is there
  * (slotmark.h), written at since. Never on a hot standby, where the
  * marker is not read. */
@@ -146,6 +159,7 @@ check_slot(ob_checker *c)
 					      : "does not exist and postgres.create_slot is false; "
 						"run \"outboxd slot create\"");
 		check_marker(c);
+		check_recovery_point(c);
 		free(ignored);
 		free(sql);
 		return;
@@ -175,6 +189,7 @@ check_slot(ob_checker *c)
 		    (long long)info.retained_bytes,
 		    info.active_pid ? " (active in another process: this one would be a standby)"
 				    : "");
+	check_recovery_point(c);
 }
 
 /* Whether the slot survives a promotion (failover.h): each missing

@@ -22,6 +22,7 @@
 #include "outboxd/pgconnect.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/producer.h"
+#include "outboxd/recpointdb.h"
 #include "outboxd/relay.h"
 #include "outboxd/reload.h"
 #include "outboxd/runtime.h"
@@ -454,6 +455,18 @@ print_failover(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info)
 	return true;
 }
 
+/* `slot status`'s recovery point line (recpointdb.h); false when a query
+ * failed. */
+static bool
+print_recovery_point(ob_pgconn *pg, const ob_config *cfg)
+{
+	char line[1024];
+	ob_pg_status st = ob_recpointdb_describe(pg, cfg, line, sizeof(line));
+
+	printf("recovery point       %s\n", line);
+	return st != OB_PG_RETRY;
+}
+
 /* slot drop|status (slot create: slotcreate.h). */
 static int
 slot_command(const ob_config *cfg, const char *sub)
@@ -489,7 +502,9 @@ slot_command(const ob_config *cfg, const char *sub)
 			printf("retained_wal_bytes   %lld\n", (long long)info.retained_bytes);
 			printf("failover             %s\n", info.failover ? "true" : "false");
 			printf("synced               %s\n", info.synced ? "true" : "false");
-			rc = print_failover(pg, cfg, &info) ? OB_EXIT_OK : OB_EXIT_OPERATOR;
+			rc = print_failover(pg, cfg, &info) && print_recovery_point(pg, cfg)
+				 ? OB_EXIT_OK
+				 : OB_EXIT_OPERATOR;
 		}
 	}
 	ob_pgrepl_close(pg, false);

@@ -10,11 +10,8 @@
 
 #include "outboxd/log.h"
 
-/* The marker table in SQL: %I takes the schema's name. */
-#define TABLE_SQL  "%I." OB_SLOTMARK_TABLE
-/* A FROM item naming the marker table, quoted, as m.t: %L takes the
- * schema's name. */
-#define TABLE_NAME "(SELECT quote_ident(%L) || '." OB_SLOTMARK_TABLE "' AS t) AS m"
+#define TABLE_SQL  OB_SLOTMARK_SQL
+#define TABLE_NAME OB_SLOTMARK_FROM
 /* The marker table in messages, as ob_slotmark_setup_sql() writes it: %s
  * takes the schema's name. */
 #define TABLE_TEXT "\"%s\"." OB_SLOTMARK_TABLE
@@ -47,10 +44,8 @@ ob_slotmark_setup_sql(const ob_config *cfg, const char *role)
 {
 	/* The schema as written (config.c keeps names as configured). */
 	return ob_xasprintf(
-	    "CREATE TABLE IF NOT EXISTS \"%s\"." OB_SLOTMARK_TABLE
-	    " (slot_name text PRIMARY KEY, created_at timestamptz NOT NULL "
-	    "DEFAULT now()); GRANT SELECT, INSERT, DELETE ON \"%s\"." OB_SLOTMARK_TABLE
-	    " TO \"%s\";",
+	    "CREATE TABLE IF NOT EXISTS \"%s\"." OB_SLOTMARK_TABLE " (" OB_SLOTMARK_COLUMNS
+	    "); GRANT SELECT, INSERT, UPDATE, DELETE ON \"%s\"." OB_SLOTMARK_TABLE " TO \"%s\";",
 	    cfg->outbox.schema, cfg->outbox.schema, role);
 }
 
@@ -125,9 +120,7 @@ ob_slotmark_ready(ob_pgconn *p, const ob_config *cfg)
 	if (may)
 		return OB_PG_OK;
 	if (ob_pgsql_command(p, OB_LOG_DEBUG, "create the slot marker table",
-			     "CREATE TABLE IF NOT EXISTS " TABLE_SQL
-			     " (slot_name text PRIMARY KEY, "
-			     "created_at timestamptz NOT NULL DEFAULT now())",
+			     "CREATE TABLE IF NOT EXISTS " TABLE_SQL " (" OB_SLOTMARK_COLUMNS ")",
 			     cfg->outbox.schema) &&
 	    table_writable(p, cfg, &may) && may) {
 		ob_info("created table " TABLE_TEXT ", which marks the slots outboxd created",

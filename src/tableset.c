@@ -119,6 +119,7 @@ ob_tableset_watch(ob_tableset *ts, ob_lsn wal_end, ob_outcome *out)
 		return false;
 	}
 	ob_slotwatch_poll(&ts->slots, ts->watch.conn, ts->cfg, wal_end);
+	ob_recpointdb_poll(&ts->recpoint, ts->watch.conn, ts->cfg, ob_tableset_confirmable(ts));
 	return take_latest(ts, out);
 }
 
@@ -177,6 +178,7 @@ ob_tableset_start(ob_tableset *ts, ob_pgconn *pg)
 	char err[512], added[512];
 	bool ok;
 
+	ob_recpointdb_init(&ts->recpoint);
 	/* pgoutput's publication is never read on the replication
 	 * connection (see check.c). */
 	if (cfg->pg.plugin == OB_PLUGIN_PGOUTPUT)

@@ -28,14 +28,25 @@
 
 /* The marker table's name, in the outbox table's schema. */
 #define OB_SLOTMARK_TABLE "outboxd_slots"
+/* The table in ob_pgsql_format() templates: in SQL (%I takes the
+ * schema's name), and as a FROM item naming it quoted as m.t (%L takes
+ * the schema's name). */
+#define OB_SLOTMARK_SQL   "%I." OB_SLOTMARK_TABLE
+#define OB_SLOTMARK_FROM  "(SELECT quote_ident(%L) || '." OB_SLOTMARK_TABLE "' AS t) AS m"
+/* Its columns, as CREATE TABLE takes them: the slot's name, when outboxd
+ * made it, and its recovery point (recpointdb.h). */
+#define OB_SLOTMARK_COLUMNS                                                                        \
+	"slot_name text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), "              \
+	"recovery_xid xid8, recovery_lsn pg_lsn, recovery_at timestamptz"
 
 /* The ways out of a lost or invalidated slot, for the messages that
  * refuse one: a new slot after publishing what the loss may have
  * skipped, or a new slot that publishes none of it. */
 #define OB_SLOTMARK_RECOVERY                                                                       \
 	"publish what the loss may have skipped with outboxd slot create --accept-gap -s "         \
-	"\"outbox.backlog_where=created_at > '<the time of the loss, or of the last event "        \
-	"consumers received>'\" (it publishes the outbox rows selected, then creates the slot), "  \
+	"\"outbox.backlog_where=<the condition outboxd check prints on its recovery point line, "  \
+	"or created_at > '<the time of the loss>'>\" (it publishes the outbox rows selected, "     \
+	"then creates the slot), "                                                                 \
 	"or start afresh, publishing none of them, with outboxd slot create --accept-gap "         \
 	"(deploy/README.md, \"Recovering from a lost or invalidated slot\")"
 

@@ -34,6 +34,7 @@
 #include "outboxd/outcome.h"
 #include "outboxd/partitions.h"
 #include "outboxd/pgrepl.h"
+#include "outboxd/recpointdb.h"
 #include "outboxd/slotwatch.h"
 
 typedef struct ob_tableset {
@@ -48,7 +49,8 @@ typedef struct ob_tableset {
 	ob_lsn events_end; /* what the latest unit with events confirms */
 	bool halted;       /* a read halted the stream (logged) */
 	ob_partwatch watch;
-	ob_slotwatch slots; /* the slot as the server sees it, read after the set */
+	ob_slotwatch slots;     /* the slot as the server sees it, read after the set */
+	ob_recpointdb recpoint; /* kept after the slot's reading */
 } ob_tableset;
 
 /* The ceiling before the first stream read its tables (the backlog). */

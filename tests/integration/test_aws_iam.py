@@ -90,7 +90,7 @@ def iam_pg(tmp_path_factory):
         cluster.run_file(str(OUTBOX_SQL))
         for stmt in ("CREATE ROLE %s LOGIN REPLICATION" % ROLE,
                      "GRANT SELECT ON public.outbox TO %s" % ROLE,
-                     "GRANT SELECT, INSERT, DELETE ON public.outboxd_slots "
+                     "GRANT SELECT, INSERT, UPDATE, DELETE ON public.outboxd_slots "
                      "TO %s" % ROLE):
             cluster.sql(stmt)
         yield server

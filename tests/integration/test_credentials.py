@@ -47,7 +47,7 @@ def auth_pg(tmp_path_factory):
         for stmt in ("CREATE ROLE %s LOGIN REPLICATION PASSWORD 'pw-start'"
                      % ROLE,
                      "GRANT SELECT ON public.outbox TO %s" % ROLE,
-                     "GRANT SELECT, INSERT, DELETE ON public.outboxd_slots "
+                     "GRANT SELECT, INSERT, UPDATE, DELETE ON public.outboxd_slots "
                      "TO %s" % ROLE):
             cluster.sql(stmt)
         yield cluster

@@ -604,15 +604,15 @@ def test_no_slot_without_its_marker(pg, outboxd_factory, test_id, slot_name):
     pg.sql("CREATE PUBLICATION pub_%s FOR TABLE public.outbox WITH (publish "
            "= 'insert', publish_via_partition_root = true)" % test_id)
     d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=role)}})
-    expect_exit(d, 1, "GRANT SELECT, INSERT, DELETE ON \"public\".outboxd_slots",
+    expect_exit(d, 1, "GRANT SELECT, INSERT, UPDATE, DELETE ON \"public\".outboxd_slots",
                 "creates no slot without it")
     assert pg.slot(slot_name) is None
     rc, out, _ = d.run_cmd(["check"])
     line = [ln for ln in out.splitlines() if ln.startswith("slot marker")]
     assert rc == 2 and len(line) == 1 and " FAIL " in line[0] and \
         "is not writable by this role" in line[0] and \
-        'GRANT SELECT, INSERT, DELETE ON "public".outboxd_slots' in line[0], out
-    pg.sql("GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO %s"
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON "public".outboxd_slots' in line[0], out
+    pg.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON public.outboxd_slots TO %s"
            % role)
     rc, out, _ = d.run_cmd(["check"])
     assert "slot marker" in out and '"public".outboxd_slots is writable' in \

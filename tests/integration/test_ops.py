@@ -577,7 +577,8 @@ def test_sql_files_and_least_privilege_role_stream(pg, broker, consumer,
     assert sorted(grants) == [("public", "outbox", "SELECT"),
                               ("public", "outboxd_slots", "DELETE"),
                               ("public", "outboxd_slots", "INSERT"),
-                              ("public", "outboxd_slots", "SELECT")], grants
+                              ("public", "outboxd_slots", "SELECT"),
+                              ("public", "outboxd_slots", "UPDATE")], grants
     prefix = "sqlfiles_%s" % test_id
     d = outboxd_factory({
         "postgres": {"conninfo": pg.conninfo(db, user="outboxd")},

@@ -922,7 +922,7 @@ def test_values_do_not_depend_on_server_settings(pg, broker, consumer,
         pg.sql('CREATE ROLE "%s" LOGIN REPLICATION' % user)
         pg.sql('GRANT SELECT ON public.outbox TO "%s"' % user, dbname=db)
         # What sql/role.sql grants on the slot marker table.
-        pg.sql('GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO "%s"'
+        pg.sql('GRANT SELECT, INSERT, UPDATE, DELETE ON public.outboxd_slots TO "%s"'
                % user, dbname=db)
         for s in settings:
             pg.sql('ALTER ROLE "%s" %s' % (user, s))

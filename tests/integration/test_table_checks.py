@@ -127,7 +127,7 @@ def test_check_reads_the_privilege_of_a_mixed_case_table(pg, broker,
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     pg.sql('GRANT SELECT ON public."%s" TO %s' % (name, role))
     # What sql/role.sql grants on the slot marker table.
-    pg.sql("GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO %s"
+    pg.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON public.outboxd_slots TO %s"
            % role)
     for user in ("postgres", role):
         d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(user=user)},
@@ -166,7 +166,7 @@ def test_backlog_role_without_select_is_told_the_grant(pg, broker, consumer,
     role = "r_%s" % test_id
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     # What sql/role.sql grants on the slot marker table.
-    pg.sql("GRANT SELECT, INSERT, DELETE ON public.outboxd_slots TO %s"
+    pg.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON public.outboxd_slots TO %s"
            % role)
     cfg = {"postgres": {"conninfo": pg.conninfo(user=role)},
            "outbox": {"table": "public." + table, "backlog_where": "true"}}

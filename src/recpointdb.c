@@ -1,0 +1,238 @@
+/*
+ * recpointdb.c: the recovery point on the server (recpointdb.h).
+ */
+#include "outboxd/recpointdb.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outboxd/log.h"
+#include "outboxd/lsn.h"
+#include "outboxd/runtime.h"
+#include "outboxd/slotmark.h"
+
+#define TABLE_SQL  OB_SLOTMARK_SQL
+#define TABLE_NAME OB_SLOTMARK_FROM
+#define COLUMNS_SQL                                                                                \
+	"ADD COLUMN IF NOT EXISTS recovery_xid xid8, ADD COLUMN IF NOT EXISTS recovery_lsn "       \
+	"pg_lsn, ADD COLUMN IF NOT EXISTS recovery_at timestamptz"
+
+void
+ob_recpointdb_init(ob_recpointdb *r)
+{
+	memset(r, 0, sizeof(*r));
+	ob_recpoint_init(&r->rule);
+}
+
+char *
+ob_recpointdb_setup_sql(const ob_config *cfg, const char *role)
+{
+	return ob_xasprintf("ALTER TABLE \"%s\"." OB_SLOTMARK_TABLE " " COLUMNS_SQL
+			    "; GRANT UPDATE ON \"%s\"." OB_SLOTMARK_TABLE " TO \"%s\";",
+			    cfg->outbox.schema, cfg->outbox.schema, role);
+}
+
+/* Whether the columns are there and this role may UPDATE the table, into
+ * *yes; false (logged at debug) when the query failed. */
+static bool
+columns_usable(ob_pgconn *p, const ob_config *cfg, bool *yes)
+{
+	return ob_pgsql_query_true(
+	    p, yes,
+	    "SELECT to_regclass(m.t) IS NOT NULL AND has_table_privilege(m.t, 'UPDATE') AND "
+	    "(SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(m.t) AND "
+	    "NOT a.attisdropped AND a.attname IN ('recovery_xid', 'recovery_lsn', "
+	    "'recovery_at')) = 3 FROM " TABLE_NAME,
+	    cfg->outbox.schema);
+}
+
+/* Looks once per stream whether the point can be stored, adding the
+ * columns when this role owns the table; says once per process when it
+ * cannot. */
+static void
+check_columns(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
+{
+	static bool warned;
+	bool yes = false;
+
+	if (!columns_usable(p, cfg, &yes))
+		return; /* the next poll looks again */
+	r->checked = true;
+	if (!yes &&
+	    ob_pgsql_command(p, OB_LOG_DEBUG, "add the recovery point's columns",
+			     "ALTER TABLE " TABLE_SQL " " COLUMNS_SQL, cfg->outbox.schema) &&
+	    columns_usable(p, cfg, &yes) && yes)
+		ob_info("added the recovery point's columns to %s." OB_SLOTMARK_TABLE,
+			cfg->outbox.schema);
+	r->usable = yes;
+	if (!yes && !warned) {
+		char *fix = ob_recpointdb_setup_sql(cfg, "<outboxd's role>");
+
+		ob_warn("no recovery point is kept for slot %s: %s." OB_SLOTMARK_TABLE
+			" lacks its columns or this role may not update it; have the table's "
+			"owner run %s",
+			cfg->pg.slot, cfg->outbox.schema, fix);
+		free(fix);
+		warned = true;
+	}
+}
+
+/* Take a candidate: the snapshot's xmin, then the insert position, in
+ * one statement (the snapshot is taken when it starts). */
+static bool
+capture(ob_recpointdb *r, ob_pgconn *p)
+{
+	ob_pgres *res = NULL;
+	ob_lsn lsn = 0;
+	unsigned long long xmin = 0;
+	bool ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
+				     "take a recovery point candidate", 2, &res,
+				     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
+				     "pg_current_wal_insert_lsn()");
+
+	if (ok && (sscanf(ob_pgres_value(res, 0, 0), "%llu", &xmin) != 1 ||
+		   !ob_lsn_parse(ob_pgres_value(res, 0, 1), &lsn))) {
+		if (!r->failing)
+			ob_warn("could not take a recovery point candidate: unexpected answer");
+		ok = false;
+	}
+	if (ok)
+		ob_recpoint_captured(&r->rule, xmin, lsn, ob_mono_ms());
+	ob_pgres_free(res);
+	return ok;
+}
+
+/* Store the candidate, never lowering the stored point. */
+static bool
+store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
+{
+	char xid[24], lsn[24];
+	unsigned long long own = 0;
+	ob_pgres *res = NULL;
+	bool ok;
+
+	snprintf(xid, sizeof(xid), "%" PRIu64, r->rule.cand_xid);
+	snprintf(lsn, sizeof(lsn), OB_LSN_FMT, OB_LSN_ARGS(r->rule.cand_lsn));
+	/* The CTE makes one row of none: the row may already hold a point as
+	 * far (another process stored it) and then nothing is written. */
+	ok = ob_pgsql_query_row(
+	    p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, "store the recovery point", 1, &res,
+	    "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
+	    "recovery_lsn = %L::pg_lsn, recovery_at = now() WHERE slot_name = "
+	    "%L AND (recovery_xid IS NULL OR recovery_xid < %L::xid8) "
+	    "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
+	    cfg->outbox.schema, xid, lsn, cfg->pg.slot, xid);
+	if (ok) {
+		if (!ob_pgres_null(res, 0, 0))
+			(void)sscanf(ob_pgres_value(res, 0, 0), "%llu", &own);
+		ob_log_lsn(OB_LOG_DEBUG, r->rule.cand_lsn, NULL, 0,
+			   "recovery point %s (taken at %s)%s", xid, lsn,
+			   own != 0 ? "" : ": the row held one as far");
+		ob_recpoint_stored(&r->rule, own, ob_mono_ms());
+	}
+	ob_pgres_free(res);
+	return ok;
+}
+
+void
+ob_recpointdb_poll(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg, ob_lsn confirmed)
+{
+	bool ok = true;
+
+	if (p == NULL)
+		return;
+	switch (ob_recpoint_next(&r->rule, confirmed, ob_mono_ms())) {
+	case OB_RECPOINT_WAIT:
+		return;
+	case OB_RECPOINT_CAPTURE:
+		if (!r->checked)
+			check_columns(r, p, cfg);
+		if (!r->usable) {
+			ob_recpoint_failed(&r->rule, ob_mono_ms());
+			return;
+		}
+		ok = capture(r, p);
+		break;
+	case OB_RECPOINT_STORE:
+		ok = store(r, p, cfg);
+		break;
+	}
+	if (!ok)
+		ob_recpoint_failed(&r->rule, ob_mono_ms());
+	else if (r->failing)
+		ob_info("recovery point of slot %s kept again", cfg->pg.slot);
+	r->failing = !ok;
+}
+
+/* The line of a stored point, from describe's row res: the point, and
+ * the outbox.backlog_where that selects the rows a recovery publishes. */
+static void
+describe_point(const ob_pgres *res, char *line, size_t size)
+{
+	unsigned long long xid = strtoull(ob_pgres_value(res, 0, 1), NULL, 10);
+	unsigned long long next = strtoull(ob_pgres_value(res, 0, 5), NULL, 10);
+	char where[128];
+
+	ob_recpoint_backlog_where(xid, where, sizeof(where));
+	snprintf(line, size,
+		 "xid %llu (taken at %s, stored %s, %s ago); the rows not yet published are "
+		 "among those of outbox.backlog_where=\"%s\"%s",
+		 xid, ob_pgres_value(res, 0, 2), ob_pgres_value(res, 0, 3),
+		 ob_pgres_value(res, 0, 4), where,
+		 ob_recpoint_exact(xid, next)
+		     ? ""
+		     : " (more than 2^31 transaction ids ago: rows older than the point may be "
+		       "selected too)");
+}
+
+ob_pg_status
+ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t size)
+{
+	ob_pgres *res = NULL;
+	bool exists, usable;
+	char *fix;
+
+	if (!ob_pgsql_query_true(p, &exists, "SELECT to_regclass(m.t) IS NOT NULL FROM " TABLE_NAME,
+				 cfg->outbox.schema) ||
+	    (exists && !columns_usable(p, cfg, &usable))) {
+		snprintf(line, size, "could not read it (see the log)");
+		return OB_PG_RETRY;
+	}
+	if (!exists) {
+		snprintf(line, size,
+			 "none: there is no table \"%s\"." OB_SLOTMARK_TABLE
+			 " yet (outboxd makes it with the slot)",
+			 cfg->outbox.schema);
+		return OB_PG_OK;
+	}
+	if (!usable) {
+		fix = ob_recpointdb_setup_sql(cfg, "<outboxd's role>");
+		snprintf(line, size,
+			 "none: \"%s\"." OB_SLOTMARK_TABLE
+			 " lacks its columns or this role may not update it; have its owner run %s",
+			 cfg->outbox.schema, fix);
+		free(fix);
+		return OB_PG_FATAL;
+	}
+	if (!ob_pgsql_query_row(p, OB_LOG_WARNING, "read the recovery point", 6, &res,
+				"SELECT r.slot_name IS NOT NULL, r.recovery_xid::text, "
+				"r.recovery_lsn::text, date_trunc('second', r.recovery_at)::text, "
+				"date_trunc('second', now() - r.recovery_at)::text, "
+				"pg_snapshot_xmax(pg_current_snapshot())::text FROM (SELECT 1) "
+				"AS one LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
+				cfg->outbox.schema, cfg->pg.slot)) {
+		snprintf(line, size, "could not read it (see the log)");
+		return OB_PG_RETRY;
+	}
+	if (ob_pgres_value(res, 0, 0)[0] != 't')
+		snprintf(line, size, "none: slot %s has no row in \"%s\"." OB_SLOTMARK_TABLE,
+			 cfg->pg.slot, cfg->outbox.schema);
+	else if (ob_pgres_null(res, 0, 1))
+		snprintf(line, size, "none yet: outboxd stores one within seconds of streaming");
+	else
+		describe_point(res, line, size);
+	ob_pgres_free(res);
+	return OB_PG_OK;
+}
