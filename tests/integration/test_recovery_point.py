@@ -86,7 +86,8 @@ def test_point_follows_acknowledged_events_only(
     rc, out, err = d.run_cmd(["slot", "status"])
     point = stored_point(pg, slot_name)
     assert rc == 0 and re.search(r"^recovery point\s+xid %d \(taken at [0-9A-F]+/[0-9A-F]+, "
-                                 r"stored .* ago\)$" % point[0], out, re.M), (out, err)
+                                 r"stored .* ago\); .*outbox\.backlog_where=\"\(xmin::text::bigint - %d "
+                                 % (point[0], point[0]), out, re.M), (out, err)
     rc, out, err = d.run_cmd(["check"])
     assert re.search(r"^recovery point\s+ok\s+xid \d+ ", out, re.M), (out, err)
 
