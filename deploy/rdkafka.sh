@@ -223,6 +223,14 @@ build() {
     say "librdkafka $RDKAFKA_VERSION ready in $PREFIX (built with: $built_with)"
 }
 
+# One run at a time checks and builds: two at once (tests/run.sh builds in
+# the background while the integration tests run deploy/image-build.sh)
+# would both build, and each move the other's directory aside. The second
+# waits for the lock and then finds the first one's build. A user who
+# cannot write the cache (and so cannot build into it) takes no lock.
+if mkdir -p "$CACHE" 2>/dev/null && { exec 9>>"$CACHE/.lock"; } 2>/dev/null; then
+    flock 9
+fi
 if present; then
     say "librdkafka $RDKAFKA_VERSION present ($PREFIX, $PKG@$NPM_VERSION)"
 else

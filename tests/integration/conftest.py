@@ -100,8 +100,9 @@ def slot_name(request, test_id):
 
 
 def pytest_configure(config):
-    """The marks that keep a test out of a pass of tests/run.sh, and the
-    mark that narrows a test's decoders."""
+    """The marks that keep a test out of a pass of tests/run.sh, the mark
+    of a test that takes long, and the mark that narrows a test's
+    decoders."""
     config.addinivalue_line(
         "markers", "no_sanitizers: left to the plain pass; tests/run.sh's "
         "sanitizer pass runs -m 'not no_sanitizers' (for time: restarts, "
@@ -109,6 +110,11 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "no_version_matrix: left out of tests/versions.sh, "
         "which runs -m 'not no_version_matrix' (it runs on 15 only)")
+    config.addinivalue_line(
+        "markers", "slow: builds something of its own, which takes seconds "
+        "to minutes (test_image.py: deploy/image-build.sh, about 10 s with "
+        "librdkafka 2.15.1 in deploy/rdkafka.sh's cache, minutes when it "
+        "must be built first); -m 'not slow' leaves it out")
     config.addinivalue_line(
         "markers", "decoders(*names): the decoders the test runs with, "
         "instead of its module's DECODERS")
