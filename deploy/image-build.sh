@@ -65,6 +65,9 @@ meson install -C "$BUILD" --no-rebuild --destdir "$DEST" >&2
 # it is 3 MB.
 install -D -m 0644 "$libdir/librdkafka.so.1" "$DEST/$LIBDIR_REL/librdkafka.so.1"
 strip --strip-unneeded "$DEST/$LIBDIR_REL/librdkafka.so.1"
+# librdkafka's licence travels with the binary copy (BSD 2-clause).
+install -D -m 0644 "$(dirname "$pcdir")/../share/doc/librdkafka/LICENSES.txt" \
+    "$DEST/usr/share/doc/outboxd/librdkafka/LICENSES.txt"
 
 bin="$DEST/usr/bin/outboxd"
 runpath=$(readelf -d "$bin" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]$/\1/p')

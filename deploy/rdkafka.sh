@@ -11,6 +11,7 @@
 #       include/librdkafka/rdkafka.h, rdkafka_mock.h
 #       lib/librdkafka.so.1, librdkafka.so, librdkafka.a
 #       lib/pkgconfig/rdkafka.pc, rdkafka-static.pc
+#       share/doc/librdkafka/LICENSES.txt             (its licence and its parts')
 #       .version                                  (the npm version, written last)
 #
 # readable by everyone. A build whose .version names the pinned npm version
@@ -42,6 +43,7 @@ RDKAFKA_VERSION="2.15.1"
 CACHE=${OUTBOXD_RDKAFKA_CACHE:-/var/cache/outboxd-rdkafka}
 PREFIX="$CACHE/librdkafka-$RDKAFKA_VERSION"
 PCDIR="$PREFIX/lib/pkgconfig"
+LICENSES=share/doc/librdkafka/LICENSES.txt
 
 # Debian's -dev packages of the features it is built with, and the
 # configure option that turns each off when its package cannot be had.
@@ -102,7 +104,7 @@ runtime_version() {
 # Is the pinned version built, with a library that says so?
 present() {
     [[ -f "$PREFIX/.version" && "$(cat "$PREFIX/.version")" == "$PKG@$NPM_VERSION" ]] || return 1
-    [[ -f "$PCDIR/rdkafka.pc" ]] || return 1
+    [[ -f "$PCDIR/rdkafka.pc" && -f "$PREFIX/$LICENSES" ]] || return 1
     [[ "$(PKG_CONFIG_PATH="$PCDIR" pkg-config --modversion rdkafka 2>/dev/null)" == "$RDKAFKA_VERSION" ]] || return 1
     [[ "$(runtime_version "$PCDIR")" == "$RDKAFKA_VERSION" ]]
 }
@@ -201,6 +203,9 @@ build() {
     dest="$tmp/dest"
     (cd "$src" && PATH="$nodl:$PATH" make -C src install DESTDIR="$dest" >>"$tmp/make.log" 2>&1) ||
         { tail -n 30 "$tmp/make.log" >&2; die "make install failed (log above)"; }
+    # Its licence and those of the code it carries, which binary copies
+    # must reproduce (the container image ships them).
+    install -D -m 0644 "$src/LICENSES.txt" "$dest$PREFIX/$LICENSES"
     say "built in $(elapsed "$t0") s"
     local built_with
     built_with=$(sed -n 's/^#define BUILT_WITH "\(.*\)"$/\1/p' "$src/config.h")

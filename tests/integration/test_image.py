@@ -156,6 +156,8 @@ def test_dockerfile_build_stage_runs_image_build_and_runtime_copies_it():
         in runtime, runtime
     assert "COPY --from=build /out/%s/ /%s/" % (LIB_DIR, LIB_DIR) \
         in runtime, runtime
+    assert "COPY --from=build /out/usr/share/doc/outboxd/ /usr/share/doc/outboxd/" \
+        in runtime, runtime
     assert "librdkafka1" not in apt_installed(runtime), runtime
 
 
@@ -169,7 +171,8 @@ def test_image_build_runs_with_librdkafka_2_15_1_and_runtime_libraries(
     librdkafka.so.1 in DESTDIR/usr/lib/outboxd (a file there, not a link
     to the cache, and not Debian's in /usr/lib/x86_64-linux-gnu); and every
     other library that outboxd and that librdkafka.so.1 need comes from a
-    package the runtime stage installs (or from libc6)."""
+    package the runtime stage installs (or from libc6); librdkafka's
+    licence is in DESTDIR/usr/share/doc/outboxd."""
     dest = tmp_path / "out"
     r = subprocess.run(["bash", IMAGE_BUILD, str(dest), str(tmp_path / "build")],
                        cwd=str(REPO_ROOT), capture_output=True, text=True,
@@ -180,6 +183,10 @@ def test_image_build_runs_with_librdkafka_2_15_1_and_runtime_libraries(
     binary = dest / "usr" / "bin" / "outboxd"
     lib = dest / LIB_DIR / "librdkafka.so.1"
     assert lib.is_file() and not lib.is_symlink(), lib
+    # Its licence travels with it (BSD 2-clause: binary copies carry it).
+    licences = dest / "usr/share/doc/outboxd/librdkafka/LICENSES.txt"
+    assert "Redistribution and use in source and binary forms" in \
+        licences.read_text(), licences
     version = run([str(binary), "--version"]).splitlines()
     assert "librdkafka %s" % RDKAFKA_VERSION in version, version
 
