@@ -11,6 +11,7 @@ void
 ob_recpoint_init(ob_recpoint *rp)
 {
 	memset(rp, 0, sizeof(*rp));
+	rp->interval_ms = OB_RECPOINT_INTERVAL_MS;
 }
 
 ob_recpoint_step
@@ -33,7 +34,7 @@ ob_recpoint_captured(ob_recpoint *rp, uint64_t xmin, ob_lsn lsn, int64_t now_ms)
 	rp->have_cand = true;
 	rp->cand_xid = xmin;
 	rp->cand_lsn = lsn;
-	rp->next_ms = now_ms + OB_RECPOINT_INTERVAL_MS;
+	rp->next_ms = now_ms + rp->interval_ms;
 }
 
 void
@@ -43,14 +44,14 @@ ob_recpoint_stored(ob_recpoint *rp, uint64_t own_xid, int64_t now_ms)
 	if (own_xid != 0)
 		rp->own_xid = own_xid;
 	rp->have_cand = false;
-	rp->next_ms = now_ms + OB_RECPOINT_INTERVAL_MS;
+	rp->next_ms = now_ms + rp->interval_ms;
 }
 
 void
 ob_recpoint_failed(ob_recpoint *rp, int64_t now_ms)
 {
 	rp->have_cand = false;
-	rp->next_ms = now_ms + OB_RECPOINT_INTERVAL_MS;
+	rp->next_ms = now_ms + rp->interval_ms;
 }
 
 void

@@ -3,6 +3,8 @@
  */
 #include "outboxd/recpointdb.h"
 
+#include "ob_build.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,12 @@ ob_recpointdb_init(ob_recpointdb *r)
 {
 	memset(r, 0, sizeof(*r));
 	ob_recpoint_init(&r->rule);
+#if OB_TEST_HOOKS
+	/* Test builds (meson -Dtest_hooks=true): OUTBOXD_TEST_RECPOINT_MS
+	 * takes candidates that often, so tests wait less. */
+	if (getenv("OUTBOXD_TEST_RECPOINT_MS") != NULL)
+		r->rule.interval_ms = atol(getenv("OUTBOXD_TEST_RECPOINT_MS"));
+#endif
 }
 
 char *

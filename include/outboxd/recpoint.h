@@ -40,8 +40,9 @@ typedef struct ob_recpoint {
 	bool have_cand;      /* a candidate waits for the stream to confirm cand_lsn */
 	uint64_t cand_xid;
 	ob_lsn cand_lsn;
-	uint64_t own_xid; /* the transaction that stored the point last (0: none) */
-	int64_t next_ms;  /* when the next candidate is due */
+	uint64_t own_xid;    /* the transaction that stored the point last (0: none) */
+	int64_t next_ms;     /* when the next candidate is due */
+	int64_t interval_ms; /* OB_RECPOINT_INTERVAL_MS (tests shorten it) */
 } ob_recpoint;
 
 typedef enum ob_recpoint_step {
@@ -50,7 +51,8 @@ typedef enum ob_recpoint_step {
 	OB_RECPOINT_STORE,   /* store cand_xid: ob_recpoint_stored() */
 } ob_recpoint_step;
 
-/* A point with nothing known: the first candidate is due at once. Called
+/* A point with nothing known, taken every OB_RECPOINT_INTERVAL_MS: the
+ * first candidate is due at once. Called
  * again for each stream, since a candidate's position belongs to the
  * server it was taken on. */
 void ob_recpoint_init(ob_recpoint *rp);

@@ -18,8 +18,10 @@ from harness import wait_until
 from test_faults import (Feed, check_delivery, collect_all, make_topic,
                          wait_streaming)
 
-# The point is taken every 5 s and stored once confirmed.
-INTERVAL = 5
+# The point is taken every 5 s and stored once confirmed; every second
+# here (a test build's OUTBOXD_TEST_RECPOINT_MS).
+INTERVAL = 1
+ENV = {"OUTBOXD_TEST_RECPOINT_MS": str(INTERVAL * 1000)}
 
 
 def stored_point(pg, slot):
@@ -49,7 +51,7 @@ def streaming_past(pg, broker, outboxd_factory, slot_name, agg, n):
     """outboxd streaming agg's events, n of them published and the point
     past them: (topic, outboxd, feed, their ids)."""
     topic = make_topic(broker, agg)
-    d = outboxd_factory()
+    d = outboxd_factory(env=ENV)
     wait_streaming(pg, slot_name)
     feed = Feed(pg, agg)
     ids = feed.commit(n)
@@ -101,7 +103,7 @@ def test_point_stays_below_an_open_transaction(
     passes it."""
     agg = "ro_%s" % test_id
     topic = make_topic(broker, agg)
-    outboxd_factory()
+    outboxd_factory(env=ENV)
     wait_streaming(pg, slot_name)
     slow = Feed(pg, agg, seed=1)
     fast = Feed(pg, agg, seed=2)
@@ -163,7 +165,8 @@ def test_a_table_without_the_columns(pg, broker, outboxd_factory, slot_name,
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     pg.sql("GRANT SELECT ON public.outbox TO %s; GRANT SELECT, INSERT, DELETE ON "
            "public.outboxd_slots TO %s" % (role, role), dbname=db)
-    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(db, user=role)}})
+    d = outboxd_factory({"postgres": {"conninfo": pg.conninfo(db, user=role)}},
+                        env=ENV)
     d.wait_log("no recovery point is kept for slot %s" % slot_name, 30)
     assert "ALTER TABLE \"public\".outboxd_slots ADD COLUMN IF NOT EXISTS recovery_xid" \
         in d.log_tail(), d.log_tail()
