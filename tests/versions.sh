@@ -23,7 +23,9 @@
 # standby that synchronized_standby_slots names, down: on 17 and 18 a
 # wait, never an exit; a standby that lagged, promoted: nothing of the new
 # timeline skipped), and `slot create` on healthy, lost and invalidated
-# slots (17+ makes FAILOVER slots; about 20 s).
+# slots (17+ makes FAILOVER slots; about 20 s), and the recovery point
+# (held below unacknowledged events; the slot lost and recovered with the
+# condition `check` prints).
 # The versions run side by side, each with its own log in $BUILD: about
 # two and a half minutes for all three on 2 cores, against seven and a
 # half one after another.
@@ -58,6 +60,8 @@ TESTS=(
     "$IT/test_failover.py"
     "$IT/test_slot_create.py"
     "$IT/test_table_props.py"
+    "$IT/test_recovery_point.py::test_point_follows_acknowledged_events_only"
+    "$IT/test_recovery_point.py::test_the_printed_backlog_where_recovers_a_lost_slot"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,

@@ -162,6 +162,9 @@ def test_a_table_without_the_columns(pg, broker, outboxd_factory, slot_name,
     pg.run_file(str(OUTBOX_SQL), dbname=db)
     pg.sql("ALTER TABLE public.outboxd_slots DROP COLUMN recovery_xid, "
            "DROP COLUMN recovery_lsn, DROP COLUMN recovery_at", dbname=db)
+    # (pgoutput: the publication is the table owner's to make.)
+    pg.sql("CREATE PUBLICATION pub_%s FOR TABLE public.outbox WITH (publish "
+           "= 'insert', publish_via_partition_root = true)" % test_id, dbname=db)
     pg.sql("CREATE ROLE %s LOGIN REPLICATION" % role)
     pg.sql("GRANT SELECT ON public.outbox TO %s; GRANT SELECT, INSERT, DELETE ON "
            "public.outboxd_slots TO %s" % (role, role), dbname=db)
