@@ -227,7 +227,9 @@ ob_kafka_probe_fit(const ob_kafka_probe *p, char *buf, size_t size)
 		    v, p->no_sasl,
 		    before_2_11 ? "no JoinGroup v0 (as Apache Kafka 4.0.0)"
 				: "neither JoinGroup nor SaslHandshake",
-		    before_2_11 ? "; use librdkafka 2.11 or later, or Kafka 4.0.1 or later" : "");
+		    before_2_11 ? "; use librdkafka 2.11 or later (the container image has "
+				  "2.15.1), or Kafka 4.0.1 or later"
+				: "");
 		return false;
 	}
 	if (p->no_groups[0] != '\0' && !before_2_11) {
