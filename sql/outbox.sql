@@ -124,17 +124,21 @@ COMMENT ON COLUMN public.outbox.seq IS
 -- The row also keeps the slot's recovery point (deploy/README.md, "The
 -- recovery point"): every outbox row not yet published was written by a
 -- transaction whose id is recovery_xid or later. outboxd stores it every
--- few seconds once the broker acknowledged the events it covers.
+-- few seconds once the broker acknowledged the events it covers, with the
+-- system identifier of the server it was stored on (a logical copy or a
+-- restored dump has another, and its rows other transaction ids).
 CREATE TABLE IF NOT EXISTS public.outboxd_slots (
     slot_name    text        PRIMARY KEY,
     created_at   timestamptz NOT NULL DEFAULT now(),
     recovery_xid xid8,
     recovery_lsn pg_lsn,
-    recovery_at  timestamptz
+    recovery_at  timestamptz,
+    recovery_system text
 );
 -- A table made before the recovery point: outboxd adds these itself when
 -- its role owns the table; otherwise run this (and sql/role.sql's GRANT).
 ALTER TABLE public.outboxd_slots
     ADD COLUMN IF NOT EXISTS recovery_xid xid8,
     ADD COLUMN IF NOT EXISTS recovery_lsn pg_lsn,
-    ADD COLUMN IF NOT EXISTS recovery_at timestamptz;
+    ADD COLUMN IF NOT EXISTS recovery_at timestamptz,
+    ADD COLUMN IF NOT EXISTS recovery_system text;

@@ -19,7 +19,12 @@
 #define TABLE_NAME OB_SLOTMARK_FROM
 #define COLUMNS_SQL                                                                                \
 	"ADD COLUMN IF NOT EXISTS recovery_xid xid8, ADD COLUMN IF NOT EXISTS recovery_lsn "       \
-	"pg_lsn, ADD COLUMN IF NOT EXISTS recovery_at timestamptz"
+	"pg_lsn, ADD COLUMN IF NOT EXISTS recovery_at timestamptz, ADD COLUMN IF NOT EXISTS "      \
+	"recovery_system text"
+/* The server's system identifier: a physical standby or a backup keeps
+ * it (and the rows' transaction ids), a logical copy or a restored dump
+ * does not. */
+#define SYSTEM_SQL "(SELECT system_identifier::text FROM pg_control_system())"
 
 void
 ob_recpointdb_init(ob_recpointdb *r)
@@ -52,7 +57,7 @@ columns_usable(ob_pgconn *p, const ob_config *cfg, bool *yes)
 	    "SELECT to_regclass(m.t) IS NOT NULL AND has_table_privilege(m.t, 'UPDATE') AND "
 	    "(SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(m.t) AND "
 	    "NOT a.attisdropped AND a.attname IN ('recovery_xid', 'recovery_lsn', "
-	    "'recovery_at')) = 3 FROM " TABLE_NAME,
+	    "'recovery_at', 'recovery_system')) = 4 FROM " TABLE_NAME,
 	    cfg->outbox.schema);
 }
 
@@ -123,15 +128,28 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 
 	snprintf(xid, sizeof(xid), "%" PRIu64, r->rule.cand_xid);
 	snprintf(lsn, sizeof(lsn), OB_LSN_FMT, OB_LSN_ARGS(r->rule.cand_lsn));
+	/* The stream waits while this runs: the update must not wait for a
+	 * synchronous standby (one that is down would hold it for as long,
+	 * and a point the standby lacks is only an older one there) nor for
+	 * long on a lock of the row (a slot drop in progress, an operator's
+	 * open transaction); for the connection's session. */
+	ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
+				"set the recovery point's session settings", 2, &res,
+				"SELECT set_config('synchronous_commit', 'local', false), "
+				"set_config('lock_timeout', '1s', false)");
+	ob_pgres_free(res);
+	res = NULL;
 	/* The CTE makes one row of none: the row may already hold a point as
 	 * far (another process stored it) and then nothing is written. */
-	ok = ob_pgsql_query_row(
-	    p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, "store the recovery point", 1, &res,
-	    "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
-	    "recovery_lsn = %L::pg_lsn, recovery_at = now() WHERE slot_name = "
-	    "%L AND (recovery_xid IS NULL OR recovery_xid < %L::xid8) "
-	    "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
-	    cfg->outbox.schema, xid, lsn, cfg->pg.slot, xid);
+	ok = ok &&
+	     ob_pgsql_query_row(
+		 p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, "store the recovery point", 1, &res,
+		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
+		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
+		 " WHERE slot_name = "
+		 "%L AND (recovery_xid IS NULL OR recovery_xid < %L::xid8) "
+		 "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
+		 cfg->outbox.schema, xid, lsn, cfg->pg.slot, xid);
 	if (ok) {
 		if (!ob_pgres_null(res, 0, 0))
 			(void)sscanf(ob_pgres_value(res, 0, 0), "%llu", &own);
@@ -165,24 +183,42 @@ ob_recpointdb_poll(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg, ob_lsn 
 		break;
 	case OB_RECPOINT_STORE:
 		ok = store(r, p, cfg);
+		/* Failures are told once until a point is stored again. */
+		if (ok && r->failing)
+			ob_info("recovery point of slot %s stored again", cfg->pg.slot);
+		if (ok)
+			r->failing = false;
 		break;
 	}
-	if (!ok)
+	if (!ok) {
 		ob_recpoint_failed(&r->rule, ob_mono_ms());
-	else if (r->failing)
-		ob_info("recovery point of slot %s kept again", cfg->pg.slot);
-	r->failing = !ok;
+		r->failing = true;
+	}
 }
 
 /* The line of a stored point, from describe's row res: the point, and
- * the outbox.backlog_where that selects the rows a recovery publishes. */
-static void
+ * the outbox.backlog_where that selects the rows a recovery publishes.
+ * OB_PG_FATAL when the point was stored on another system (a logical
+ * copy of the database, or a dump restored: its rows were written again,
+ * by this server's transactions), where it says nothing. */
+static ob_pg_status
 describe_point(const ob_pgres *res, char *line, size_t size)
 {
 	unsigned long long xid = strtoull(ob_pgres_value(res, 0, 1), NULL, 10);
 	unsigned long long next = strtoull(ob_pgres_value(res, 0, 5), NULL, 10);
+	const char *stored_on = ob_pgres_value(res, 0, 6), *here = ob_pgres_value(res, 0, 7);
 	char where[128];
 
+	if ((!ob_pgres_null(res, 0, 6) && strcmp(stored_on, here) != 0) || next < xid) {
+		snprintf(line, size,
+			 "xid %llu was stored on another PostgreSQL system (%s; this one is %s, "
+			 "its next transaction id %llu): a logical copy or a restored dump, whose "
+			 "rows were written again by this server's transactions, so the point "
+			 "selects nothing here; a recovery needs a time (outbox.backlog_where on "
+			 "created_at)",
+			 xid, ob_pgres_null(res, 0, 6) ? "unknown" : stored_on, here, next);
+		return OB_PG_FATAL;
+	}
 	ob_recpoint_backlog_where(xid, where, sizeof(where));
 	snprintf(line, size,
 		 "xid %llu (taken at %s, stored %s, %s ago); the rows not yet published are "
@@ -193,12 +229,14 @@ describe_point(const ob_pgres *res, char *line, size_t size)
 		     ? ""
 		     : " (more than 2^31 transaction ids ago: rows older than the point may be "
 		       "selected too)");
+	return OB_PG_OK;
 }
 
 ob_pg_status
 ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t size)
 {
 	ob_pgres *res = NULL;
+	ob_pg_status st = OB_PG_OK;
 	bool exists, usable;
 	char *fix;
 
@@ -224,11 +262,12 @@ ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t si
 		free(fix);
 		return OB_PG_FATAL;
 	}
-	if (!ob_pgsql_query_row(p, OB_LOG_WARNING, "read the recovery point", 6, &res,
+	if (!ob_pgsql_query_row(p, OB_LOG_WARNING, "read the recovery point", 8, &res,
 				"SELECT r.slot_name IS NOT NULL, r.recovery_xid::text, "
 				"r.recovery_lsn::text, date_trunc('second', r.recovery_at)::text, "
 				"date_trunc('second', now() - r.recovery_at)::text, "
-				"pg_snapshot_xmax(pg_current_snapshot())::text FROM (SELECT 1) "
+				"pg_snapshot_xmax(pg_current_snapshot())::text, "
+				"r.recovery_system, " SYSTEM_SQL " FROM (SELECT 1) "
 				"AS one LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
 				cfg->outbox.schema, cfg->pg.slot)) {
 		snprintf(line, size, "could not read it (see the log)");
@@ -240,7 +279,7 @@ ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t si
 	else if (ob_pgres_null(res, 0, 1))
 		snprintf(line, size, "none yet: outboxd stores one within seconds of streaming");
 	else
-		describe_point(res, line, size);
+		st = describe_point(res, line, size);
 	ob_pgres_free(res);
-	return OB_PG_OK;
+	return st;
 }

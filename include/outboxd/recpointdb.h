@@ -11,6 +11,11 @@
  *   recovery_lsn  pg_lsn       the WAL insert position its candidate was
  *                              taken at (the stream had confirmed it)
  *   recovery_at   timestamptz  when it was stored
+ *   recovery_system text       the system identifier of the server it was
+ *                              stored on (a physical standby or a backup
+ *                              keeps it; a logical copy or a restored dump,
+ *                              whose rows other transactions wrote again,
+ *                              does not: the point means nothing there)
  *
  * ob_recpointdb_poll() runs on the stream's plain connection
  * (partitions.h), after the slot's reading (slotwatch.h): it takes a
@@ -45,8 +50,8 @@ void ob_recpointdb_poll(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg, ob
 /* The `recovery point` line of `check` and `slot status`, into line:
  * the point, where and when it was taken, or why there is none.
  * OB_PG_FATAL when it cannot be kept (the columns are missing or the role
- * may not update them: line names the statements), OB_PG_RETRY (logged)
- * when a query failed. */
+ * may not update them: line names the statements) or was stored on
+ * another system; OB_PG_RETRY (logged) when a query failed. */
 ob_pg_status ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t size);
 /* The statements that add the columns to a table made before them, and
  * let role update them; the caller frees. */
