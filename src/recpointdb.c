@@ -117,39 +117,40 @@ capture(ob_recpointdb *r, ob_pgconn *p)
 	return ok;
 }
 
-/* Store the candidate, never lowering the stored point. */
+/* Store the candidate, never lowering the stored point, in a
+ * transaction of its own. The stream waits while this runs: the commit
+ * must not wait for a synchronous standby (one that is down would hold it
+ * for as long, and a point the standby lacks is only an older one there)
+ * nor the update for long on a lock of the row (a slot drop in progress,
+ * an operator's open transaction). Both settings are the transaction's
+ * alone: the connection's other reads keep the session's. */
 static bool
 store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
+	ob_log_level level = r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING;
 	char xid[24], lsn[24];
 	unsigned long long own = 0;
-	ob_pgres *res = NULL;
+	ob_pgres *res = NULL, *settings = NULL;
 	bool ok;
 
 	snprintf(xid, sizeof(xid), "%" PRIu64, r->rule.cand_xid);
 	snprintf(lsn, sizeof(lsn), OB_LSN_FMT, OB_LSN_ARGS(r->rule.cand_lsn));
-	/* The stream waits while this runs: the update must not wait for a
-	 * synchronous standby (one that is down would hold it for as long,
-	 * and a point the standby lacks is only an older one there) nor for
-	 * long on a lock of the row (a slot drop in progress, an operator's
-	 * open transaction); for the connection's session. */
-	ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
-				"set the recovery point's session settings", 2, &res,
-				"SELECT set_config('synchronous_commit', 'local', false), "
-				"set_config('lock_timeout', '1s', false)");
-	ob_pgres_free(res);
-	res = NULL;
 	/* The CTE makes one row of none: the row may already hold a point as
 	 * far (another process stored it) and then nothing is written. */
-	ok = ok &&
+	ok = ob_pgsql_command(p, level, "begin the recovery point's update", "BEGIN") &&
+	     ob_pgsql_query_row(p, level, "set the recovery point's update up", 2, &settings,
+				"SELECT set_config('synchronous_commit', 'local', true), "
+				"set_config('lock_timeout', '1s', true)") &&
 	     ob_pgsql_query_row(
-		 p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, "store the recovery point", 1, &res,
+		 p, level, "store the recovery point", 1, &res,
 		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
 		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
-		 " WHERE slot_name = "
-		 "%L AND (recovery_xid IS NULL OR recovery_xid < %L::xid8) "
+		 " WHERE slot_name = %L AND (recovery_xid IS NULL OR recovery_xid < %L::xid8) "
 		 "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
-		 cfg->outbox.schema, xid, lsn, cfg->pg.slot, xid);
+		 cfg->outbox.schema, xid, lsn, cfg->pg.slot, xid) &&
+	     ob_pgsql_command(p, level, "commit the recovery point", "COMMIT");
+	if (!ok && ob_pgsql_in_transaction(p))
+		ob_pgres_free(ob_pgsql_exec(p, "ROLLBACK"));
 	if (ok) {
 		if (!ob_pgres_null(res, 0, 0))
 			(void)sscanf(ob_pgres_value(res, 0, 0), "%llu", &own);
@@ -158,6 +159,7 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 			   own != 0 ? "" : ": the row held one as far");
 		ob_recpoint_stored(&r->rule, own, ob_mono_ms());
 	}
+	ob_pgres_free(settings);
 	ob_pgres_free(res);
 	return ok;
 }
