@@ -28,6 +28,15 @@ ob_inboxjudge_mismatch(const ob_inbox_position *st, const ob_broker_view *bv,
 			 "cluster %s and holds offsets %lld to %lld",
 			 (long long)st->next_offset, st->cluster_id, bv->cluster_id,
 			 (long long)bv->low, (long long)bv->high);
+	} else if (st->topic_id[0] != '\0' && bv->topic_id[0] != '\0' &&
+		   strcmp(st->topic_id, bv->topic_id) != 0) {
+		*reason = OB_POSITION_TOPIC_ID;
+		snprintf(
+		    why, why_len,
+		    "stored offset %lld belongs to topic id %s, but the topic now has id %s (it "
+		    "was deleted and created again) and holds offsets %lld to %lld",
+		    (long long)st->next_offset, st->topic_id, bv->topic_id, (long long)bv->low,
+		    (long long)bv->high);
 	} else if (st->next_offset > bv->high) {
 		*reason = OB_POSITION_PAST_HIGH;
 		snprintf(why, why_len,

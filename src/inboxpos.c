@@ -58,6 +58,7 @@ recover_start(ob_inboxdb *db, const ob_config *cfg, const ob_kpart *p, ob_inbox_
 		return OB_INBOXPOS_OK;
 	st->next_offset = *start;
 	snprintf(st->cluster_id, sizeof(st->cluster_id), "%s", bv->cluster_id);
+	snprintf(st->topic_id, sizeof(st->topic_id), "%s", bv->topic_id);
 	return ob_inboxdb_reset(db, st) == OB_INBOXDB_OK ? OB_INBOXPOS_OK : OB_INBOXPOS_DB;
 }
 
@@ -109,6 +110,10 @@ ob_inboxpos_start(ob_consumer *c, ob_inboxdb *db, const ob_config *cfg)
 		st = OB_INBOXPOS_CONFIG;
 		goto out;
 	}
+	/* Without a topic id a topic created again that holds more records
+	 * than the stored position passes unseen: asked once for all the
+	 * topics, and judged without it when it is not to be had. */
+	ob_consumer_read_topic_ids(c, parts, n);
 	memcpy(committed, parts, n * sizeof(*parts));
 	if (!ob_consumer_group_offsets(c, committed, n))
 		goto out;
@@ -120,7 +125,8 @@ ob_inboxpos_start(ob_consumer *c, ob_inboxdb *db, const ob_config *cfg)
 	for (size_t i = 0; i < n; i++) {
 		int64_t stored = pos[i].next_offset, start = stored;
 		ob_position_mismatch reason;
-		ob_broker_view bv = {0, 0, committed[i].offset, ob_consumer_cluster_id(c)};
+		ob_broker_view bv = {0, 0, committed[i].offset, ob_consumer_cluster_id(c),
+				     ob_consumer_topic_id(c, parts[i].topic)};
 		char why[512];
 
 		if (!ob_consumer_watermarks(c, parts[i].topic, parts[i].partition, &bv.low,

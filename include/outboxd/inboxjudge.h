@@ -18,6 +18,7 @@ typedef struct ob_broker_view {
 	int64_t low, high;      /* watermarks */
 	int64_t committed;      /* the group's committed offset; < 0: none */
 	const char *cluster_id; /* the cluster the consumer is connected to; "": unknown */
+	const char *topic_id;   /* the partition's topic's id; "": unknown */
 } ob_broker_view;
 
 /* Judge the stored position st of a partition against the broker's view

@@ -5,11 +5,13 @@
  * The positions stored in Postgres are the truth. A partition is started
  * only once its stored position is judged against what the broker serves:
  * a position past the high watermark, below the low watermark, or stored
- * for another cluster, and a partition with nothing stored while the group
- * has a committed offset in Kafka, cannot belong to it (a mismatch), and
- * inbox.on_position_mismatch says where it starts instead. After a failed
- * transaction, whose outcome may be unknown, every assigned partition
- * resumes at what Postgres holds. The judgment itself is inboxjudge.h's.
+ * for another cluster or for a topic of the name deleted since (its topic
+ * id, where librdkafka shows it), and a partition with nothing stored
+ * while the group has a committed offset in Kafka, cannot belong to it (a
+ * mismatch), and inbox.on_position_mismatch says where it starts instead.
+ * After a failed transaction, whose outcome may be unknown, every assigned
+ * partition resumes at what Postgres holds. The judgment itself is
+ * inboxjudge.h's.
  */
 #ifndef OUTBOXD_INBOXPOS_H
 #define OUTBOXD_INBOXPOS_H
