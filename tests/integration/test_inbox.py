@@ -292,6 +292,11 @@ def test_inbox_rows_duplicates_and_metrics(inbox_env, broker):
                    "WHERE id = %s", (tomb_id,))[0]
     assert tomb == (None, None, "gone")
 
+    # The test broker, built against librdkafka 2.0.2, gives no topic ids
+    # (nor names a controller, where DescribeTopics is sent), and outboxd
+    # built against 2.0.2 asks for none: topic_id stays NULL.
+    assert env.sql("SELECT count(*), count(topic_id) FROM "
+                   "public.outboxd_inbox_offsets")[0] == (PARTITIONS, 0)
     m = wait_until(lambda: (lambda v: v if v.get(
         'outboxd_inbox_records_total{result="duplicate"}') == 60 else None)(
         metrics(port)), 10, 0.2, "duplicate counter")
