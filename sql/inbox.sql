@@ -49,21 +49,26 @@ CREATE INDEX IF NOT EXISTS inbox_unprocessed
 --         WHERE processed_at IS NULL AND error IS NULL;
 
 -- Where each partition resumes, per consumer group: the offset of the
--- first record not yet in the inbox table, and the id of the Kafka cluster
--- that offset belongs to (NULL: stored before outboxd kept it).
+-- first record not yet in the inbox table, the id of the Kafka cluster
+-- that offset belongs to (NULL: stored before outboxd kept it), and the
+-- id of the topic it belongs to, new when a topic is deleted and created
+-- again (NULL: not known, as with librdkafka before 2.3.0 or a broker that
+-- gives no topic ids; sql/README.md, "The inbox tables").
 CREATE TABLE IF NOT EXISTS public.outboxd_inbox_offsets (
     group_id    text        NOT NULL,
     topic       text        NOT NULL,
     partition   integer     NOT NULL,
     next_offset bigint      NOT NULL,
     cluster_id  text,
+    topic_id    text,
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (group_id, topic, partition)
 );
--- A table created before cluster_id existed gets it here (outboxd inbox
--- also adds it at start when its role owns the table; otherwise it exits
--- 1 printing this statement). On a table that has it, the statement does
--- nothing; the notice saying so is not shown.
+-- A table created before cluster_id or topic_id existed gets them here
+-- (outboxd inbox also adds them at start when its role owns the table;
+-- otherwise it exits 1 printing this statement). On a table that has
+-- them, the statement does nothing; the notices saying so are not shown.
 SET client_min_messages = warning;
-ALTER TABLE public.outboxd_inbox_offsets ADD COLUMN IF NOT EXISTS cluster_id text;
+ALTER TABLE public.outboxd_inbox_offsets
+    ADD COLUMN IF NOT EXISTS cluster_id text, ADD COLUMN IF NOT EXISTS topic_id text;
 RESET client_min_messages;

@@ -27,10 +27,11 @@
 --                granted to PUBLIC by default; granted explicitly below in
 --                case it was revoked.
 --
--- outboxd_inbox_offsets.cluster_id: a table made by an older sql/inbox.sql
--- lacks it; `outboxd inbox` adds it at start only when its role owns the
--- table, so run the ALTER TABLE at the end of sql/inbox.sql as the owner
--- (or run sql/inbox.sql again) before the first start with this role.
+-- outboxd_inbox_offsets.cluster_id and topic_id: a table made by an older
+-- sql/inbox.sql lacks them; `outboxd inbox` adds them at start only when
+-- its role owns the table, so run the ALTER TABLE at the end of
+-- sql/inbox.sql as the owner (or run sql/inbox.sql again) before the first
+-- start with this role.
 --
 -- Password: as in sql/role.sql, set it with \password outboxd_inbox and
 -- hand it over through the environment (PGPASSWORD) or ~/.pgpass.

@@ -11,6 +11,7 @@
 #include "outboxd/kafka.h"
 #include "outboxd/log.h"
 #include "outboxd/topic.h"
+#include "outboxd/topicids.h"
 #include "outboxd/metrics.h"
 
 #define SEEK_TIMEOUT_MS  10000
@@ -38,6 +39,7 @@ struct ob_consumer {
 	 * (each .offset is a count of records). */
 	rd_kafka_topic_partition_list_t *unstarted_lag;
 	char cluster_id[128]; /* "" unknown */
+	ob_topicids *topic_ids;
 	ob_kafka_brokers brokers;
 };
 
@@ -365,6 +367,7 @@ ob_consumer_new(const ob_config *cfg, const char *group, ob_consumer_hooks hooks
 	c->assigned = rd_kafka_topic_partition_list_new(1);
 	c->unstarted = rd_kafka_topic_partition_list_new(1);
 	c->unstarted_lag = rd_kafka_topic_partition_list_new(1);
+	c->topic_ids = ob_topicids_new();
 	if (!subscribe(c)) {
 		ob_consumer_free(c);
 		return NULL;
@@ -385,6 +388,7 @@ ob_consumer_free(ob_consumer *c)
 	rd_kafka_topic_partition_list_destroy(c->assigned);
 	rd_kafka_topic_partition_list_destroy(c->unstarted);
 	rd_kafka_topic_partition_list_destroy(c->unstarted_lag);
+	ob_topicids_free(c->topic_ids);
 	free(c->group);
 	free(c);
 }
@@ -484,6 +488,18 @@ ob_consumer_read_cluster_id(ob_consumer *c)
 	snprintf(c->cluster_id, sizeof(c->cluster_id), "%s", cluster);
 	free(cluster);
 	return true;
+}
+
+void
+ob_consumer_read_topic_ids(ob_consumer *c, const ob_kpart *parts, size_t n)
+{
+	ob_topicids_read(c->topic_ids, c->rk, parts, n, QUERY_TIMEOUT_MS);
+}
+
+const char *
+ob_consumer_topic_id(const ob_consumer *c, const char *topic)
+{
+	return ob_topicids_get(c->topic_ids, topic);
 }
 
 ob_kpart *

@@ -296,7 +296,7 @@ wait_dead_letters(ob_inbox *ib)
 
 /* Add (topic, partition) at offset to the positions of a transaction:
  * the next offset to read is one past the latest record, on the cluster
- * the partitions were started on. */
+ * and in the topic (its id) the partitions were started on. */
 static void
 note_position(const ob_inbox *ib, ob_inbox_position *pos, size_t *n, const ob_consumer_record *m)
 {
@@ -313,6 +313,8 @@ note_position(const ob_inbox *ib, ob_inbox_position *pos, size_t *n, const ob_co
 	    .topic = topic, .partition = m->partition, .next_offset = m->offset + 1};
 	snprintf(pos[*n].cluster_id, sizeof(pos[*n].cluster_id), "%s",
 		 ob_consumer_cluster_id(ib->consumer));
+	snprintf(pos[*n].topic_id, sizeof(pos[*n].topic_id), "%s",
+		 ob_consumer_topic_id(ib->consumer, topic));
 	(*n)++;
 }
 

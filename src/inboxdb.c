@@ -19,7 +19,7 @@
 #include "outboxd/sqlstate.h"
 
 #define ROW_COLUMNS 9
-#define POS_COLUMNS 5
+#define POS_COLUMNS 6
 #define INBOX_SQL   "sql/inbox.sql"
 
 /* The consumer group every inbox used when inbox.group was left out,
@@ -106,8 +106,8 @@ params_seal(params *p)
 
 /* The columns the inbox writes, in either table. */
 static const char *const written_columns[] = {
-    "id",      "topic",       "partition", "kafka_offset", "key",         "type",
-    "payload", "payload_raw", "headers",   "group_id",     "next_offset", "cluster_id",
+    "id",          "topic",   "partition", "kafka_offset", "key",        "type",     "payload",
+    "payload_raw", "headers", "group_id",  "next_offset",  "cluster_id", "topic_id",
 };
 
 /* True when res is a NOT NULL violation of a column the inbox does not
@@ -270,53 +270,67 @@ quote_name(ob_pgconn *conn, const char *schema, const char *name)
 	return out;
 }
 
-/* Add outboxd_inbox_offsets.cluster_id to a table created before it
- * existed (ADD COLUMN IF NOT EXISTS: a no-op once there), or, when add is
- * false (outboxd check changes nothing), only say it is missing. FATAL
- * with the statement in detail when the role may not alter the table or
- * add is false. */
+/* The columns of outboxd_inbox_offsets that tables created by earlier
+ * versions lack, and the one statement that adds them (ADD COLUMN IF NOT
+ * EXISTS: a no-op for those there already). */
+#define ADDED_COLUMNS "'cluster_id', 'topic_id'"
+#define ADD_COLUMNS                                                                                \
+	"ADD COLUMN IF NOT EXISTS cluster_id text, ADD COLUMN IF NOT EXISTS topic_id text"
+
+/* Add the columns of ADDED_COLUMNS that the offsets table lacks, or, when
+ * add is false (outboxd check changes nothing), only say they are
+ * missing. FATAL with the statement in detail when the role may not alter
+ * the table or add is false. */
 static ob_inboxdb_status
-add_cluster_column(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
+add_columns(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
 {
-	char *sql =
-	    ob_xasprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS cluster_id text", db->offsets);
+	char *sql = ob_xasprintf("ALTER TABLE %s " ADD_COLUMNS, db->offsets);
+	char *missing = NULL;
 	params p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
 	param_text(&p, db->offsets);
-	res = run(db,
-		  "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) "
-		  "AND attname = 'cluster_id' AND NOT attisdropped",
-		  &p);
+	res = run(
+	    db,
+	    "SELECT coalesce(string_agg(c, ', ' ORDER BY c), '') FROM unnest(ARRAY[" ADDED_COLUMNS
+	    "]) AS c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+	    "to_regclass($1) AND attname = c AND NOT attisdropped)",
+	    &p);
 	if (!ob_pgres_tuples(res)) {
 		snprintf(detail, detail_len, "could not look up the inbox tables: %s",
 			 ob_pgres_error(res, buf, sizeof(buf)));
 		st = OB_INBOXDB_RETRY;
-	} else if (strcmp(ob_pgres_value(res, 0, 0), "0") == 0 && !add) {
-		snprintf(
-		    detail, detail_len,
-		    "%s has no column cluster_id: outboxd inbox adds it when it starts, if its "
-		    "role may; or run \"%s\" as the table's owner",
-		    db->offsets, sql);
-		st = OB_INBOXDB_FATAL;
-	} else if (strcmp(ob_pgres_value(res, 0, 0), "0") == 0) {
-		ob_pgres_free(res);
-		res = ob_pgsql_exec(db->conn, sql);
-		if (ob_pgres_command(res)) {
-			ob_info("added column cluster_id to %s", db->offsets);
-		} else {
-			snprintf(
-			    detail, detail_len,
-			    "%s has no column cluster_id and outboxd could not add it: %s; run "
-			    "\"%s\" as the table's owner",
-			    db->offsets, ob_pgres_error(res, buf, sizeof(buf)), sql);
-			st = ob_pgsql_connected(db->conn) ? OB_INBOXDB_FATAL : OB_INBOXDB_RETRY;
-		}
+		goto out;
 	}
+	missing = ob_xstrdup(ob_pgres_value(res, 0, 0));
+	ob_pgres_free(res);
+	res = NULL;
+	if (missing[0] == '\0')
+		goto out;
+	if (!add) {
+		snprintf(detail, detail_len,
+			 "%s lacks the column(s) %s: outboxd inbox adds them when it starts, if "
+			 "its role may; or run \"%s\" as the table's owner",
+			 db->offsets, missing, sql);
+		st = OB_INBOXDB_FATAL;
+		goto out;
+	}
+	res = ob_pgsql_exec(db->conn, sql);
+	if (ob_pgres_command(res)) {
+		ob_info("added the column(s) %s to %s", missing, db->offsets);
+	} else {
+		snprintf(detail, detail_len,
+			 "%s lacks the column(s) %s and outboxd could not add them: %s; run "
+			 "\"%s\" as the table's owner",
+			 db->offsets, missing, ob_pgres_error(res, buf, sizeof(buf)), sql);
+		st = ob_pgsql_connected(db->conn) ? OB_INBOXDB_FATAL : OB_INBOXDB_RETRY;
+	}
+out:
 	ob_pgres_free(res);
 	params_free(&p);
+	free(missing);
 	free(sql);
 	return st;
 }
@@ -332,8 +346,9 @@ take_over(ob_inboxdb *db, bool migrate, char *detail, size_t detail_len)
 				  "WHERE group_id = $1)",
 				  db->offsets, db->offsets);
 	char *sql = migrate ? ob_xasprintf("WITH t AS (INSERT INTO %s (group_id, topic, partition, "
-					   "next_offset, cluster_id) SELECT $1, topic, partition, "
-					   "next_offset, cluster_id %s ON CONFLICT DO NOTHING "
+					   "next_offset, cluster_id, topic_id) SELECT $1, topic, "
+					   "partition, next_offset, cluster_id, topic_id %s ON "
+					   "CONFLICT DO NOTHING "
 					   "RETURNING 1) SELECT count(*) FROM t",
 					   db->offsets, from)
 			    : ob_xasprintf("SELECT count(*) %s", from);
@@ -412,7 +427,7 @@ ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out, char *d
 	db->offsets = quote_name(db->conn, cfg->inbox.schema, "outboxd_inbox_offsets");
 	st = check_tables(db, cfg, detail, detail_len);
 	if (st == OB_INBOXDB_OK)
-		st = add_cluster_column(db, migrate, detail, detail_len);
+		st = add_columns(db, migrate, detail, detail_len);
 	if (st == OB_INBOXDB_OK)
 		st = resolve_group(db, cfg, migrate, detail, detail_len);
 	if (st != OB_INBOXDB_OK)
@@ -465,9 +480,10 @@ ob_inboxdb_set_tick(ob_inboxdb *db, bool (*tick)(void *ctx), void *ctx)
 ob_inboxdb_status
 ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 {
-	char *sql = ob_xasprintf("SELECT topic, partition, next_offset, cluster_id FROM %s WHERE "
-				 "group_id = $1",
-				 db->offsets);
+	char *sql =
+	    ob_xasprintf("SELECT topic, partition, next_offset, cluster_id, topic_id FROM %s "
+			 "WHERE group_id = $1",
+			 db->offsets);
 	params p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
@@ -476,6 +492,7 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		pos[i].next_offset = -1;
 		pos[i].cluster_id[0] = '\0';
+		pos[i].topic_id[0] = '\0';
 	}
 	param_text(&p, db->group);
 	res = run(db, sql, &p);
@@ -495,6 +512,8 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 			pos[i].next_offset = atoll(ob_pgres_value(res, r, 2));
 			snprintf(pos[i].cluster_id, sizeof(pos[i].cluster_id), "%s",
 				 ob_pgres_value(res, r, 3));
+			snprintf(pos[i].topic_id, sizeof(pos[i].topic_id), "%s",
+				 ob_pgres_value(res, r, 4));
 		}
 	}
 out:
@@ -586,21 +605,25 @@ insert_rows(ob_inboxdb *db, const ob_inbox_row *rows, size_t n, uint64_t *insert
 }
 
 /* Upsert the n positions. With forward_only a stored position is
- * replaced only by a larger one; otherwise it is replaced whatever it was. */
+ * replaced only by a larger one; otherwise it is replaced whatever it was.
+ * A cluster id not known keeps the stored one; a topic id goes with its
+ * position, NULL when not known: a kept one might be that of the topic
+ * before it was deleted and created again. */
 static ob_inboxdb_status
 store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, bool forward_only,
 		char *error, size_t error_len)
 {
-	static const char *const casts[POS_COLUMNS] = {"::text", "::text", "::int", "::bigint",
-						       "::text"};
+	static const char *const casts[POS_COLUMNS] = {"::text",   "::text", "::int",
+						       "::bigint", "::text", "::text"};
 	char *head = ob_xasprintf("INSERT INTO %s AS o (group_id, topic, partition, next_offset, "
-				  "cluster_id) VALUES ",
+				  "cluster_id, topic_id) VALUES ",
 				  db->offsets);
-	char *tail =
-	    ob_xasprintf(" ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
-			 "next_offset = EXCLUDED.next_offset, cluster_id = "
-			 "coalesce(EXCLUDED.cluster_id, o.cluster_id), updated_at = now()%s",
-			 forward_only ? " WHERE o.next_offset < EXCLUDED.next_offset" : "");
+	char *tail = ob_xasprintf(
+	    " ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+	    "next_offset = EXCLUDED.next_offset, cluster_id = "
+	    "coalesce(EXCLUDED.cluster_id, o.cluster_id), topic_id = EXCLUDED.topic_id, "
+	    "updated_at = now()%s",
+	    forward_only ? " WHERE o.next_offset < EXCLUDED.next_offset" : "");
 	char *sql = multi_row(head, tail, casts, POS_COLUMNS, n);
 	params p = {0};
 	ob_inboxdb_status st;
@@ -611,6 +634,7 @@ store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, bool for
 		param_int(&p, pos[i].partition);
 		param_int(&p, pos[i].next_offset);
 		param_text(&p, pos[i].cluster_id[0] != '\0' ? pos[i].cluster_id : NULL);
+		param_text(&p, pos[i].topic_id[0] != '\0' ? pos[i].topic_id : NULL);
 	}
 	st = exec(db, "store the inbox positions", sql, &p, NULL, error, error_len);
 	params_free(&p);

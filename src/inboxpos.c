@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outboxd/inboxjudge.h"
 #include "outboxd/log.h"
 
 static const char *const mismatch_policy_names[] = {"halt", "earliest", "latest", "stored"};
@@ -29,53 +30,13 @@ read_stored(ob_inboxdb *db, const ob_kpart *parts, size_t n)
 	return pos;
 }
 
-bool
-ob_inboxpos_mismatch(const ob_inbox_position *st, const ob_broker_view *bv, const char *cluster_id,
-		     ob_position_mismatch *reason, char *why, size_t why_len)
-{
-	if (st->next_offset < 0 && bv->committed >= 0) {
-		*reason = OB_POSITION_NOT_STORED;
-		snprintf(why, why_len,
-			 "postgres has no stored position, but the group's committed offset in "
-			 "kafka is %lld (was the database restored to before the inbox stored "
-			 "this partition?); the broker holds offsets %lld to %lld",
-			 (long long)bv->committed, (long long)bv->low, (long long)bv->high);
-	} else if (st->next_offset < 0) {
-		return false;
-	} else if (st->cluster_id[0] != '\0' && cluster_id[0] != '\0' &&
-		   strcmp(st->cluster_id, cluster_id) != 0) {
-		*reason = OB_POSITION_CLUSTER;
-		snprintf(why, why_len,
-			 "stored offset %lld belongs to kafka cluster %s, but the broker is "
-			 "cluster %s and holds offsets %lld to %lld",
-			 (long long)st->next_offset, st->cluster_id, cluster_id, (long long)bv->low,
-			 (long long)bv->high);
-	} else if (st->next_offset > bv->high) {
-		*reason = OB_POSITION_PAST_HIGH;
-		snprintf(why, why_len,
-			 "stored offset %lld is past the partition's high watermark %lld (was the "
-			 "topic deleted and created again?)",
-			 (long long)st->next_offset, (long long)bv->high);
-	} else if (st->next_offset < bv->low) {
-		*reason = OB_POSITION_BELOW_LOW;
-		snprintf(why, why_len,
-			 "stored offset %lld is below the partition's low watermark %lld: records "
-			 "%lld to %lld expired before the inbox stored them",
-			 (long long)st->next_offset, (long long)bv->low, (long long)st->next_offset,
-			 (long long)bv->low - 1);
-	} else {
-		return false;
-	}
-	return true;
-}
-
 /* Where partition p starts after the mismatch of position st (described
  * in why): set by inbox.on_position_mismatch, and stored in place of st
  * (unless the setting is "stored"). OB_INBOXPOS_HALT for "halt",
  * OB_INBOXPOS_DB when the database failed. */
 static ob_inboxpos_status
-recover_start(ob_inboxdb *db, const ob_config *cfg, const char *cluster_id, const ob_kpart *p,
-	      ob_inbox_position *st, const ob_broker_view *bv, const char *why, int64_t *start)
+recover_start(ob_inboxdb *db, const ob_config *cfg, const ob_kpart *p, ob_inbox_position *st,
+	      const ob_broker_view *bv, const char *why, int64_t *start)
 {
 	ob_mismatch_policy policy = cfg->inbox.on_position_mismatch;
 
@@ -96,7 +57,8 @@ recover_start(ob_inboxdb *db, const ob_config *cfg, const char *cluster_id, cons
 	if (policy == OB_MISMATCH_STORED)
 		return OB_INBOXPOS_OK;
 	st->next_offset = *start;
-	snprintf(st->cluster_id, sizeof(st->cluster_id), "%s", cluster_id);
+	snprintf(st->cluster_id, sizeof(st->cluster_id), "%s", bv->cluster_id);
+	snprintf(st->topic_id, sizeof(st->topic_id), "%s", bv->topic_id);
 	return ob_inboxdb_reset(db, st) == OB_INBOXDB_OK ? OB_INBOXPOS_OK : OB_INBOXPOS_DB;
 }
 
@@ -148,6 +110,10 @@ ob_inboxpos_start(ob_consumer *c, ob_inboxdb *db, const ob_config *cfg)
 		st = OB_INBOXPOS_CONFIG;
 		goto out;
 	}
+	/* Without a topic id a topic created again that holds more records
+	 * than the stored position passes unseen: asked once for all the
+	 * topics, and judged without it when it is not to be had. */
+	ob_consumer_read_topic_ids(c, parts, n);
 	memcpy(committed, parts, n * sizeof(*parts));
 	if (!ob_consumer_group_offsets(c, committed, n))
 		goto out;
@@ -159,19 +125,18 @@ ob_inboxpos_start(ob_consumer *c, ob_inboxdb *db, const ob_config *cfg)
 	for (size_t i = 0; i < n; i++) {
 		int64_t stored = pos[i].next_offset, start = stored;
 		ob_position_mismatch reason;
-		ob_broker_view bv = {0, 0, committed[i].offset};
+		ob_broker_view bv = {0, 0, committed[i].offset, ob_consumer_cluster_id(c),
+				     ob_consumer_topic_id(c, parts[i].topic)};
 		char why[512];
 
 		if (!ob_consumer_watermarks(c, parts[i].topic, parts[i].partition, &bv.low,
 					    &bv.high, true))
 			goto out;
-		if (ob_inboxpos_mismatch(&pos[i], &bv, ob_consumer_cluster_id(c), &reason, why,
-					 sizeof(why))) {
+		if (ob_inboxjudge_mismatch(&pos[i], &bv, &reason, why, sizeof(why))) {
 			ob_inboxpos_status rs;
 
 			ob_metrics_inbox_mismatch(reason);
-			rs = recover_start(db, cfg, ob_consumer_cluster_id(c), &parts[i], &pos[i],
-					   &bv, why, &start);
+			rs = recover_start(db, cfg, &parts[i], &pos[i], &bv, why, &start);
 			if (rs == OB_INBOXPOS_DB) {
 				st = rs;
 				goto out;

@@ -334,7 +334,8 @@ const char *
 ob_position_mismatch_name(ob_position_mismatch reason)
 {
 	static const char *const names[OB_POSITION_MISMATCH_COUNT] = {
-	    "past_high_watermark", "below_low_watermark", "other_cluster", "not_stored"};
+	    "past_high_watermark", "below_low_watermark", "other_cluster", "not_stored",
+	    "other_topic_id"};
 
 	return names[reason];
 }

@@ -12,7 +12,9 @@
 # retries, fatal idempotence errors, producer recreation) and
 # test_inbox.py (the consumer group, positions, dead letters, kill -9),
 # and a broker without JoinGroup v0 (the inbox joins it; `check`'s
-# `kafka fit` line, whose verdict differs from 2.11 on), with the wal2json
+# `kafka fit` line, whose verdict differs from 2.11 on), and the inbox's
+# topic ids (the tests marked topic_ids in test_inbox_guards.py: a topic
+# deleted and created again, a broker that gives no ids), with the wal2json
 # decoder (the decoder is not what differs here); then the fault
 # checker's seeds that exercise the producer and the broker most
 # (tests/chaos, each seed one test; OUTBOXD_RDKAFKA_SEEDS below).
@@ -20,10 +22,18 @@
 # ($OUTBOXD_BUILD/tests/ob-mockbroker, via OUTBOXD_BROKER_BIN): built
 # against 2.15.1 its mock cluster takes ProduceRequest v9 and v10, which
 # the broker's sequence checks (tests/broker/seqcheck.c) do not read, so
-# its fault injection and idempotence checks would be off.
+# its fault injection and idempotence checks would be off. The tests of
+# topic ids alone run a broker built against 2.15.1
+# ($OUTBOXD_BUILD_RDKAFKA/tests/ob-mockbroker, via
+# OUTBOXD_BROKER_TOPIC_IDS_BIN), the one whose mock cluster gives topic
+# ids, deletes topics and names a controller (DescribeTopics is sent
+# there): their records come from Debian's librdkafka (confluent_kafka),
+# whose ProduceRequests (v7 at most) the sequence checks read, and they
+# inject no faults.
 #
-# Binaries: outboxd into $OUTBOXD_BUILD_RDKAFKA (default build-rdk215/),
-# the broker from $OUTBOXD_BUILD (default build/), built already.
+# Binaries: outboxd and the broker of the topic-id tests into
+# $OUTBOXD_BUILD_RDKAFKA (default build-rdk215/), the broker from
+# $OUTBOXD_BUILD (default build/), built already.
 # PYTEST_ARGS adds pytest arguments. Prints what failed and last
 # "rdkafka: N passed, N failed"; exits non-zero when anything failed or
 # nothing ran.
@@ -39,7 +49,9 @@ RDK_BUILD=${OUTBOXD_BUILD_RDKAFKA:-build-rdk215}
 IT=tests/integration
 TESTS=("$IT/test_stream.py" "$IT/test_broker_errors.py" "$IT/test_inbox.py"
     "$IT/test_inbox_groups.py::test_inbox_joins_a_broker_without_joingroup_v0"
-    "$IT/test_inbox_groups.py::test_check_says_whether_librdkafka_and_the_brokers_fit")
+    "$IT/test_inbox_groups.py::test_check_says_whether_librdkafka_and_the_brokers_fit"
+    "$IT/test_inbox_guards.py::test_inbox_recreated_topic_told_by_its_id"
+    "$IT/test_inbox_guards.py::test_inbox_broker_without_topic_ids")
 
 fail() {
     echo "rdkafka: $*" >&2
@@ -56,8 +68,8 @@ else
     PKG_CONFIG_PATH="$pcdir" meson setup "$RDK_BUILD" \
         -Dwerror=true -Dtest_hooks=true >"$RDK_BUILD.setup.log" 2>&1
 fi || fail "meson setup of $RDK_BUILD failed (see $RDK_BUILD.setup.log)"
-ninja -C "$RDK_BUILD" outboxd >"$RDK_BUILD/ninja.log" 2>&1 ||
-    fail "outboxd did not build against librdkafka in $pcdir (see $RDK_BUILD/ninja.log)"
+ninja -C "$RDK_BUILD" outboxd tests/ob-mockbroker >"$RDK_BUILD/ninja.log" 2>&1 ||
+    fail "outboxd or its test broker did not build against librdkafka in $pcdir (see $RDK_BUILD/ninja.log)"
 version=$("$RDK_BUILD/outboxd" --version | sed -n 's/^librdkafka //p')
 [[ "$version" == 2.15.* ]] || fail "$RDK_BUILD/outboxd runs with librdkafka '$version', not 2.15"
 echo "rdkafka: $RDK_BUILD/outboxd runs with librdkafka $version"
@@ -69,6 +81,7 @@ failures="$RDK_BUILD/rdkafka-failures.txt"
 rm -f "$junit" "$failures"
 # shellcheck disable=SC2086
 OUTBOXD_BUILD="$RDK_BUILD" OUTBOXD_BROKER_BIN="$BUILD/tests/ob-mockbroker" \
+    OUTBOXD_BROKER_TOPIC_IDS_BIN="$RDK_BUILD/tests/ob-mockbroker" \
     OUTBOXD_TEST_DECODERS=wal2json \
     timeout --signal=INT --kill-after=60 1200 \
     "$PY" -m pytest "${TESTS[@]}" -q -p no:cacheprovider -rfEs \

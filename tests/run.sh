@@ -14,7 +14,9 @@
 # 4. runs the integration tests (pytest tests/integration: a throwaway
 #    PostgreSQL 15 with wal2json and librdkafka's mock Kafka broker; one
 #    smoke test through mokapi, a Kafka-protocol server not built on
-#    librdkafka, fetched from npm by tests/broker/mokapi.sh),
+#    librdkafka, fetched from npm by tests/broker/mokapi.sh; the tests
+#    marked topic_ids, which need librdkafka 2.3.0 or later and a broker
+#    built against 2.15.1, are left to tests/rdkafka.sh),
 # 4b. runs the PostgreSQL version matrix (tests/versions.sh): a chosen part
 #    of the integration tests (streaming, restarts, faults, backlog) with
 #    pgoutput against PostgreSQL 16, 17 and 18 (from npm, fetched by
@@ -253,7 +255,9 @@ rdk_build_log="$BUILD/rdkafka-build.log"
 nice -n 10 bash tests/rdkafka.sh --build-only >"$rdk_build_log" 2>&1 &
 rdk_build_pid=$!
 say "integration tests"
-run_integration "$BUILD"
+# The tests of topic ids need outboxd and a broker built against a later
+# librdkafka: tests/rdkafka.sh runs them.
+run_integration "$BUILD" -m "not topic_ids"
 passed=$((passed + it_passed))
 failed=$((failed + it_failed))
 
@@ -414,7 +418,7 @@ if setup_and_build "$BUILD_ASAN" -Db_sanitize=address,undefined -Dwerror=true -D
         --deselect tests/integration/test_inbox_guards.py \
         --deselect tests/integration/test_partitions.py \
         --deselect tests/integration/test_recovery_point.py \
-        -m "not no_sanitizers"
+        -m "not no_sanitizers and not topic_ids"
     passed=$((passed + it_passed))
     failed=$((failed + it_failed))
     unset ASAN_OPTIONS UBSAN_OPTIONS

@@ -93,6 +93,15 @@ const char *ob_consumer_cluster_id(const ob_consumer *c);
 /* Ask the broker for its cluster id; false (logged) when it did not
  * answer in time. */
 bool ob_consumer_read_cluster_id(ob_consumer *c) OB_MUST_CHECK;
+/* Ask the cluster for the ids of the topics of the n parts (one request,
+ * waiting up to a timeout; topicids.h): a topic deleted and created again
+ * has a new one. Never fails: a topic whose id is not to be had (no
+ * answer, librdkafka before 2.3.0, a broker that gives none) has none,
+ * rather than the id kept from an earlier answer (logged). */
+void ob_consumer_read_topic_ids(ob_consumer *c, const ob_kpart *parts, size_t n);
+/* The id of topic as read by the latest ob_consumer_read_topic_ids() that
+ * asked for it; "" when not known. */
+const char *ob_consumer_topic_id(const ob_consumer *c, const char *topic);
 
 /* The assigned partitions, or those not started yet, in a new array of
  * *n (the caller frees); each .offset is where the partition resumes (see

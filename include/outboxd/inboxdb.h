@@ -29,24 +29,29 @@ typedef enum ob_inboxdb_status {
 
 /* Room for a Kafka cluster id (a base64 UUID of 22 characters). */
 #define OB_CLUSTER_ID_LEN 128
+/* Room for a Kafka topic id (a base64 UUID of 22 characters). */
+#define OB_TOPIC_ID_LEN   64
 
 /* Where consumption of one partition resumes: the offset of the first
- * record not yet stored, and the Kafka cluster the position belongs to.
- * topic is borrowed. */
+ * record not yet stored, the Kafka cluster the position belongs to, and
+ * the id of the topic it belongs to (a topic deleted and created again
+ * has a new one). topic is borrowed. */
 typedef struct ob_inbox_position {
 	const char *topic;
 	int32_t partition;
 	int64_t next_offset;                /* -1: nothing stored for this partition */
 	char cluster_id[OB_CLUSTER_ID_LEN]; /* "": unknown (stored before outboxd kept it) */
+	char topic_id[OB_TOPIC_ID_LEN];     /* "": unknown (a broker or librdkafka without ids) */
 } ob_inbox_position;
 
 /* Connect to inbox.conninfo (ob_pgconnect_open(): the publisher's
  * settings, timeouts pinned) and check that both tables exist and that
  * the role may read and write them as the inbox does (FATAL naming the
  * GRANT otherwise); with
- * migrate, add outboxd_inbox_offsets.cluster_id when missing (FATAL naming
- * the ALTER TABLE when the role may not), without it (outboxd check) a
- * missing column is FATAL naming the statement. On OB_INBOXDB_OK *out is
+ * migrate, add the columns outboxd_inbox_offsets gained since it was
+ * first made (cluster_id, topic_id) when missing (FATAL naming the ALTER
+ * TABLE when the role may not), without it (outboxd check) a missing
+ * column is FATAL naming the statement. On OB_INBOXDB_OK *out is
  * the caller's to close; otherwise *out is NULL and detail (may be NULL)
  * holds the one-line reason, which is also logged. */
 ob_inboxdb_status ob_inboxdb_connect(const ob_config *cfg, bool migrate, ob_inboxdb **out,
@@ -68,8 +73,8 @@ void ob_inboxdb_describe_group(const ob_inboxdb *db, const ob_config *cfg, char 
  * server; a tick that returns false cancels it. */
 void ob_inboxdb_set_tick(ob_inboxdb *db, bool (*tick)(void *ctx), void *ctx);
 
-/* Fill next_offset and cluster_id of each of the n positions from
- * outboxd_inbox_offsets (-1 and "" where no row is stored for the
+/* Fill next_offset, cluster_id and topic_id of each of the n positions
+ * from outboxd_inbox_offsets (-1, "" and "" where no row is stored for the
  * group). */
 ob_inboxdb_status ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n) OB_MUST_CHECK;
 
@@ -78,9 +83,9 @@ ob_inboxdb_status ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size
 ob_inboxdb_status ob_inboxdb_reset(ob_inboxdb *db, const ob_inbox_position *pos) OB_MUST_CHECK;
 
 /* In one transaction: insert the rows (ON CONFLICT (id) DO NOTHING) and
- * store the positions with their cluster ids (a stored position only ever
- * moves forward here). On
- * OB_INBOXDB_OK *inserted is the number of rows that were new. On
+ * store the positions with their cluster and topic ids (a stored position
+ * only ever moves forward here; an unknown topic id is stored as NULL).
+ * On OB_INBOXDB_OK *inserted is the number of rows that were new. On
  * OB_INBOXDB_REJECTED error holds the server's message. */
 ob_inboxdb_status ob_inboxdb_commit(ob_inboxdb *db, const ob_inbox_row *rows, size_t n_rows,
 				    const ob_inbox_position *pos, size_t n_pos, uint64_t *inserted,

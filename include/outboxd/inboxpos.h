@@ -5,11 +5,13 @@
  * The positions stored in Postgres are the truth. A partition is started
  * only once its stored position is judged against what the broker serves:
  * a position past the high watermark, below the low watermark, or stored
- * for another cluster, and a partition with nothing stored while the group
- * has a committed offset in Kafka, cannot belong to it (a mismatch), and
- * inbox.on_position_mismatch says where it starts instead. After a failed
- * transaction, whose outcome may be unknown, every assigned partition
- * resumes at what Postgres holds.
+ * for another cluster or for a topic of the name deleted since (its topic
+ * id, where librdkafka shows it), and a partition with nothing stored
+ * while the group has a committed offset in Kafka, cannot belong to it (a
+ * mismatch), and inbox.on_position_mismatch says where it starts instead.
+ * After a failed transaction, whose outcome may be unknown, every assigned
+ * partition resumes at what Postgres holds. The judgment itself is
+ * inboxjudge.h's.
  */
 #ifndef OUTBOXD_INBOXPOS_H
 #define OUTBOXD_INBOXPOS_H
@@ -27,20 +29,6 @@ typedef enum ob_inboxpos_status {
 	OB_INBOXPOS_HALT,   /* exit 1: a mismatch with on_position_mismatch = halt */
 	OB_INBOXPOS_CONFIG, /* exit 2: the inbox would consume its own dead letters */
 } ob_inboxpos_status;
-
-/* What the broker says of one partition being started. */
-typedef struct ob_broker_view {
-	int64_t low, high; /* watermarks */
-	int64_t committed; /* the group's committed offset; < 0: none */
-} ob_broker_view;
-
-/* Judge the stored position st of a partition against the broker's view
- * bv and the cluster the consumer is connected to (cluster_id; "":
- * unknown). True when it cannot belong to the partition, with *reason set
- * and what it is in text (both positions) in why. Pure. */
-bool ob_inboxpos_mismatch(const ob_inbox_position *st, const ob_broker_view *bv,
-			  const char *cluster_id, ob_position_mismatch *reason, char *why,
-			  size_t why_len);
 
 /* Start the consumer's unstarted partitions: judge each stored position,
  * recover a mismatch as inbox.on_position_mismatch says (storing the new

@@ -2,8 +2,9 @@
  * kafka.h: what the Kafka layer's two clients share (librdkafka).
  *
  * The Kafka layer is kafka.c, kafkaauth.c, producer.c and consumer.c, and only they
- * include this header, the one that brings in librdkafka's types: every
- * other module speaks to Kafka through producer.h and consumer.h.
+ * include this header, the one that brings in librdkafka's types (with
+ * topicids.h, the consumer's topic ids): every other module speaks to
+ * Kafka through producer.h and consumer.h.
  *
  * A client's configuration is built in one order: outboxd's defaults for
  * that client, the user's [kafka] properties, then the properties the

@@ -120,6 +120,7 @@ typedef enum ob_position_mismatch {
 	OB_POSITION_BELOW_LOW,  /* below its low watermark: records expired unread */
 	OB_POSITION_CLUSTER,    /* stored for another Kafka cluster */
 	OB_POSITION_NOT_STORED, /* none stored, but the group has a committed offset */
+	OB_POSITION_TOPIC_ID,   /* stored for a topic of the name deleted since */
 	OB_POSITION_MISMATCH_COUNT
 } ob_position_mismatch;
 

@@ -8,6 +8,11 @@
  * Fetch, ListOffsets, ...) for any client in any process to use it like a
  * real cluster.  Topics are auto-created (4 partitions) on a producer's
  * Metadata request, never on a consumer's: create them with `topic`.
+ * Built against librdkafka 2.15.1 or later, the cluster names broker 1 as
+ * its controller, as a Kafka cluster names one of its brokers (the Admin
+ * API's DescribeTopics is sent there); before, the mock cluster names
+ * broker 0, which it does not have, so requests for the controller go
+ * unanswered.
  *
  * On start it prints, each on a line of its own and flushed:
  *
@@ -42,6 +47,17 @@
  *                                   partition p led by broker p mod N + 1)
  *     topicerr <name> <err>         make Metadata report err for the topic
  *                                   (0 clears it)
+ *     deletetopic <name>            delete the topic and its records, as
+ *                                   Kafka does (`err unsupported` with
+ *                                   librdkafka before 2.15.0, which has no
+ *                                   rd_kafka_mock_topic_delete); make it
+ *                                   again with `topic`, which also tells
+ *                                   the sequence check its leaders. Built
+ *                                   against librdkafka 2.5.0 or later the
+ *                                   broker gives each topic an id (KIP-516,
+ *                                   Metadata v10 and later), a new one when
+ *                                   a topic is made again; built against
+ *                                   2.0.2 it gives none
  *     apiversion <apikey> <min> <max>
  *                                   the versions of ApiKey the brokers
  *                                   offer from now on (JoinGroup=11 2 9
@@ -92,8 +108,13 @@
 #include "fixedport.h"
 #include "seqcheck.h"
 
-#define LINE_MAX_LEN 4096
-#define MAX_ARGS     8
+#define LINE_MAX_LEN      4096
+#define MAX_ARGS          8
+/* rd_kafka_version() of librdkafka 2.15.0, the first whose mock cluster
+ * can delete a topic, and of 2.15.1, the first that can name its
+ * controller. */
+#define LIBRDKAFKA_2_15   0x020f00ff
+#define LIBRDKAFKA_2_15_1 0x020f01ff
 
 /* Set by the signal handler; the command loop polls it. */
 static volatile sig_atomic_t stop_requested = 0;
@@ -279,6 +300,33 @@ note_ports(const struct broker_state *st, const char *bootstraps)
 	ob_seqcheck_set_ports(ports, n);
 }
 
+/* Deletes topic, where the librdkafka built against and the one loaded
+ * can; answers the command. */
+static void
+delete_topic(struct broker_state *st, const char *topic)
+{
+#if RD_KAFKA_VERSION >= LIBRDKAFKA_2_15
+	if (rd_kafka_version() >= LIBRDKAFKA_2_15) {
+		reply_result(rd_kafka_mock_topic_delete(st->mcluster, topic));
+		return;
+	}
+#endif
+	reply("err unsupported: the mock cluster of librdkafka %s cannot delete a topic (2.15.0 "
+	      "and later can)",
+	      rd_kafka_version_str());
+}
+
+/* Names broker 1 the cluster's controller, where the librdkafka built
+ * against and the one loaded can. */
+static void
+name_controller(struct broker_state *st)
+{
+#if RD_KAFKA_VERSION >= LIBRDKAFKA_2_15_1
+	if (rd_kafka_version() >= LIBRDKAFKA_2_15_1)
+		rd_kafka_mock_set_controller_id(st->mcluster, 1);
+#endif
+}
+
 /* Runs one command line and prints its one-line answer; returns false when
  * the command was `quit`. */
 static bool
@@ -403,6 +451,8 @@ run_command(struct broker_state *st, char *line)
 		}
 		rd_kafka_mock_topic_set_error(st->mcluster, argv[1], err);
 		reply("ok");
+	} else if (strcmp(argv[0], "deletetopic") == 0 && argc == 2) {
+		delete_topic(st, argv[1]);
 	} else if (strcmp(argv[0], "apiversion") == 0 && argc == 4) {
 		long min, max;
 
@@ -499,7 +549,7 @@ usage(FILE *f)
 		   "[--no-stdin] [--verbose]\n"
 		   "Runs a librdkafka mock Kafka cluster on loopback; prints "
 		   "BOOTSTRAP and READY,\nthen takes commands on stdin "
-		   "(down/up/rtt/error/clear/refused/batches/topic/topicerr/quit).\n"
+		   "(down/up/rtt/error/clear/refused/batches/topic/topicerr/deletetopic/quit).\n"
 		   "--port P: brokers on 127.0.0.1 ports P, P+1, ... (else ports the kernel "
 		   "picks).\n"
 		   "--no-stdin: no commands; runs until SIGTERM or SIGINT.\n"
@@ -582,6 +632,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 
+	name_controller(&st);
 	note_ports(&st, rd_kafka_mock_cluster_bootstraps(st.mcluster));
 	printf("BOOTSTRAP %s\n", rd_kafka_mock_cluster_bootstraps(st.mcluster));
 	printf("READY\n");

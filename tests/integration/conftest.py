@@ -16,7 +16,12 @@ is taken from the repo root): $OUTBOXD_BUILD/outboxd and
 $OUTBOXD_BUILD/tests/ob-mockbroker. $OUTBOXD_BROKER_BIN names another
 broker binary (relative: from the repo root): outboxd built against one
 librdkafka (deploy/rdkafka.sh's) tested against a broker built against
-another (Debian's). Anything missing makes the tests fail.
+another (Debian's). $OUTBOXD_BROKER_TOPIC_IDS_BIN names the broker of the
+tests marked topic_ids: one built against librdkafka 2.15.1 or later,
+whose mock cluster gives topic ids, deletes topics and names a controller
+(tests/rdkafka.sh sets it to build-rdk215/tests/ob-mockbroker;
+tests/run.sh's own passes leave those tests out). Anything missing makes
+the tests fail.
 """
 
 import itertools
@@ -41,6 +46,10 @@ if _broker:
                      else REPO_ROOT / _broker)
 else:
     BROKER_BIN = str(BUILD_DIR / "tests" / "ob-mockbroker")
+_topic_ids_broker = os.environ.get("OUTBOXD_BROKER_TOPIC_IDS_BIN")
+TOPIC_IDS_BROKER_BIN = (
+    str(Path(_topic_ids_broker) if Path(_topic_ids_broker).is_absolute()
+        else REPO_ROOT / _topic_ids_broker) if _topic_ids_broker else None)
 OUTBOX_SQL = REPO_ROOT / "sql" / "outbox.sql"
 
 _counter = itertools.count(1)
@@ -62,16 +71,34 @@ def pg(tmp_path_factory):
         cluster.destroy()
 
 
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    """The session's mock Kafka cluster (3 brokers)."""
-    logdir = tmp_path_factory.mktemp("broker")
-    b = harness.MockBroker(BROKER_BIN, brokers=3,
-                           logfile=str(logdir / "ob-mockbroker.log"))
+def _mock_cluster(binary, logfile):
+    """A mock Kafka cluster of 3 brokers run by binary, stopped when the
+    fixture that yields from this ends."""
+    b = harness.MockBroker(binary, brokers=3, logfile=logfile)
     try:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """The session's mock Kafka cluster (3 brokers)."""
+    logdir = tmp_path_factory.mktemp("broker")
+    yield from _mock_cluster(BROKER_BIN, str(logdir / "ob-mockbroker.log"))
+
+
+@pytest.fixture
+def topic_ids_broker(tmp_path):
+    """A mock Kafka cluster of the test's own (3 brokers) that gives topic
+    ids and deletes topics: $OUTBOXD_BROKER_TOPIC_IDS_BIN. The test fails
+    when it is not set."""
+    if TOPIC_IDS_BROKER_BIN is None:
+        pytest.fail("OUTBOXD_BROKER_TOPIC_IDS_BIN is not set: this test needs "
+                    "a broker built against librdkafka 2.15.1 or later "
+                    "(tests/rdkafka.sh sets it)")
+    yield from _mock_cluster(TOPIC_IDS_BROKER_BIN,
+                             str(tmp_path / "ob-mockbroker-topic-ids.log"))
 
 
 @pytest.fixture(autouse=True)
@@ -115,6 +142,11 @@ def pytest_configure(config):
         "to minutes (test_image.py: deploy/image-build.sh, about 10 s with "
         "librdkafka 2.15.1 in deploy/rdkafka.sh's cache, minutes when it "
         "must be built first); -m 'not slow' leaves it out")
+    config.addinivalue_line(
+        "markers", "topic_ids: needs outboxd built with librdkafka 2.3.0 or "
+        "later and the broker of $OUTBOXD_BROKER_TOPIC_IDS_BIN, which gives "
+        "topic ids: tests/rdkafka.sh runs it, tests/run.sh's passes run "
+        "-m 'not topic_ids'")
     config.addinivalue_line(
         "markers", "decoders(*names): the decoders the test runs with, "
         "instead of its module's DECODERS")

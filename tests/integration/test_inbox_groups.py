@@ -200,8 +200,11 @@ def test_check_says_whether_librdkafka_and_the_brokers_fit(
     version = librdkafka_version()
     plain = InboxEnv(pg, broker, test_id, tmp_path / "plain")
     ok, detail = fit_line(plain, "fits")
-    assert ok and re.search(r"fits broker \S+: idempotent producer, "
-                            r"consumer groups$", detail), detail
+    # "and the others it talked to" when the probe reached more than one
+    # of the 3 brokers before it ended, which is a matter of timing.
+    assert ok and re.search(r"fits broker \S+( and the others it talked "
+                            r"to)?: idempotent producer, consumer groups$",
+                            detail), detail
     ok, detail = fit_line(plain, "fits-kerberos", **KERBEROS)
     assert ok and "consumer groups, Kerberos" in detail, detail
 

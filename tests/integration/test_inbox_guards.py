@@ -30,8 +30,9 @@ import harness
 from conftest import BROKER_BIN, OUTBOXD_BIN
 from harness import header, wait_until
 from test_cloudevents import ce_config, insert_row, wait_slot_active
-from test_inbox import (PARTITIONS, Feed, assert_exactly_once, http_status,
-                        inbox_env, metrics)
+from test_inbox import (PARTITIONS, Feed, InboxEnv, assert_exactly_once,
+                        http_status, inbox_env, metrics)
+from test_inbox_groups import librdkafka_version
 
 __all__ = ["inbox_env"]  # the fixture, used by name
 
@@ -218,6 +219,118 @@ def test_inbox_other_cluster_halts(inbox_env, broker, tmp_path):
         assert env.rows() == 20
     finally:
         other.stop()
+
+
+@pytest.fixture
+def topic_ids_env(request, pg, topic_ids_broker, test_id, tmp_path):
+    """An inbox (test_inbox.py's InboxEnv) of the broker that gives topic
+    ids. The tests marked topic_ids also need outboxd linked with
+    librdkafka 2.3.0 or later, the first to show them: they fail
+    otherwise."""
+    assert librdkafka_version() >= (2, 3), \
+        "outboxd is linked with librdkafka %d.%d: topic ids need 2.3.0" \
+        % librdkafka_version()
+    env = InboxEnv(pg, topic_ids_broker, test_id, tmp_path)
+    request.node._outboxd_instances = env.instances
+    try:
+        yield env
+    finally:
+        env.stop_all()
+
+
+@pytest.mark.topic_ids
+def test_inbox_recreated_topic_told_by_its_id(topic_ids_env):
+    """A topic deleted and created again that already holds more records
+    than the stored positions, so that none lies past a high watermark:
+    only the topic's id (KIP-516) tells it apart. The positions are stored
+    with the topic id; against the new topic the inbox stops with exit 1,
+    naming both ids, without storing anything; with
+    inbox.on_position_mismatch = earliest it stores every record of the
+    new topic once (the rows of the old one stay), counts the mismatch
+    (reason other_topic_id) and stores the new id, which the next start
+    finds in place. Needs outboxd with librdkafka 2.3.0 or later and a
+    broker that gives topic ids (the topic_ids mark: tests/rdkafka.sh)."""
+    env = topic_ids_env
+    broker = env.broker
+    feed = Feed(broker, env.topic)
+    old = feed.events(40)
+    feed.flush()
+    consume_all(env, broker, 40)
+    stored = env.stored()
+    ids = env.sql("SELECT DISTINCT topic_id FROM "
+                  "public.outboxd_inbox_offsets")
+    assert len(ids) == 1 and re.fullmatch(r"[A-Za-z0-9+/_-]{22}",
+                                          ids[0][0] or ""), ids
+    old_id = ids[0][0]
+
+    assert broker.cmd("deletetopic %s" % env.topic) == "ok"
+    broker.create_topic(env.topic, PARTITIONS)
+    feed = Feed(broker, env.topic)
+    new = feed.events(400, prefix="new")
+    feed.flush()
+    hw = env.high_watermarks()
+    assert all(hw[p] >= off for p, off in stored.items()), (hw, stored)
+
+    d = env.start()
+    assert d.wait(60) == 1, d.log_tail()
+    log = d.log_text()
+    new_ids = set()
+    for part, off in stored.items():
+        m = re.search(r"position mismatch on %s \[%d\]: stored offset %d "
+                      r"belongs to topic id %s, but the topic now has id "
+                      r"(\S+) \(it was deleted and created again\) and "
+                      r"holds offsets 0 to %d; stopping"
+                      % (re.escape(env.topic), part, off, re.escape(old_id),
+                         hw[part]), log)
+        assert m, log
+        new_ids.add(m.group(1))
+    assert len(new_ids) == 1 and old_id not in new_ids, new_ids
+    assert "inbox.on_position_mismatch = halt" in log
+    assert env.rows() == 40 and env.stored() == stored
+
+    port = harness.free_port()
+    d = env.start(inbox_on_position_mismatch="earliest",
+                  http_listen="127.0.0.1:%d" % port)
+    env.wait_consumed()
+    have = set(r[0] for r in env.sql("SELECT id FROM public.inbox"))
+    assert have == set(old + new), (len(have), len(old + new))
+    # Each record of the new topic once.
+    where = env.sql("SELECT count(DISTINCT (partition, kafka_offset)), "
+                    "count(*) FROM public.inbox WHERE id = ANY(%s)",
+                    (new,))[0]
+    assert where == (400, 400), where
+    assert mismatches(port)["other_topic_id"] == len(stored)
+    assert env.sql("SELECT DISTINCT topic_id FROM "
+                   "public.outboxd_inbox_offsets") == [(new_ids.pop(),)]
+    assert d.stop() == 0
+
+    d = env.start()
+    for part, off in env.stored().items():
+        d.wait_log(r"assigned %s \[%d\] at stored offset %d"
+                   % (re.escape(env.topic), part, off), 60)
+    assert "position mismatch" not in d.log_text(), d.log_tail()
+    assert d.stop() == 0
+
+
+@pytest.mark.topic_ids
+def test_inbox_broker_without_topic_ids(topic_ids_env):
+    """A broker that gives no topic ids (Metadata v9 at most, as Kafka
+    before 2.8: DescribeTopics answers with the zero UUID): nothing is
+    compared, the positions are stored with topic_id NULL, the inbox says
+    so once, and every record is stored once."""
+    env = topic_ids_env
+    assert env.broker.cmd("apiversion 3 0 9") == "ok"
+    feed = Feed(env.broker, env.topic)
+    ids = feed.events(40)
+    feed.flush()
+    d = env.start()
+    assert_exactly_once(env, ids)
+    assert env.sql("SELECT count(*), count(topic_id) FROM "
+                   "public.outboxd_inbox_offsets")[0][1] == 0
+    log = d.log_text()
+    assert log.count("the kafka brokers give no topic ids") == 1, log
+    assert "could not read the kafka topic id" not in log, log
+    assert d.stop() == 0
 
 
 # ---------------------------------------------------------------------------
