@@ -2,11 +2,11 @@
  * topicids.h: the Kafka topic ids of the inbox's topics, in the Kafka
  * layer (consumer.c alone uses it).
  *
- * A topic id (KIP-516) is a UUID the cluster gives a topic when it is
- * created: a topic deleted and created again under the same name has a
- * new one, which is how the inbox tells such a topic from the one its
- * stored positions belong to (sql/README.md, "The inbox tables"). Kept as
- * Kafka writes them, in base64 (22 characters).
+ * A topic id (Kafka 2.8 and later) is a UUID the cluster gives a topic
+ * when it is created: a topic deleted and created again under the same
+ * name has a new one, which is how the inbox tells such a topic from the
+ * one its stored positions belong to (sql/README.md, "The inbox tables").
+ * Kept as Kafka writes them, in base64 (22 characters).
  *
  * librdkafka shows them from 2.3.0 on, through the Admin API's
  * DescribeTopics (a Metadata request). Built against an earlier

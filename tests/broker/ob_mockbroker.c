@@ -54,7 +54,7 @@
  *                                   again with `topic`, which also tells
  *                                   the sequence check its leaders. Built
  *                                   against librdkafka 2.5.0 or later the
- *                                   broker gives each topic an id (KIP-516,
+ *                                   broker gives each topic an id (in
  *                                   Metadata v10 and later), a new one when
  *                                   a topic is made again; built against
  *                                   2.0.2 it gives none

@@ -242,7 +242,7 @@ def topic_ids_env(request, pg, topic_ids_broker, test_id, tmp_path):
 def test_inbox_recreated_topic_told_by_its_id(topic_ids_env):
     """A topic deleted and created again that already holds more records
     than the stored positions, so that none lies past a high watermark:
-    only the topic's id (KIP-516) tells it apart. The positions are stored
+    only the topic's id tells it apart. The positions are stored
     with the topic id; against the new topic the inbox stops with exit 1,
     naming both ids, without storing anything; with
     inbox.on_position_mismatch = earliest it stores every record of the
