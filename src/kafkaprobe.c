@@ -54,6 +54,7 @@ typedef struct probe_state {
 	pthread_mutex_t lock;
 	seen_broker brokers[MAX_BROKERS];
 	int n;
+	bool user_debug; /* [kafka] debug was set: its lines are passed on */
 } probe_state;
 
 /* Records that broker name (name_len bytes) has a feature line, enabling
@@ -89,10 +90,13 @@ on_probe_log(const rd_kafka_t *rk, int level, const char *facility, const char *
 	static const char on[] = ": Enabling feature ", off[] = ": Disabling feature ";
 	const char *name = strstr(buf, "]: ");
 	const char *line = strstr(buf, on);
+	probe_state *st = rd_kafka_opaque(rk);
 	int bit = 0;
 
-	(void)level;
-	ob_debug("kafka probe: %s: %s", facility, buf);
+	/* librdkafka's debug lines (level 7) are there for the features:
+	 * the log gets them only when [kafka] debug asked for some. */
+	if (level < 7 || st->user_debug)
+		ob_debug("kafka probe: %s: %s", facility, buf);
 	if (line != NULL) {
 		for (size_t i = 0; i < OB_ARRAY_LEN(features); i++) {
 			if (strcmp(line + strlen(on), features[i].name) == 0)
@@ -102,7 +106,7 @@ on_probe_log(const rd_kafka_t *rk, int level, const char *facility, const char *
 		line = strstr(buf, off);
 	}
 	if (name != NULL && line != NULL && line > name + 3)
-		note_feature(rd_kafka_opaque(rk), name + 3, (size_t)(line - (name + 3)), bit);
+		note_feature(st, name + 3, (size_t)(line - (name + 3)), bit);
 }
 
 /* Whether conf authenticates with Kerberos: a SASL security protocol
@@ -119,15 +123,18 @@ uses_gssapi(const rd_kafka_conf_t *conf)
 	       strcasecmp(mechanism, "GSSAPI") == 0;
 }
 
-/* Adds "feature" to conf's debug contexts (keeping the configured ones).
- * False (logged) when librdkafka refuses it. */
+/* Adds "feature" to conf's debug contexts (keeping the configured ones;
+ * *user_debug says whether there were any). False (logged) when
+ * librdkafka refuses it. */
 static bool
-debug_features(rd_kafka_conf_t *conf)
+debug_features(rd_kafka_conf_t *conf, bool *user_debug)
 {
 	char debug[512], errstr[256];
 	size_t len = sizeof(debug);
 
-	if (rd_kafka_conf_get(conf, "debug", debug, &len) != RD_KAFKA_CONF_OK || debug[0] == '\0')
+	*user_debug =
+	    rd_kafka_conf_get(conf, "debug", debug, &len) == RD_KAFKA_CONF_OK && debug[0] != '\0';
+	if (!*user_debug)
 		snprintf(debug, sizeof(debug), "feature");
 	else if (strlen(debug) + sizeof(",feature") <= sizeof(debug))
 		strcat(debug, ",feature");
@@ -168,7 +175,7 @@ ob_kafka_probe_run(const ob_config *cfg, int timeout_ms, const char *topic, ob_k
 	char errstr[512];
 
 	memset(p, 0, sizeof(*p));
-	if (conf == NULL || !debug_features(conf)) {
+	if (conf == NULL || !debug_features(conf, &st.user_debug)) {
 		snprintf(p->detail, sizeof(p->detail), "invalid [kafka] settings (see the log)");
 		if (conf != NULL)
 			rd_kafka_conf_destroy(conf);
