@@ -12,6 +12,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/lsn.h"
+#include "outboxd/pgrepl.h"
 #include "outboxd/runtime.h"
 #include "outboxd/slotmark.h"
 
@@ -67,12 +68,21 @@ columns_usable(ob_pgconn *p, const ob_config *cfg, bool *yes)
 static void
 check_columns(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
-	static bool warned;
-	bool yes = false;
+	static bool warned, told_standby;
+	bool yes = false, standby = false;
 
-	if (!columns_usable(p, cfg, &yes))
+	if (!ob_pgrepl_in_recovery(p, &standby) || (!standby && !columns_usable(p, cfg, &yes)))
 		return; /* the next poll looks again */
 	r->checked = true;
+	if (standby) {
+		/* Decoding on a standby: its tables are read-only, and the row
+		 * is the primary's; no point is taken here. */
+		if (!told_standby)
+			ob_info("slot %s is read on a standby: no recovery point is kept there",
+				cfg->pg.slot);
+		told_standby = true;
+		return;
+	}
 	if (!yes &&
 	    ob_pgsql_command(p, OB_LOG_DEBUG, "add the recovery point's columns",
 			     "ALTER TABLE " TABLE_SQL " " COLUMNS_SQL, cfg->outbox.schema) &&
