@@ -97,10 +97,11 @@ fi
 
 # The fault checker's seeds that exercise the producer and the broker
 # most (record errors, broker outages and slowness, leader moves and
-# retriable errors on Produce, kill -9 around commits, the inbox's
-# assignor), each one test. OUTBOXD_RDKAFKA_SEEDS: "all" runs every fixed
-# seed (tests/chaos/seeds.txt), "none" none, a list of numbers those seeds.
-SEEDS=${OUTBOXD_RDKAFKA_SEEDS:-"0 600 640 6 100066 100096 234570 234571"}
+# retriable errors on Produce), each one test; four, for the test
+# command's time (every fixed seed passes with 2.15.1 too).
+# OUTBOXD_RDKAFKA_SEEDS: "all" runs every fixed seed (tests/chaos/seeds.txt),
+# "none" none, a list of numbers those seeds.
+SEEDS=${OUTBOXD_RDKAFKA_SEEDS:-"600 100096 234570 234571"}
 
 # Runs the seeds of SEEDS; sets cp and cf (seeds passed and failed).
 run_chaos() {

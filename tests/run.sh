@@ -24,7 +24,7 @@
 #    the second librdkafka (tests/rdkafka.sh): outboxd built against
 #    librdkafka 2.15.1 (deploy/rdkafka.sh builds it from npm's source
 #    package while step 4 runs) through the producer's and the inbox's
-#    integration tests and eight of the fault checker's fixed seeds,
+#    integration tests and four of the fault checker's fixed seeds,
 # 5. runs the fixed seeds of the randomized fault checker (tests/chaos:
 #    a seeded workload under random faults, then a check of what reached
 #    Kafka and of what `outboxd inbox` stored from it; each seed counts as
@@ -48,7 +48,7 @@
 # and to the version matrix (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1
 # skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
 # of the matrix;
-# OUTBOXD_FUZZ_SECONDS (default 12; the whole run takes about 45 minutes
+# OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 45 minutes
 # on 2 cores, 51 on a loaded machine) is how long each fuzz target runs.
 # Each pytest run gets SIGINT after 40 minutes (so its fixtures still stop
 # Postgres and the broker).
@@ -61,7 +61,7 @@ BUILD_FUZZ="$ROOT/build-fuzz"
 BUILD_ASAN="$ROOT/build-asan"
 PY=/usr/bin/python3
 FUZZ_TARGETS=(wal2json jsontext config pgoutput awsiam)
-FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-12}
+FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-10}
 
 # Starts a section, saying how long the run has taken so far.
 say() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
