@@ -48,8 +48,8 @@
 # and to the version matrix (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1
 # skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
 # of the matrix;
-# OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 45 minutes
-# on 2 cores, 51 on a loaded machine) is how long each fuzz target runs.
+# OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 57 minutes
+# on 2 cores, an hour on a loaded one) is how long each fuzz target runs.
 # Each pytest run gets SIGINT after 40 minutes (so its fixtures still stop
 # Postgres and the broker).
 set -uo pipefail
