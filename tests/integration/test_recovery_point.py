@@ -288,3 +288,40 @@ def test_a_synchronous_standby_down_stalls_nothing(
         conn.close()
         c.sql("ALTER SYSTEM RESET synchronous_standby_names")
         c.sql("SELECT pg_reload_conf()")
+
+
+def test_a_prepared_transaction_holds_the_point(
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A prepared transaction (two-phase commit) that wrote an outbox row
+    stays in the proc array until COMMIT PREPARED, however long that
+    takes and whichever session ends it: the point stays at or below its
+    id while later transactions are published, and its row is published
+    once it commits."""
+    c = own_cluster(max_prepared_transactions=2)
+    agg = "r2pc_%s" % test_id
+    topic = make_topic(broker, agg)
+    outboxd_factory({"postgres": {"conninfo": c.conninfo()}}, env=ENV)
+    wait_streaming(c, slot_name)
+    conn = c.connect()
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute("BEGIN")
+    cur.execute("INSERT INTO public.outbox (id, aggregate_type, aggregate_id, "
+                "event_type, payload) VALUES (gen_random_uuid(), %s, 'p', 'x', '{}') "
+                "RETURNING id::text, pg_current_xact_id()::text::bigint", (agg,))
+    prepared_id, prepared_xid = cur.fetchone()
+    cur.execute("PREPARE TRANSACTION 'rp_%s'" % test_id)
+    conn.close()  # the prepared transaction outlives its session
+    feed = Feed(c, agg)
+    try:
+        for _ in range(10):
+            feed.commit(2)
+        time.sleep(3 * INTERVAL)
+        point = stored_point(c, slot_name)
+        assert point is None or point[0] <= prepared_xid, (point, prepared_xid)
+        c.sql("COMMIT PREPARED 'rp_%s'" % test_id)
+        wait_point_past(c, slot_name, prepared_xid)
+        recs = collect_all(consumer, topic, feed.ids + [prepared_id], timeout=60)
+        check_delivery(recs, feed.ids + [prepared_id], exactly_once=True)
+    finally:
+        feed.close()
