@@ -126,14 +126,22 @@ COMMENT ON COLUMN public.outbox.seq IS
 -- transaction whose id is recovery_xid or later. outboxd stores it every
 -- few seconds once the broker acknowledged the events it covers, with the
 -- system identifier of the server it was stored on (a logical copy or a
--- restored dump has another, and its rows other transaction ids).
+-- restored dump has another, and its rows other transaction ids). It also
+-- notes when rows of the outbox table were seen deleted (deletes_seen_at,
+-- from the table's statistics) and when an event came as a logical message
+-- (messages_seen_at): a recovery from the point cannot find either, so it
+-- halts instead (deploy/README.md, "Recovering from a lost or invalidated
+-- slot"); clear the column once that no longer happens.
 CREATE TABLE IF NOT EXISTS public.outboxd_slots (
     slot_name    text        PRIMARY KEY,
     created_at   timestamptz NOT NULL DEFAULT now(),
     recovery_xid xid8,
     recovery_lsn pg_lsn,
     recovery_at  timestamptz,
-    recovery_system text
+    recovery_system text,
+    recovery_deletes bigint,
+    deletes_seen_at timestamptz,
+    messages_seen_at timestamptz
 );
 -- A table made before the recovery point: outboxd adds these itself when
 -- its role owns the table; otherwise run this (and sql/role.sql's GRANT).
@@ -141,4 +149,7 @@ ALTER TABLE public.outboxd_slots
     ADD COLUMN IF NOT EXISTS recovery_xid xid8,
     ADD COLUMN IF NOT EXISTS recovery_lsn pg_lsn,
     ADD COLUMN IF NOT EXISTS recovery_at timestamptz,
-    ADD COLUMN IF NOT EXISTS recovery_system text;
+    ADD COLUMN IF NOT EXISTS recovery_system text,
+    ADD COLUMN IF NOT EXISTS recovery_deletes bigint,
+    ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz,
+    ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz;

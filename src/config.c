@@ -31,6 +31,7 @@ typedef enum key_type {
 	KEY_CLOUDEVENTS, /* off | binary | structured */
 	KEY_AUTH_METHOD, /* none | command | aws_msk_iam */
 	KEY_PG_AUTH,     /* password | aws_iam */
+	KEY_SLOT_LOST,   /* recover | halt */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -52,6 +53,7 @@ static const config_key config_keys[] = {
     {"postgres", "slot", KEY_NONEMPTY, OFF(pg.slot), "outboxd"},
     {"postgres", "create_slot", KEY_BOOL, OFF(pg.create_slot), "true"},
     {"postgres", "slot_failover", KEY_BOOL, OFF(pg.slot_failover), "true"},
+    {"postgres", "on_slot_lost", KEY_SLOT_LOST, OFF(pg.recover_lost_slot), "recover"},
     {"postgres", "plugin", KEY_PLUGIN, OFF(pg.plugin), "wal2json"},
     {"postgres", "publication", KEY_NONEMPTY, OFF(pg.publication), "outboxd"},
     {"postgres", "status_interval_ms", KEY_MS, OFF(pg.status_interval_ms), "1000"},
@@ -192,6 +194,16 @@ parse_choice(const char *s, const char *const *names, size_t n, int *out)
 
 const char *const ob_kafka_auth_names[OB_KAFKA_AUTH_METHODS] = {"none", "command", "aws_msk_iam"};
 
+/* A value that is one of two words: *field says whether it is yes. */
+static bool
+parse_either(const char *value, const char *yes, const char *no, bool *field)
+{
+	if (strcmp(value, yes) != 0 && strcmp(value, no) != 0)
+		return false;
+	*field = strcmp(value, yes) == 0;
+	return true;
+}
+
 /* Store an already expanded value into the field k describes. */
 static bool
 apply_key(ob_config *cfg, const config_key *k, const char *value, const char *origin)
@@ -264,10 +276,12 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 		expected = "none, command or aws_msk_iam";
 		break;
 	case KEY_PG_AUTH:
-		ok = strcmp(value, "password") == 0 || strcmp(value, "aws_iam") == 0;
-		if (ok)
-			*(bool *)field = strcmp(value, "aws_iam") == 0;
+		ok = parse_either(value, "aws_iam", "password", (bool *)field);
 		expected = "password or aws_iam";
+		break;
+	case KEY_SLOT_LOST:
+		ok = parse_either(value, "recover", "halt", (bool *)field);
+		expected = "recover or halt";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);

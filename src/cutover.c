@@ -27,6 +27,16 @@ ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool crea
 	c->deliveries = d;
 	c->create_only = create_only;
 	c->backlog_end = 0;
+	c->recovering = false;
+	c->lost = OB_SLOT_LOSS_NONE;
+	c->published = 0;
+}
+
+/* What /readyz says while the backlog is published. */
+static ob_ready_state
+busy_state(const ob_cutover *c)
+{
+	return c->recovering ? OB_READY_RECOVERING : OB_READY_BACKLOG;
 }
 
 /* While a query of the cutover waits for the server: stay alive, keep
@@ -93,7 +103,7 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 	ob_info("publishing the backlog: outbox rows where %s (about %lld rows), then streaming "
 		"from " OB_LSN_FMT,
 		c->cfg->outbox.backlog_where, (long long)estimate, OB_LSN_ARGS(consistent));
-	ob_metrics_set_ready(OB_READY_BACKLOG);
+	ob_metrics_set_ready(busy_state(c));
 	ob_notify_status("publishing the backlog");
 	ob_mapper_init(&mapper, c->cfg);
 	ob_event_init(&ev);
@@ -123,6 +133,7 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 		ok = backlog_failed(b, st, out);
 	else
 		ok = ob_delivery_settle(d, out);
+	c->published = ok ? rows : 0;
 	if (ok)
 		ob_info("backlog published: %llu rows acknowledged in %.1f s",
 			(unsigned long long)rows, (double)(ob_mono_ms() - started) / 1000.0);
@@ -191,7 +202,7 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
 		ob_info("retrying the copy in %lld ms; the backlog is acknowledged and is "
 			"published again only if outboxd stops before the copy succeeds",
 			(long long)ms);
-		if (!ob_delivery_pause(c->deliveries, ms, OB_READY_BACKLOG)) {
+		if (!ob_delivery_pause(c->deliveries, ms, busy_state(c))) {
 			*out = OB_OUTCOME_STOP;
 			return false;
 		}
@@ -209,7 +220,9 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
  * marker says it was lost (slotmark.h), the backlog is the operator's
  * recovery, said in the log (by `slot create --accept-gap` itself, which
  * refuses a lost slot without it); the marker's table must be writable
- * before any slot is made. Nothing of this on a hot standby. */
+ * before any slot is made. Nothing of this on a hot standby. A loss to
+ * recover from the recovery point instead (slotrecover.h) sets c->lost:
+ * OB_PG_FATAL, logged by the recovery. */
 static ob_pg_status
 lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
 {
@@ -224,7 +237,11 @@ lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
 	if ((st = ob_slotmark_ready(p, c->cfg)) != OB_PG_OK ||
 	    (st = ob_slotmark_read(p, c->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 		return st;
-	if (marked && !c->create_only)
+	if (marked && !c->create_only && !c->recovering && c->cfg->pg.recover_lost_slot) {
+		c->lost = OB_SLOT_LOSS_MISSING;
+		return OB_PG_FATAL;
+	}
+	if (marked && !c->create_only && !c->recovering)
 		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
 			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
 			"made; rows outside it committed since the loss are not published",

@@ -48,6 +48,7 @@ static struct {
 	atomic_uint_fast64_t traceparent_malformed;
 	atomic_uint_fast64_t timeline_switches;
 	atomic_uint_fast64_t events_beyond_fork;
+	atomic_uint_fast64_t slot_recoveries[OB_SLOT_LOSS_KINDS];
 	atomic_uint_fast64_t inflight;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;
@@ -223,6 +224,13 @@ ob_metrics_timeline_switch(uint64_t events_beyond_fork)
 {
 	atomic_fetch_add(&m.timeline_switches, 1);
 	atomic_fetch_add(&m.events_beyond_fork, events_beyond_fork);
+}
+
+void
+ob_metrics_slot_recovery(ob_slot_loss loss)
+{
+	if (loss > OB_SLOT_LOSS_NONE && loss < OB_SLOT_LOSS_KINDS)
+		atomic_fetch_add(&m.slot_recoveries[loss], 1);
 }
 
 void
@@ -422,6 +430,8 @@ ob_metrics_ready_word(ob_ready_state state)
 		return "stalled";
 	case OB_READY_STANDBY_WAIT:
 		return "waiting-for-standby";
+	case OB_READY_RECOVERING:
+		return "recovering";
 	case OB_READY_CONNECTING:
 	case OB_READY_STATE_COUNT:
 		break;
@@ -565,6 +575,13 @@ put_publisher(text *t)
 		    "Events published from WAL past a promoted server's switch point, which "
 		    "the new timeline does not hold.",
 		    atomic_load(&m.events_beyond_fork));
+	put_header(
+	    t, "outboxd_slot_recoveries_total", "counter",
+	    "Lost replication slots recovered from the outbox table, by how they were lost.");
+	for (int loss = OB_SLOT_LOSS_NONE + 1; loss < OB_SLOT_LOSS_KINDS; loss++)
+		put(t, "outboxd_slot_recoveries_total{reason=\"%s\"} %llu\n",
+		    ob_slot_loss_name((ob_slot_loss)loss),
+		    (unsigned long long)atomic_load(&m.slot_recoveries[loss]));
 	put_gauge(t, "outboxd_inflight_events",
 		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
 	put_gauge(t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",

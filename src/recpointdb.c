@@ -14,6 +14,7 @@
 #include "outboxd/lsn.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/runtime.h"
+#include "outboxd/slotloss.h"
 #include "outboxd/slotmark.h"
 
 #define TABLE_SQL  OB_SLOTMARK_SQL
@@ -21,7 +22,18 @@
 #define COLUMNS_SQL                                                                                \
 	"ADD COLUMN IF NOT EXISTS recovery_xid xid8, ADD COLUMN IF NOT EXISTS recovery_lsn "       \
 	"pg_lsn, ADD COLUMN IF NOT EXISTS recovery_at timestamptz, ADD COLUMN IF NOT EXISTS "      \
-	"recovery_system text"
+	"recovery_system text, ADD COLUMN IF NOT EXISTS recovery_deletes bigint, ADD COLUMN IF "   \
+	"NOT EXISTS deletes_seen_at timestamptz, ADD COLUMN IF NOT EXISTS messages_seen_at "       \
+	"timestamptz"
+/* The rows deleted from the outbox table's leaves, as the cumulative
+ * statistics count them (text; %L takes the schema's name, then the
+ * table's). They count every DELETE, whoever ran it, and start again
+ * from 0 after a crash and on a promoted standby. pg_partition_tree()
+ * gives nothing for a table that is not partitioned. */
+#define DELETES_SQL                                                                                \
+	"(SELECT coalesce(sum(s.n_tup_del), 0)::text FROM (SELECT to_regclass(quote_ident(%L) || " \
+	"'.' || quote_ident(%L)) AS rel) AS o JOIN pg_stat_user_tables AS s ON s.relid = o.rel "   \
+	"OR s.relid IN (SELECT relid FROM pg_partition_tree(o.rel) WHERE isleaf))"
 /* The server's system identifier: a physical standby or a backup keeps
  * it (and the rows' transaction ids), a logical copy or a restored dump
  * does not. */
@@ -58,7 +70,8 @@ columns_usable(ob_pgconn *p, const ob_config *cfg, bool *yes)
 	    "SELECT to_regclass(m.t) IS NOT NULL AND has_table_privilege(m.t, 'UPDATE') AND "
 	    "(SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(m.t) AND "
 	    "NOT a.attisdropped AND a.attname IN ('recovery_xid', 'recovery_lsn', "
-	    "'recovery_at', 'recovery_system')) = 4 FROM " TABLE_NAME,
+	    "'recovery_at', 'recovery_system', 'recovery_deletes', 'deletes_seen_at', "
+	    "'messages_seen_at')) = 7 FROM " TABLE_NAME,
 	    cfg->outbox.schema);
 }
 
@@ -103,20 +116,23 @@ check_columns(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 }
 
 /* Take a candidate: the snapshot's xmin, then the insert position, in
- * one statement (the snapshot is taken when it starts). */
+ * one statement (the snapshot is taken when it starts), with the rows
+ * deleted from the outbox table so far. */
 static bool
-capture(ob_recpointdb *r, ob_pgconn *p)
+capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
 	ob_pgres *res = NULL;
 	ob_lsn lsn = 0;
 	unsigned long long xmin = 0;
 	bool ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
-				     "take a recovery point candidate", 2, &res,
+				     "take a recovery point candidate", 3, &res,
 				     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
-				     "pg_current_wal_insert_lsn()");
+				     "pg_current_wal_insert_lsn(), " DELETES_SQL,
+				     cfg->outbox.schema, cfg->outbox.table_name);
 
 	if (ok && (sscanf(ob_pgres_value(res, 0, 0), "%llu", &xmin) != 1 ||
-		   !ob_lsn_parse(ob_pgres_value(res, 0, 1), &lsn))) {
+		   !ob_lsn_parse(ob_pgres_value(res, 0, 1), &lsn) ||
+		   sscanf(ob_pgres_value(res, 0, 2), "%lld", &r->cand_deletes) != 1)) {
 		if (!r->failing)
 			ob_warn("could not take a recovery point candidate: unexpected answer");
 		ok = false;
@@ -133,18 +149,21 @@ capture(ob_recpointdb *r, ob_pgconn *p)
  * for as long, and a point the standby lacks is only an older one there)
  * nor the update for long on a lock of the row (a slot drop in progress,
  * an operator's open transaction). Both settings are the transaction's
- * alone: the connection's other reads keep the session's. */
+ * alone: the connection's other reads keep the session's. The row also
+ * keeps the candidate's count of deleted rows, and when that grew since
+ * the count stored before it, when deletes were seen (slotloss.h). */
 static bool
 store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
 	ob_log_level level = r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING;
-	char xid[24], lsn[24];
+	char xid[24], lsn[24], deletes[24];
 	unsigned long long own = 0;
 	ob_pgres *res = NULL, *settings = NULL;
 	bool ok;
 
 	snprintf(xid, sizeof(xid), "%" PRIu64, r->rule.cand_xid);
 	snprintf(lsn, sizeof(lsn), OB_LSN_FMT, OB_LSN_ARGS(r->rule.cand_lsn));
+	snprintf(deletes, sizeof(deletes), "%lld", r->cand_deletes);
 	/* The CTE makes one row of none: the row may already hold a point as
 	 * far (another process stored it) and then nothing is written. */
 	ok = ob_pgsql_command(p, level, "begin the recovery point's update", "BEGIN") &&
@@ -155,9 +174,13 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 		 p, level, "store the recovery point", 1, &res,
 		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
 		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
-		 " WHERE slot_name = %L AND (recovery_xid IS NULL OR recovery_xid < %L::xid8) "
+		 ", deletes_seen_at = CASE WHEN %L::bigint > recovery_deletes THEN now() ELSE "
+		 "deletes_seen_at END, recovery_deletes = %L::bigint, messages_seen_at = CASE "
+		 "WHEN %L THEN now() ELSE messages_seen_at END WHERE slot_name = %L AND "
+		 "(recovery_xid IS NULL OR recovery_xid < %L::xid8) "
 		 "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
-		 cfg->outbox.schema, xid, lsn, cfg->pg.slot, xid) &&
+		 cfg->outbox.schema, xid, lsn, deletes, deletes,
+		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid) &&
 	     ob_pgsql_command(p, level, "commit the recovery point", "COMMIT");
 	if (!ok && ob_pgsql_in_transaction(p))
 		ob_pgres_free(ob_pgsql_exec(p, "ROLLBACK"));
@@ -168,6 +191,9 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 			   "recovery point %s (taken at %s)%s", xid, lsn,
 			   own != 0 ? "" : ": the row held one as far");
 		ob_recpoint_stored(&r->rule, own, ob_mono_ms());
+		/* Kept by this update, or by the one that held the point as far
+		 * (a message is a transaction of its own, past that point). */
+		r->messages_seen = false;
 	}
 	ob_pgres_free(settings);
 	ob_pgres_free(res);
@@ -191,7 +217,7 @@ ob_recpointdb_poll(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg, ob_lsn 
 			ob_recpoint_failed(&r->rule, ob_mono_ms());
 			return;
 		}
-		ok = capture(r, p);
+		ok = capture(r, p, cfg);
 		break;
 	case OB_RECPOINT_STORE:
 		ok = store(r, p, cfg);
@@ -208,56 +234,38 @@ ob_recpointdb_poll(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg, ob_lsn 
 	}
 }
 
-/* The line of a stored point, from describe's row res: the point, and
- * the outbox.backlog_where that selects the rows a recovery publishes.
- * OB_PG_FATAL when the point was stored on another system (a logical
- * copy of the database, or a dump restored: its rows were written again,
- * by this server's transactions), where it says nothing. */
+/* The columns of read_point()'s row. */
+enum {
+	COL_MARKED,
+	COL_XID,
+	COL_LSN,
+	COL_AT,
+	COL_AGE,
+	COL_NEXT_XID,
+	COL_SYSTEM,
+	COL_THIS_SYSTEM,
+	COL_DELETES_AT,
+	COL_DELETES_PAST,
+	COL_MESSAGES_AT,
+	COL_COUNT
+};
+
+/* Read the slot's row with its point into *res (the caller frees) and
+ * say OB_PG_OK; when there is no table, or it cannot keep a point,
+ * *res stays NULL and line says why: OB_PG_OK for a table not made yet,
+ * OB_PG_FATAL (line names the statements) for one that lacks the columns
+ * or the privilege. OB_PG_RETRY (logged) when a query failed. */
 static ob_pg_status
-describe_point(const ob_pgres *res, char *line, size_t size)
+read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_t size)
 {
-	unsigned long long xid = strtoull(ob_pgres_value(res, 0, 1), NULL, 10);
-	unsigned long long next = strtoull(ob_pgres_value(res, 0, 5), NULL, 10);
-	const char *stored_on = ob_pgres_value(res, 0, 6), *here = ob_pgres_value(res, 0, 7);
-	char where[128];
-
-	if ((!ob_pgres_null(res, 0, 6) && strcmp(stored_on, here) != 0) || next < xid) {
-		snprintf(line, size,
-			 "xid %llu was stored on another PostgreSQL system (%s; this one is %s, "
-			 "its next transaction id %llu): a logical copy or a restored dump, whose "
-			 "rows were written again by this server's transactions, so the point "
-			 "selects nothing here; a recovery needs a time (outbox.backlog_where on "
-			 "created_at)",
-			 xid, ob_pgres_null(res, 0, 6) ? "unknown" : stored_on, here, next);
-		return OB_PG_FATAL;
-	}
-	ob_recpoint_backlog_where(xid, where, sizeof(where));
-	snprintf(line, size,
-		 "xid %llu (taken at %s, stored %s, %s ago); the rows not yet published are "
-		 "among those of outbox.backlog_where=\"%s\"%s",
-		 xid, ob_pgres_value(res, 0, 2), ob_pgres_value(res, 0, 3),
-		 ob_pgres_value(res, 0, 4), where,
-		 ob_recpoint_exact(xid, next)
-		     ? ""
-		     : " (more than 2^31 transaction ids ago: rows older than the point may be "
-		       "selected too)");
-	return OB_PG_OK;
-}
-
-ob_pg_status
-ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t size)
-{
-	ob_pgres *res = NULL;
-	ob_pg_status st = OB_PG_OK;
 	bool exists, usable;
 	char *fix;
 
+	*res = NULL;
 	if (!ob_pgsql_query_true(p, &exists, "SELECT to_regclass(m.t) IS NOT NULL FROM " TABLE_NAME,
 				 cfg->outbox.schema) ||
-	    (exists && !columns_usable(p, cfg, &usable))) {
-		snprintf(line, size, "could not read it (see the log)");
-		return OB_PG_RETRY;
-	}
+	    (exists && !columns_usable(p, cfg, &usable)))
+		goto failed;
 	if (!exists) {
 		snprintf(line, size,
 			 "none: there is no table \"%s\"." OB_SLOTMARK_TABLE
@@ -274,24 +282,125 @@ ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t si
 		free(fix);
 		return OB_PG_FATAL;
 	}
-	if (!ob_pgsql_query_row(p, OB_LOG_WARNING, "read the recovery point", 8, &res,
-				"SELECT r.slot_name IS NOT NULL, r.recovery_xid::text, "
-				"r.recovery_lsn::text, date_trunc('second', r.recovery_at)::text, "
-				"date_trunc('second', now() - r.recovery_at)::text, "
-				"pg_snapshot_xmax(pg_current_snapshot())::text, "
-				"r.recovery_system, " SYSTEM_SQL " FROM (SELECT 1) "
-				"AS one LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
-				cfg->outbox.schema, cfg->pg.slot)) {
-		snprintf(line, size, "could not read it (see the log)");
-		return OB_PG_RETRY;
+	if (ob_pgsql_query_row(
+		p, OB_LOG_WARNING, "read the recovery point", COL_COUNT, res,
+		"SELECT r.slot_name IS NOT NULL, r.recovery_xid::text, r.recovery_lsn::text, "
+		"date_trunc('second', r.recovery_at)::text, "
+		"date_trunc('second', now() - r.recovery_at)::text, "
+		"pg_snapshot_xmax(pg_current_snapshot())::text, r.recovery_system, " SYSTEM_SQL
+		", date_trunc('second', r.deletes_seen_at)::text, " DELETES_SQL
+		"::bigint - r.recovery_deletes, r.messages_seen_at IS NOT NULL FROM (SELECT 1) AS "
+		"one "
+		"LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
+		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
+		return OB_PG_OK;
+failed:
+	snprintf(line, size, "could not read it (see the log)");
+	return OB_PG_RETRY;
+}
+
+/* The facts of read_point()'s row res (NULL: no point) for a recovery. */
+static void
+facts_from(const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->deletes_past = -1;
+	if (res == NULL || ob_pgres_value(res, 0, COL_MARKED)[0] != 't' ||
+	    ob_pgres_null(res, 0, COL_XID))
+		return;
+	f->has_point = true;
+	/* Messages seen once may come again while the prefix is set. */
+	f->messages = cfg->outbox.message_prefix[0] != '\0' &&
+		      ob_pgres_value(res, 0, COL_MESSAGES_AT)[0] == 't';
+	f->xid = strtoull(ob_pgres_value(res, 0, COL_XID), NULL, 10);
+	f->next_xid = strtoull(ob_pgres_value(res, 0, COL_NEXT_XID), NULL, 10);
+	f->other_system = (!ob_pgres_null(res, 0, COL_SYSTEM) &&
+			   strcmp(ob_pgres_value(res, 0, COL_SYSTEM),
+				  ob_pgres_value(res, 0, COL_THIS_SYSTEM)) != 0) ||
+			  f->next_xid < f->xid;
+	f->deletes_seen = !ob_pgres_null(res, 0, COL_DELETES_AT);
+	snprintf(f->deletes_at, sizeof(f->deletes_at), "%s",
+		 ob_pgres_value(res, 0, COL_DELETES_AT));
+	/* A count below the stored one was started again (a crash, a
+	 * promotion): what it missed is unknown. */
+	if (!ob_pgres_null(res, 0, COL_DELETES_PAST))
+		f->deletes_past = strtoll(ob_pgres_value(res, 0, COL_DELETES_PAST), NULL, 10);
+	if (f->deletes_past < 0)
+		f->deletes_past = -1;
+}
+
+void
+ob_recpointdb_saw_message(ob_recpointdb *r)
+{
+	r->messages_seen = true;
+}
+
+ob_pg_status
+ob_recpointdb_facts(ob_pgconn *p, const ob_config *cfg, ob_recovery_facts *f)
+{
+	ob_pgres *res = NULL;
+	char line[512];
+	ob_pg_status st = read_point(p, cfg, &res, line, sizeof(line));
+
+	if (st != OB_PG_RETRY)
+		facts_from(res, cfg, f);
+	ob_pgres_free(res);
+	return st == OB_PG_RETRY ? OB_PG_RETRY : OB_PG_OK;
+}
+
+/* The line of a stored point, from read_point()'s row res and its facts
+ * f: the point, the outbox.backlog_where that selects the rows a
+ * recovery publishes, and whether a recovery now would be complete.
+ * OB_PG_FATAL when the point was stored on another system (a logical copy
+ * of the database, or a dump restored: its rows were written again, by
+ * this server's transactions), where it says nothing. */
+static ob_pg_status
+describe_point(const ob_pgres *res, const ob_recovery_facts *f, char *line, size_t size)
+{
+	char where[128], why[512];
+	bool complete = ob_slotloss_recoverable(f, why, sizeof(why));
+
+	if (f->other_system) {
+		snprintf(line, size,
+			 "xid %llu was stored on another PostgreSQL system (%s; this one is %s, "
+			 "its next transaction id %llu): a logical copy or a restored dump, whose "
+			 "rows were written again by this server's transactions, so the point "
+			 "selects nothing here; a recovery needs a time (outbox.backlog_where on "
+			 "created_at)",
+			 (unsigned long long)f->xid,
+			 ob_pgres_null(res, 0, COL_SYSTEM) ? "unknown"
+							   : ob_pgres_value(res, 0, COL_SYSTEM),
+			 ob_pgres_value(res, 0, COL_THIS_SYSTEM), (unsigned long long)f->next_xid);
+		return OB_PG_FATAL;
 	}
-	if (ob_pgres_value(res, 0, 0)[0] != 't')
+	ob_recpoint_backlog_where(f->xid, where, sizeof(where));
+	snprintf(line, size,
+		 "xid %llu (taken at %s, stored %s, %s ago); the rows not yet published are "
+		 "among those of outbox.backlog_where=\"%s\"; %s%s",
+		 (unsigned long long)f->xid, ob_pgres_value(res, 0, COL_LSN),
+		 ob_pgres_value(res, 0, COL_AT), ob_pgres_value(res, 0, COL_AGE), where,
+		 complete ? "a recovery now would be complete" : "a recovery now would halt: ",
+		 complete ? "" : why);
+	return OB_PG_OK;
+}
+
+ob_pg_status
+ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t size)
+{
+	ob_pgres *res = NULL;
+	ob_recovery_facts f;
+	ob_pg_status st = read_point(p, cfg, &res, line, size);
+
+	if (res == NULL)
+		return st;
+	facts_from(res, cfg, &f);
+	if (ob_pgres_value(res, 0, COL_MARKED)[0] != 't')
 		snprintf(line, size, "none: slot %s has no row in \"%s\"." OB_SLOTMARK_TABLE,
 			 cfg->pg.slot, cfg->outbox.schema);
-	else if (ob_pgres_null(res, 0, 1))
+	else if (!f.has_point)
 		snprintf(line, size, "none yet: outboxd stores one within seconds of streaming");
 	else
-		st = describe_point(res, line, size);
+		st = describe_point(res, &f, line, size);
 	ob_pgres_free(res);
 	return st;
 }

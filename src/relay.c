@@ -7,7 +7,7 @@
  * connection; the one switch of relay_main() handles that outcome
  * (reconnect, back off, wait as a standby, recreate the producer, or stop),
  * as pg_recvlogical does. Before the first stream the backlog cutover may
- * run (cutover.h).
+ * run (cutover.h); a lost slot is recovered before the next (slotrecover.h).
  *
  * What the stream reads is dispatched here, one decoded change at a time;
  * mapped events are handed to delivery.h, which follows them to the broker
@@ -29,6 +29,8 @@
 
 #include "outboxd/check.h"
 #include "outboxd/cutover.h"
+#include "outboxd/slotprep.h"
+#include "outboxd/slotrecover.h"
 #include "outboxd/decoder.h"
 #include "outboxd/delivery.h"
 #include "outboxd/fork.h"
@@ -232,6 +234,7 @@ handle_message(relay *r, const ob_logical_message *lm, ob_outcome *out)
 	int64_t now_us;
 	bool ok;
 
+	ob_recpointdb_saw_message(&r->tableset.recpoint);
 	if (r->d.replay.in_txn)
 		return hand_over(r,
 				 ob_mapper_map_logical_message(&r->mapper, lm,
@@ -512,7 +515,10 @@ connect_stream(relay *r)
 		st = ob_tableset_start(&r->tableset, r->pg);
 	start = ob_tableset_confirmable(&r->tableset);
 	if (st == OB_PG_OK)
-		st = ob_pgrepl_prepare_slot(r->pg, r->cfg, r->streamed, start);
+		st = ob_slotprep_prepare(r->pg, r->cfg, r->streamed, start, &r->cutover.lost);
+	if (r->cutover.lost == OB_SLOT_LOSS_MISSING && r->streamed &&
+	    sys.timeline != r->server.timeline)
+		r->cutover.lost = OB_SLOT_LOSS_PROMOTED;
 	if (st == OB_PG_OK)
 		st = ob_pgrepl_start(r->pg, r->cfg, start, &r->tableset.tables);
 	if (st != OB_PG_OK) {
@@ -530,6 +536,14 @@ connect_stream(relay *r)
 	return OB_PG_OK;
 }
 
+/* The recovery of a slot found lost (slotrecover.h), when one was;
+ * otherwise the outcome otherwise. */
+static ob_outcome
+recover_or(relay *r, ob_outcome otherwise)
+{
+	return r->cutover.lost != OB_SLOT_LOSS_NONE ? ob_slotrecover_run(&r->cutover) : otherwise;
+}
+
 /* One replication connection, from connecting to what ended it. */
 static ob_outcome
 run_connection(relay *r)
@@ -539,7 +553,7 @@ run_connection(relay *r)
 
 	if (!r->streamed && (r->cfg->outbox.backlog_where[0] != '\0' || r->cutover.create_only)) {
 		if (!ob_cutover_run(&r->cutover, &created, &out))
-			return out;
+			return recover_or(r, out);
 		if (r->cutover.create_only) {
 			r->slot_created = created;
 			if (!created)
@@ -555,7 +569,7 @@ run_connection(relay *r)
 	case OB_PG_STANDBY:
 		return OB_OUTCOME_STANDBY;
 	case OB_PG_FATAL:
-		return OB_OUTCOME_HALT;
+		return recover_or(r, OB_OUTCOME_HALT);
 	}
 	ob_metrics_set_ready(OB_READY_STREAMING);
 	ob_notify_ready("streaming");

@@ -14,6 +14,7 @@
 #include "outboxd/relay.h"
 #include "outboxd/runtime.h"
 #include "outboxd/slotmark.h"
+#include "outboxd/slotprep.h"
 
 /* The slot as slot create finds it. */
 typedef struct found {
@@ -155,7 +156,7 @@ create(ob_pgconn *pg, const ob_config *cfg, bool replace, bool if_not_exists)
 	 * the slot: pgoutput reads it as of each change. */
 	st = ob_check_database(pg, cfg, NULL);
 	if (st == OB_PG_OK)
-		st = ob_pgrepl_create_marked(pg, cfg, replace);
+		st = ob_slotprep_create_marked(pg, cfg, replace, NULL);
 	/* OB_PG_STANDBY: another process created it meanwhile (logged). */
 	return st == OB_PG_OK || (st == OB_PG_STANDBY && if_not_exists) ? OB_EXIT_OK
 									: OB_EXIT_OPERATOR;

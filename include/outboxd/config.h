@@ -107,6 +107,9 @@ typedef struct ob_config {
 		char *slot;
 		bool create_slot;
 		bool slot_failover; /* PostgreSQL 17+: the slot has FAILOVER (synced to standbys) */
+		/* on_slot_lost = recover: a lost slot is recovered from the
+		 * outbox table (slotrecover.h); halt: exit 1 */
+		bool recover_lost_slot;
 		ob_plugin plugin;
 		char *publication; /* pgoutput only: the publication the slot streams */
 		int status_interval_ms;

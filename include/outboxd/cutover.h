@@ -13,6 +13,9 @@
  * leaves no slot, and the next start publishes the backlog again. The
  * stream then starts at the slot's own confirmed position.
  *
+ * A lost slot's recovery (slotrecover.h) runs the same steps, with the
+ * rows past the recovery point as the backlog.
+ *
  * It shares only "hand over, settle" with the stream (delivery.h), as
  * pg_recvlogical calls streamutil.c's slot set-up before its loop.
  */
@@ -23,12 +26,16 @@
 #include "outboxd/config.h"
 #include "outboxd/delivery.h"
 #include "outboxd/outcome.h"
+#include "outboxd/slotloss.h"
 
 typedef struct ob_cutover {
 	const ob_config *cfg;
 	ob_deliveries *deliveries; /* not owned */
 	bool create_only;          /* `slot create`: create the slot even without create_slot */
 	ob_lsn backlog_end;        /* the consistent point of the latest attempt (0: none) */
+	bool recovering;           /* the backlog recovers a lost slot (slotrecover.h) */
+	ob_slot_loss lost;         /* a lost slot to recover, found by the stream or here */
+	uint64_t published;        /* rows of the latest backlog acknowledged */
 } ob_cutover;
 
 void ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool create_only);
@@ -38,7 +45,9 @@ void ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool
  * the slot meanwhile (*created false). False with *out set when this
  * connection attempt ends (a failed copy is tried again with backoff while
  * the temporary slot lives; once it is gone, the next attempt publishes
- * the backlog again). */
+ * the backlog again). A slot lost that postgres.on_slot_lost = recover
+ * lets outboxd recover is not replaced here: false with c->lost set, for
+ * the caller to run the recovery instead (its rows, not backlog_where's). */
 bool ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out) OB_MUST_CHECK;
 
 #endif

@@ -12,6 +12,7 @@
 #include "outboxd/common.h"
 #include "outboxd/lsn.h"
 #include "outboxd/pgrefusal.h"
+#include "outboxd/slotloss.h"
 
 typedef enum ob_ready_state {
 	OB_READY_CONNECTING = 0,
@@ -22,6 +23,7 @@ typedef enum ob_ready_state {
 	OB_READY_BACKLOG,      /* publishing the backlog before the slot exists */
 	OB_READY_STALLED,      /* streaming, but waiting events make no progress */
 	OB_READY_STANDBY_WAIT, /* streaming, but the server waits for a standby */
+	OB_READY_RECOVERING,   /* recovering a lost slot from the outbox table */
 	OB_READY_STATE_COUNT
 } ob_ready_state;
 
@@ -76,6 +78,8 @@ void ob_metrics_traceparent_malformed(void);
 void ob_metrics_timeline_switch(uint64_t events_beyond_fork);
 /* One backlog row was acknowledged by the broker (or dead-lettered). */
 void ob_metrics_backlog_event(void);
+/* A lost slot was recovered from the outbox table (slotrecover.h). */
+void ob_metrics_slot_recovery(ob_slot_loss loss);
 void ob_metrics_set_inflight(uint64_t n);
 /* A confirmed position other than the last one counts as progress. */
 void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end);

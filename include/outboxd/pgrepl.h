@@ -129,26 +129,6 @@ bool ob_pgrepl_failover_wanted(ob_pgconn *p, const ob_config *cfg, bool standby)
 bool ob_pgrepl_lacks_failover(ob_pgconn *p, const ob_config *cfg, const ob_slot_info *info,
 			      bool standby);
 
-/* Create the missing slot (with FAILOVER when ob_pgrepl_failover_wanted()
- * says so) and, on a primary, its marker (slotmark.h). A marker already
- * there says the slot was lost: OB_PG_FATAL naming the recovery, unless
- * replace_lost (`outboxd slot create --accept-gap`, the operator's
- * explicit step, whose caller has said what the new slot skips).
- * Otherwise as ob_pgrepl_create_slot(). */
-ob_pg_status ob_pgrepl_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost);
-
-/* Check the slot and create it if missing and create_slot is set: STANDBY
- * if another process holds it (or created it meanwhile), FATAL if it is
- * unusable (another plugin, another database, invalidated, missing without
- * create_slot). A slot is created only before anything was streamed from
- * it, and only when its marker (slotmark.h) does not say it was lost:
- * either way a missing slot is FATAL, naming the recovery (creating it
- * again would skip every event since); once streamed, naming confirmed,
- * the position reached. An existing slot gets FAILOVER when
- * ob_pgrepl_failover_wanted() says so, and its marker row. */
-ob_pg_status ob_pgrepl_prepare_slot(ob_pgconn *p, const ob_config *cfg, bool streamed,
-				    ob_lsn confirmed);
-
 /* IDENTIFY_SYSTEM: the server's system identifier and timeline. False
  * (logged) on error. */
 bool ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys) OB_MUST_CHECK;

@@ -1,7 +1,7 @@
 /*
  * recpointdb.h: the recovery point (recpoint.h) on the server.
  *
- * It lives in three columns of the slot's row in outboxd_slots
+ * It lives in columns of the slot's row in outboxd_slots
  * (slotmark.h), which travels with the database through physical
  * replication and backups:
  *
@@ -16,6 +16,14 @@
  *                              keeps it; a logical copy or a restored dump,
  *                              whose rows other transactions wrote again,
  *                              does not: the point means nothing there)
+ *   recovery_deletes bigint    the outbox table's deleted rows as the
+ *                              statistics counted them at the candidate
+ *   deletes_seen_at timestamptz when that count was last found grown
+ *                              since the one stored before: rows are
+ *                              deleted by someone (slotloss.h); an
+ *                              operator clears it once they no longer are
+ *   messages_seen_at timestamptz when the stream last handed over an event
+ *                              that came as a logical message (not a row)
  *
  * ob_recpointdb_poll() runs on the stream's plain connection
  * (partitions.h), after the slot's reading (slotwatch.h): it takes a
@@ -33,12 +41,15 @@
 #include "outboxd/config.h"
 #include "outboxd/pgsql.h"
 #include "outboxd/recpoint.h"
+#include "outboxd/slotloss.h"
 
 typedef struct ob_recpointdb {
 	ob_recpoint rule;
-	bool checked; /* the columns and the UPDATE privilege were looked at */
-	bool usable;  /* ... and are there */
-	bool failing; /* the latest statement failed (logged once) */
+	bool checked;           /* the columns and the UPDATE privilege were looked at */
+	bool usable;            /* ... and are there */
+	bool failing;           /* the latest statement failed (logged once) */
+	long long cand_deletes; /* the outbox table's deleted rows when the candidate was taken */
+	bool messages_seen;     /* an event came as a logical message since the last store */
 } ob_recpointdb;
 
 /* For each stream: a candidate belongs to the server it was taken on. */
@@ -47,12 +58,19 @@ void ob_recpointdb_init(ob_recpointdb *r);
  * confirmed is the position the stream has confirmed. A failure is
  * logged once while failures last and tried again an interval later. */
 void ob_recpointdb_poll(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg, ob_lsn confirmed);
+/* The stream handed over an event that came as a logical message: the
+ * next stored point records it (slotloss.h). */
+void ob_recpointdb_saw_message(ob_recpointdb *r);
 /* The `recovery point` line of `check` and `slot status`, into line:
  * the point, where and when it was taken, or why there is none.
  * OB_PG_FATAL when it cannot be kept (the columns are missing or the role
  * may not update them: line names the statements) or was stored on
  * another system; OB_PG_RETRY (logged) when a query failed. */
 ob_pg_status ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t size);
+/* The facts of the slot's point that decide whether a recovery can be
+ * complete (slotloss.h) into *f: f->has_point is false when no point is
+ * kept. OB_PG_RETRY (logged) when a query failed. */
+ob_pg_status ob_recpointdb_facts(ob_pgconn *p, const ob_config *cfg, ob_recovery_facts *f);
 /* The statements that add the columns to a table made before them, and
  * let role update them; the caller frees. */
 char *ob_recpointdb_setup_sql(const ob_config *cfg, const char *role);

@@ -825,10 +825,11 @@ def test_operator_errors(pg, outboxd_factory, slot_name, overrides, args,
 
 
 def test_invalidated_slot_exits_1(own_cluster, outboxd_factory, slot_name):
-    """A slot invalidated by max_slot_wal_keep_size (wal_status lost):
-    exit 1 saying so."""
+    """A slot invalidated by max_slot_wal_keep_size (wal_status lost),
+    with on_slot_lost = halt: exit 1 saying so (test_slot_recovery.py
+    recovers one)."""
     cluster = own_cluster(max_slot_wal_keep_size="'1MB'")
-    d = outboxd_factory(on_cluster(cluster))
+    d = outboxd_factory(on_cluster(cluster, postgres_on_slot_lost="halt"))
     wait_streaming(cluster, slot_name)
     assert d.stop() == 0, d.log_tail()
     invalidate_slot(cluster, slot_name)

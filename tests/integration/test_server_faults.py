@@ -202,9 +202,10 @@ def test_german_server_invalidated_slot_exits_1(own_cluster, outboxd_factory,
                                                 slot_name):
     """lc_messages = de_DE.UTF-8: a slot invalidated by
     max_slot_wal_keep_size still makes outboxd exit 1 within 30 s,
-    naming the slot, rather than retrying forever."""
+    naming the slot, rather than retrying forever (on_slot_lost = halt;
+    test_slot_recovery.py recovers one)."""
     cluster = german_cluster(own_cluster, max_slot_wal_keep_size="'1MB'")
-    d = outboxd_factory(on_cluster(cluster))
+    d = outboxd_factory(on_cluster(cluster, postgres_on_slot_lost="halt"))
     wait_streaming(cluster, slot_name)
     assert d.stop() == 0, d.log_tail()
     invalidate_slot(cluster, slot_name)

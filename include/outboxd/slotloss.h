@@ -1,0 +1,55 @@
+/*
+ * slotloss.h: what was lost when the slot was, and whether the outbox
+ * table alone can give it back (deploy/README.md, "Recovering from a lost
+ * or invalidated slot").
+ *
+ * A recovery publishes again every outbox row past the recovery point
+ * (recpoint.h) visible in a new slot's snapshot. That finds every event
+ * not yet published only while the table still holds them all as rows
+ * past the point: not when no point was stored, nor one stored on another
+ * system (its transaction ids mean nothing here), nor once 2^31 ids have
+ * passed since it (a row's xmin is kept modulo 2^32), nor when events are
+ * written as logical messages (outbox.message_prefix: not rows at all),
+ * nor when rows of the table were deleted by anyone but outboxd (rows of
+ * unpublished events may be among them; an insert-then-delete outbox keeps
+ * none). When any of these holds, a recovery would guess: the slot is not
+ * recovered, and the reason is said instead.
+ *
+ * The judgment alone, with no I/O: recpointdb.h reads the facts,
+ * slotrecover.h acts on them, `check` prints them.
+ */
+#ifndef OUTBOXD_SLOTLOSS_H
+#define OUTBOXD_SLOTLOSS_H
+
+#include "outboxd/common.h"
+
+/* How the slot was lost: the label of outboxd_slot_recoveries_total. */
+typedef enum ob_slot_loss {
+	OB_SLOT_LOSS_NONE = 0,
+	OB_SLOT_LOSS_MISSING,     /* gone while its marker row is there (dropped, a restore) */
+	OB_SLOT_LOSS_INVALIDATED, /* wal_status lost: max_slot_wal_keep_size, 18's idle timeout */
+	OB_SLOT_LOSS_PROMOTED,    /* gone on a server promoted while this process streamed */
+	OB_SLOT_LOSS_KINDS
+} ob_slot_loss;
+
+/* The label's word ("missing", ...); "" for OB_SLOT_LOSS_NONE. */
+const char *ob_slot_loss_name(ob_slot_loss loss);
+
+/* What the server says of the slot's recovery point. */
+typedef struct ob_recovery_facts {
+	bool has_point;       /* a point is stored in the slot's row */
+	bool other_system;    /* ... by another PostgreSQL system */
+	uint64_t xid;         /* the point */
+	uint64_t next_xid;    /* the server's next transaction id */
+	bool messages;        /* events came as logical messages, and still may */
+	bool deletes_seen;    /* rows were deleted between two stored points */
+	char deletes_at[40];  /* ... last seen then (text) */
+	int64_t deletes_past; /* rows deleted since the point was stored (-1: unknown) */
+} ob_recovery_facts;
+
+/* Whether a recovery from f would publish every event not yet
+ * published; when not, why into why (a clause: "no recovery point was
+ * stored ..."). */
+bool ob_slotloss_recoverable(const ob_recovery_facts *f, char *why, size_t size);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * slotrecover.h: a lost slot recovered from the outbox table
+ * (deploy/README.md, "Recovering from a lost or invalidated slot").
+ *
+ * With postgres.on_slot_lost = recover, a slot found lost (slotprep.h,
+ * cutover.h: missing while its marker row is there or after streaming
+ * from it, invalidated, gone on a promoted server) is recovered: when the
+ * recovery point proves that the table holds every event not yet
+ * published (slotloss.h), an invalidated slot is dropped and the cutover
+ * (cutover.h) publishes the rows past the point in a new temporary slot's
+ * snapshot, waits for the broker's acknowledgement of them all, and only
+ * then makes the permanent slot at that snapshot's consistent point. Rows
+ * committed after it are in the new slot's stream. Events published
+ * before among those rows are published again: duplicates, never a loss.
+ * A crash at any step leaves the slot missing and its marker row and
+ * point in place, so the next start recovers again from the same point.
+ * When the point proves nothing, outboxd halts and says why.
+ */
+#ifndef OUTBOXD_SLOTRECOVER_H
+#define OUTBOXD_SLOTRECOVER_H
+
+#include "outboxd/cutover.h"
+#include "outboxd/outcome.h"
+
+/* Recover the slot c->lost says was lost (and clear it). OB_OUTCOME_LOST
+ * when the slot is there again (made here, or by another process
+ * meanwhile): the stream connects at once; OB_OUTCOME_HALT (logged, naming
+ * why and the recovery by hand) when the table cannot prove completeness;
+ * otherwise what the cutover's attempt ended with. */
+ob_outcome ob_slotrecover_run(ob_cutover *c);
+
+#endif

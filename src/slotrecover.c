@@ -1,0 +1,121 @@
+/*
+ * slotrecover.c: a lost slot recovered from the outbox table
+ * (slotrecover.h).
+ */
+#include "outboxd/slotrecover.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+#include "outboxd/pgsql.h"
+#include "outboxd/recpoint.h"
+#include "outboxd/recpointdb.h"
+#include "outboxd/runtime.h"
+#include "outboxd/slotmark.h"
+
+/* How a loss is said in the log. */
+static const char *
+loss_words(ob_slot_loss loss)
+{
+	switch (loss) {
+	case OB_SLOT_LOSS_INVALIDATED:
+		return "has been invalidated (wal_status lost)";
+	case OB_SLOT_LOSS_PROMOTED:
+		return "is missing on the promoted server";
+	case OB_SLOT_LOSS_MISSING:
+	case OB_SLOT_LOSS_NONE:
+	case OB_SLOT_LOSS_KINDS:
+		break;
+	}
+	return "is missing while its marker row is there (dropped, or the database restored)";
+}
+
+/* Read the recovery point and judge it on a plain connection, and drop
+ * the invalidated slot it replaces, into *f. OB_PG_FATAL (logged) when the
+ * table cannot prove completeness; OB_PG_RETRY (logged) on a failed
+ * query. */
+static ob_pg_status
+prepare(const ob_config *cfg, ob_slot_loss loss, ob_recovery_facts *f)
+{
+	ob_pgconn *p;
+	ob_pgres *res = NULL;
+	ob_pg_status st = ob_pgsql_connect(cfg, OB_PGCONN_PLAIN, &p);
+	char why[512];
+
+	if (st != OB_PG_OK)
+		return st;
+	if ((st = ob_recpointdb_facts(p, cfg, f)) != OB_PG_OK)
+		goto done;
+	if (!ob_slotloss_recoverable(f, why, sizeof(why))) {
+		ob_error("replication slot %s %s and cannot be recovered from the outbox table: "
+			 "%s; stopping. To recover by hand, " OB_SLOTMARK_RECOVERY,
+			 cfg->pg.slot, loss_words(loss), why);
+		st = OB_PG_FATAL;
+		goto done;
+	}
+	/* Only while it is still the invalidated one, and unused. */
+	if (loss == OB_SLOT_LOSS_INVALIDATED &&
+	    !ob_pgsql_query_row(p, OB_LOG_WARNING, "drop the invalidated slot", 1, &res,
+				"SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) "
+				"FROM pg_replication_slots WHERE slot_name = %L AND wal_status = "
+				"'lost' AND active_pid IS NULL) AS dropped",
+				cfg->pg.slot))
+		st = OB_PG_RETRY;
+done:
+	ob_pgres_free(res);
+	ob_pgsql_close(p);
+	return st;
+}
+
+ob_outcome
+ob_slotrecover_run(ob_cutover *c)
+{
+	const ob_config *cfg = c->cfg;
+	ob_slot_loss loss = c->lost;
+	int64_t started = ob_mono_ms();
+	ob_recovery_facts f;
+	ob_outcome out;
+	ob_config rc;
+	char where[128];
+	bool created = false, ok;
+
+	c->lost = OB_SLOT_LOSS_NONE;
+	ob_metrics_set_ready(OB_READY_RECOVERING);
+	switch (prepare(cfg, loss, &f)) {
+	case OB_PG_OK:
+		break;
+	case OB_PG_FATAL:
+		return OB_OUTCOME_HALT;
+	case OB_PG_RETRY:
+	case OB_PG_STANDBY:
+		return ob_runtime_stop_requested() ? OB_OUTCOME_STOP : OB_OUTCOME_RETRY;
+	}
+	ob_recpoint_backlog_where(f.xid, where, sizeof(where));
+	ob_warn("replication slot %s %s: recovering it from the outbox table "
+		"(postgres.on_slot_lost = recover): publishing again the rows past recovery point "
+		"%" PRIu64 " (outbox.backlog_where=\"%s\"), then streaming from a new slot",
+		cfg->pg.slot, loss_words(loss), f.xid, where);
+	/* The cutover with the point's rows as its backlog, and a slot made
+	 * whatever postgres.create_slot says: the operator chose recover. */
+	rc = *cfg;
+	rc.pg.create_slot = true;
+	rc.outbox.backlog_where = where;
+	c->cfg = &rc;
+	c->recovering = true;
+	ok = ob_cutover_run(c, &created, &out);
+	c->cfg = cfg;
+	c->recovering = false;
+	if (!ok)
+		return out;
+	if (created) {
+		ob_metrics_slot_recovery(loss);
+		ob_warn("recovered replication slot %s in %.1f s: %" PRIu64
+			" rows past recovery point %" PRIu64 " published again (those published "
+			"before the loss are duplicates)",
+			cfg->pg.slot, (double)(ob_mono_ms() - started) / 1000.0, c->published,
+			f.xid);
+	}
+	return OB_OUTCOME_LOST;
+}

@@ -1,0 +1,77 @@
+/*
+ * test_slotloss.c: whether a lost slot can be recovered from the outbox
+ * table (slotloss.h), as a table: each reason a recovery would guess,
+ * which one is said when several hold, and the point at both edges of
+ * the 2^31-id window.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "outboxd/slotloss.h"
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct loss_case {
+	const char *name;
+	ob_recovery_facts facts;
+	const char *why; /* NULL: recoverable; else a word the reason holds */
+} loss_case;
+
+#define POINT(x, next) .has_point = true, .xid = (x), .next_xid = (next)
+
+static const loss_case cases[] = {
+    {"a fresh point", {POINT(1000, 1200)}, NULL},
+    {"deletes not known (statistics reset)", {POINT(1000, 1200), .deletes_past = -1}, NULL},
+    {"no point", {.deletes_past = -1}, "no recovery point"},
+    {"no point wins over messages", {.messages = true, .deletes_past = -1}, "no recovery point"},
+    {"another system", {POINT(1000, 1200), .other_system = true}, "another PostgreSQL system"},
+    {"2^31 - 1 ids since", {POINT(1000, 1000 + (UINT64_C(1) << 31) - 1)}, NULL},
+    {"2^31 ids since", {POINT(1000, 1000 + (UINT64_C(1) << 31))}, "2^31"},
+    {"logical messages", {POINT(1000, 1200), .messages = true}, "logical messages"},
+    {"deletes seen before", {POINT(1000, 1200), .deletes_seen = true}, "insert-then-delete"},
+    {"deletes since the point", {POINT(1000, 1200), .deletes_past = 3}, "3 rows"},
+    {"messages said before deletes",
+     {POINT(1000, 1200), .messages = true, .deletes_past = 3},
+     "logical messages"},
+};
+
+static void
+test_judge(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < N(cases); i++) {
+		char why[512] = "";
+		bool ok = ob_slotloss_recoverable(&cases[i].facts, why, sizeof(why));
+
+		if (ok != (cases[i].why == NULL) ||
+		    (cases[i].why != NULL && strstr(why, cases[i].why) == NULL))
+			fail_msg("%s: recoverable %d, why \"%s\"", cases[i].name, ok, why);
+	}
+}
+
+static void
+test_loss_names(void **state)
+{
+	(void)state;
+	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_MISSING), "missing");
+	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_INVALIDATED), "invalidated");
+	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_PROMOTED), "promoted");
+	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_NONE), "");
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_judge),
+	    cmocka_unit_test(test_loss_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
