@@ -152,14 +152,17 @@ bool
 ob_pgrepl_slot_info(ob_pgconn *p, const char *slot, ob_slot_info *info)
 {
 	char *lit = ob_pgsql_quote_literal(p, slot);
+	bool v17 = ob_pgsql_server_version(p) >= OB_FAILOVER_MIN_SERVER;
+	/* 17+ names every invalidation (18's idle timeout keeps wal_status
+	 * as it was): an invalidated slot is lost whatever the cause. */
 	char *sql = ob_xasprintf(
 	    "SELECT plugin, database, coalesce(active_pid, 0), confirmed_flush_lsn, "
-	    "restart_lsn, wal_status, coalesce(" OB_SQL_WAL_LSN " - restart_lsn, 0)::bigint, "
+	    "restart_lsn, %s, coalesce(" OB_SQL_WAL_LSN " - restart_lsn, 0)::bigint, "
 	    "temporary, %s "
 	    "FROM pg_replication_slots WHERE slot_name = %s",
-	    ob_pgsql_server_version(p) >= OB_FAILOVER_MIN_SERVER ? "failover, synced"
-								 : "false, false",
-	    lit);
+	    v17 ? "CASE WHEN invalidation_reason IS NULL THEN wal_status ELSE 'lost' END"
+		: "wal_status",
+	    v17 ? "failover, synced" : "false, false", lit);
 	PGresult *res = ob_pgsql_exec(p, sql);
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	char buf[1024];

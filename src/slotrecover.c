@@ -55,12 +55,14 @@ prepare(const ob_config *cfg, ob_slot_loss loss, ob_recovery_facts *f)
 		st = OB_PG_FATAL;
 		goto done;
 	}
-	/* Only while it is still the invalidated one, and unused. */
+	/* Only while it is still the invalidated one, and unused (17+ name
+	 * every invalidation: 18's idle timeout leaves wal_status be). */
 	if (loss == OB_SLOT_LOSS_INVALIDATED &&
 	    !ob_pgsql_query_row(p, OB_LOG_WARNING, "drop the invalidated slot", 1, &res,
 				"SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) "
-				"FROM pg_replication_slots WHERE slot_name = %L AND wal_status = "
-				"'lost' AND active_pid IS NULL) AS dropped",
+				"FROM pg_replication_slots AS s WHERE slot_name = %L AND "
+				"active_pid IS NULL AND (wal_status = 'lost' OR to_jsonb(s) ->> "
+				"'invalidation_reason' IS NOT NULL)) AS dropped",
 				cfg->pg.slot))
 		st = OB_PG_RETRY;
 done:

@@ -62,6 +62,8 @@ TESTS=(
     "$IT/test_table_props.py"
     "$IT/test_recovery_point.py::test_point_follows_acknowledged_events_only"
     "$IT/test_recovery_point.py::test_the_printed_backlog_where_recovers_a_lost_slot"
+    "$IT/test_slot_recovery.py::test_an_invalidated_slot_is_recovered"
+    "$IT/test_slot_recovery.py::test_dropped_under_a_running_outboxd"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,

@@ -18,7 +18,7 @@ import time
 import psycopg2
 
 from conftest import UNSET
-from harness import free_port, wait_until
+from harness import free_port, server_major, wait_until
 from test_faults import (Feed, check_delivery, collect_all, expect_exit,
                          emit, http_get, id_counts, invalidate_slot, make_topic,
                          on_cluster, scrape, wait_streaming)
@@ -98,14 +98,24 @@ def test_a_dropped_slot_is_recovered(own_cluster, broker, consumer,
 def test_an_invalidated_slot_is_recovered(own_cluster, broker, consumer,
                                           outboxd_factory, slot_name, test_id):
     """outboxd stopped while events are written until
-    max_slot_wal_keep_size invalidates the slot: the next start drops it,
-    recovers (reason invalidated) and publishes every event."""
+    max_slot_wal_keep_size invalidates the slot (on PostgreSQL 18: until
+    idle_replication_slot_timeout does, at a checkpoint): the next start
+    drops it, recovers (reason invalidated) and publishes every event."""
+    conf = ({"idle_replication_slot_timeout": "'1s'"} if server_major() >= 18
+            else {"max_slot_wal_keep_size": "'1MB'"})
     c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
-                                        "si_%s" % test_id, 10, max_slot_wal_keep_size="'1MB'")
+                                        "si_%s" % test_id, 10, **conf)
     try:
         assert d.stop() == 0, d.log_tail()
         feed.commit(10)
-        invalidate_slot(c, slot_name)
+        if server_major() >= 18:
+            def idle():
+                c.sql("CHECKPOINT")
+                return c.sql("SELECT invalidation_reason FROM pg_replication_slots "
+                             "WHERE slot_name = %s", (slot_name,)) == [("idle_timeout",)]
+            wait_until(idle, 30, 0.5, "slot %s invalidated as idle" % slot_name)
+        else:
+            invalidate_slot(c, slot_name)
         feed.commit(10)
         d.start()
         d.wait_log(RECOVERED, 90)
