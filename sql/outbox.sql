@@ -139,7 +139,8 @@ CREATE TABLE IF NOT EXISTS public.outboxd_slots (
     recovery_lsn pg_lsn,
     recovery_at  timestamptz,
     recovery_system text,
-    recovery_deletes bigint,
+    deletes_counted bigint,
+    deletes_own bigint,
     deletes_seen_at timestamptz,
     messages_seen_at timestamptz
 );
@@ -150,6 +151,7 @@ ALTER TABLE public.outboxd_slots
     ADD COLUMN IF NOT EXISTS recovery_lsn pg_lsn,
     ADD COLUMN IF NOT EXISTS recovery_at timestamptz,
     ADD COLUMN IF NOT EXISTS recovery_system text,
-    ADD COLUMN IF NOT EXISTS recovery_deletes bigint,
+    ADD COLUMN IF NOT EXISTS deletes_counted bigint,
+    ADD COLUMN IF NOT EXISTS deletes_own bigint,
     ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz,
     ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz;

@@ -6,6 +6,8 @@
  */
 #include "outboxd/checker.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -248,8 +250,8 @@ check_wal_retention(ob_checker *c)
 		    c, "wal retention",
 		    "replication slot %s is unreserved: it holds more WAL than "
 		    "max_slot_wal_keep_size (%s) allows, and the next checkpoint invalidates it "
-		    "unless outboxd catches up first; an invalidated slot must be dropped and "
-		    "recreated, and the events committed since its position republished",
+		    "unless outboxd catches up first; an invalidated slot is recovered from the "
+		    "outbox table (postgres.on_slot_lost), publishing some events twice",
 		    c->cfg->pg.slot, keep != NULL ? keep : "?");
 	else if (keep != NULL && strcmp(keep, "-1") == 0)
 		ob_checker_warn(
@@ -258,15 +260,76 @@ check_wal_retention(ob_checker *c)
 		    "confirmed, so an outboxd stopped or stalled long enough fills the server's "
 		    "disk (and Postgres stops); a limit (ALTER SYSTEM SET max_slot_wal_keep_size "
 		    "= '50GB', sized for the longest outage to ride out) bounds the WAL kept, at "
-		    "the cost of the slot being invalidated (wal_status lost: drop, recreate, "
-		    "republish) when outboxd falls further behind than that");
+		    "the cost of the slot being invalidated (wal_status lost: outboxd recovers it "
+		    "from the outbox table, publishing some events twice) when outboxd falls "
+		    "further behind than that");
 	else
-		ob_checker_report(c, "wal retention", true,
-				  "max_slot_wal_keep_size = %s: a slot further behind than that is "
-				  "invalidated (wal_status lost) and must be recreated",
-				  keep != NULL ? keep : "?");
+		ob_checker_report(
+		    c, "wal retention", true,
+		    "max_slot_wal_keep_size = %s: a slot further behind than that is "
+		    "invalidated (wal_status lost) and recovered from the outbox table",
+		    keep != NULL ? keep : "?");
 done:
 	free(keep);
+}
+
+/* seconds as a duration ("7d", "3h", "12min", "40s"), into buf. */
+static const char *
+duration(int64_t seconds, char *buf, size_t size)
+{
+	if (seconds >= 86400 && seconds % 86400 == 0)
+		snprintf(buf, size, "%" PRId64 "d", seconds / 86400);
+	else if (seconds >= 3600)
+		snprintf(buf, size, "%" PRId64 "h", seconds / 3600);
+	else if (seconds >= 60)
+		snprintf(buf, size, "%" PRId64 "min", seconds / 60);
+	else
+		snprintf(buf, size, "%" PRId64 "s", seconds);
+	return buf;
+}
+
+/* outbox.retention (retention.h) against how long a slot may be down
+ * before max_slot_wal_keep_size invalidates it, at the server's average
+ * WAL rate since its WAL statistics began. outboxd deletes only behind
+ * the recovery point, so its own recovery never needs a deleted row; a
+ * recovery by hand with a time (created_at, when there is no point)
+ * after an outage longer than the retention would. */
+static void
+check_outbox_retention(ob_checker *c)
+{
+	int64_t keep = c->cfg->outbox.retention_s, budget;
+	char *value = NULL, a[32], b[32];
+
+	if (keep == 0) {
+		ob_checker_report(c, "outbox retention", true,
+				  "off: outboxd deletes no outbox rows (outbox.retention)");
+		return;
+	}
+	if (!ob_checker_query(
+		c, "outbox retention",
+		"SELECT CASE WHEN s.setting::bigint < 0 THEN -1 ELSE (s.setting::numeric * "
+		"1048576 / greatest(w.wal_bytes / greatest(extract(epoch FROM now() - "
+		"w.stats_reset), 1), 1))::bigint END FROM pg_settings s, pg_stat_wal w WHERE "
+		"s.name = 'max_slot_wal_keep_size'",
+		&value))
+		return;
+	budget = value != NULL ? strtoll(value, NULL, 10) : -1;
+	free(value);
+	if (budget >= 0 && keep < budget)
+		ob_checker_warn(
+		    c, "outbox retention",
+		    "outbox.retention (%s) is shorter than the about %s a slot may be down before "
+		    "max_slot_wal_keep_size invalidates it at the server's average WAL rate: "
+		    "outboxd deletes only rows behind the recovery point, so its own recovery "
+		    "misses none, but a recovery by hand with a time (created_at) after an outage "
+		    "that long would miss the rows it deleted",
+		    duration(keep, a, sizeof(a)), duration(budget, b, sizeof(b)));
+	else
+		ob_checker_report(c, "outbox retention", true,
+				  "published rows older than %s are deleted, behind the recovery "
+				  "point only; a slot may be down %s%s before it is invalidated",
+				  duration(keep, a, sizeof(a)), budget < 0 ? "" : "about ",
+				  budget < 0 ? "without limit" : duration(budget, b, sizeof(b)));
 }
 
 void
@@ -276,4 +339,5 @@ ob_checker_slot(ob_checker *c)
 	check_slot(c);
 	check_failover(c);
 	check_wal_retention(c);
+	check_outbox_retention(c);
 }

@@ -32,6 +32,7 @@ typedef enum key_type {
 	KEY_AUTH_METHOD, /* none | command | aws_msk_iam */
 	KEY_PG_AUTH,     /* password | aws_iam */
 	KEY_SLOT_LOST,   /* recover | halt */
+	KEY_DURATION,    /* seconds, from "30s", "10min", "12h" or "7d"; "": 0 */
 	KEY_LOG_FORMAT,
 	KEY_LOG_LEVEL,
 } key_type;
@@ -80,6 +81,7 @@ static const config_key config_keys[] = {
     {"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
     {"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
     {"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
+    {"outbox", "retention", KEY_DURATION, OFF(outbox.retention_s), ""},
     {"outbox", "backlog_where", KEY_STRING, OFF(outbox.backlog_where), ""},
     {"outbox", "backlog_order_by", KEY_STRING, OFF(outbox.backlog_order_by), ""},
     {"outbox", "cloudevents", KEY_CLOUDEVENTS, OFF(outbox.cloudevents), "off"},
@@ -177,6 +179,34 @@ parse_ms(const char *s, int *out)
 		return false;
 	*out = (int)v;
 	return true;
+}
+
+/* A duration of s, text or "" for none (0), into *out seconds: a
+ * positive whole number and its unit: s, min, h or d. */
+static bool
+parse_duration(const char *s, int64_t *out)
+{
+	static const struct {
+		const char *unit;
+		int64_t seconds;
+	} units[] = {{"s", 1}, {"min", 60}, {"h", 3600}, {"d", 86400}};
+	char *end;
+	long long v;
+
+	*out = 0;
+	if (s[0] == '\0')
+		return true;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || end == s || v <= 0 || v > INT64_MAX / 86400)
+		return false;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].unit) == 0) {
+			*out = v * units[i].seconds;
+			return true;
+		}
+	}
+	return false;
 }
 
 /* s as the index of its name among n names. */
@@ -282,6 +312,10 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 	case KEY_SLOT_LOST:
 		ok = parse_either(value, "recover", "halt", (bool *)field);
 		expected = "recover or halt";
+		break;
+	case KEY_DURATION:
+		ok = parse_duration(value, (int64_t *)field);
+		expected = "a duration (a whole number with s, min, h or d: 7d) or nothing";
 		break;
 	case KEY_LOG_FORMAT:
 		ok = ob_log_format_parse(value, (ob_log_format *)field);

@@ -187,6 +187,11 @@ ob_config_finish(ob_config *cfg)
 	}
 	if (!check_cloudevents(cfg) || !check_kafka_auth(cfg) || !check_pg_auth(cfg))
 		ok = false;
+	if (cfg->outbox.retention_s > 0 && cfg->outbox.timestamp_column[0] == '\0') {
+		ob_error("outbox.retention needs outbox.timestamp_column: a row's age is the "
+			 "time it holds");
+		ok = false;
+	}
 	/* Postgres itself allows only these in slot names; a publication
 	 * named so needs no quoting in SQL or in pgoutput's options. */
 	if (!check_plain_name("postgres.slot", cfg->pg.slot) ||

@@ -49,6 +49,7 @@ static struct {
 	atomic_uint_fast64_t timeline_switches;
 	atomic_uint_fast64_t events_beyond_fork;
 	atomic_uint_fast64_t slot_recoveries[OB_SLOT_LOSS_KINDS];
+	atomic_uint_fast64_t rows_deleted;
 	atomic_uint_fast64_t inflight;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;
@@ -231,6 +232,12 @@ ob_metrics_slot_recovery(ob_slot_loss loss)
 {
 	if (loss > OB_SLOT_LOSS_NONE && loss < OB_SLOT_LOSS_KINDS)
 		atomic_fetch_add(&m.slot_recoveries[loss], 1);
+}
+
+void
+ob_metrics_rows_deleted(uint64_t n)
+{
+	atomic_fetch_add(&m.rows_deleted, n);
 }
 
 void
@@ -582,6 +589,9 @@ put_publisher(text *t)
 		put(t, "outboxd_slot_recoveries_total{reason=\"%s\"} %llu\n",
 		    ob_slot_loss_name((ob_slot_loss)loss),
 		    (unsigned long long)atomic_load(&m.slot_recoveries[loss]));
+	put_counter(t, "outboxd_outbox_rows_deleted_total",
+		    "Published outbox rows deleted by outbox.retention.",
+		    atomic_load(&m.rows_deleted));
 	put_gauge(t, "outboxd_inflight_events",
 		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
 	put_gauge(t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",

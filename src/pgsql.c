@@ -363,6 +363,32 @@ ob_pgsql_in_transaction(const ob_pgconn *c)
 	return PQtransactionStatus(c->conn) != PQTRANS_IDLE;
 }
 
+bool
+ob_pgsql_begin_upkeep(ob_pgconn *c, ob_log_level level)
+{
+	ob_pgres *settings = NULL;
+	bool ok =
+	    ob_pgsql_command(c, level, "begin a transaction of outboxd's own", "BEGIN") &&
+	    ob_pgsql_query_row(c, level, "set a transaction of outboxd's own up", 2, &settings,
+			       "SELECT set_config('synchronous_commit', 'local', true), "
+			       "set_config('lock_timeout', '1s', true)");
+
+	ob_pgres_free(settings);
+	if (!ok)
+		ob_pgsql_end_upkeep(c, false, level);
+	return ok;
+}
+
+bool
+ob_pgsql_end_upkeep(ob_pgconn *c, bool commit, ob_log_level level)
+{
+	if (commit && ob_pgsql_command(c, level, "commit a transaction of outboxd's own", "COMMIT"))
+		return true;
+	if (ob_pgsql_in_transaction(c))
+		ob_pgres_free(ob_pgsql_exec(c, "ROLLBACK"));
+	return false;
+}
+
 /* ---- results ------------------------------------------------------------ */
 
 bool

@@ -22,9 +22,9 @@
 #define COLUMNS_SQL                                                                                \
 	"ADD COLUMN IF NOT EXISTS recovery_xid xid8, ADD COLUMN IF NOT EXISTS recovery_lsn "       \
 	"pg_lsn, ADD COLUMN IF NOT EXISTS recovery_at timestamptz, ADD COLUMN IF NOT EXISTS "      \
-	"recovery_system text, ADD COLUMN IF NOT EXISTS recovery_deletes bigint, ADD COLUMN IF "   \
-	"NOT EXISTS deletes_seen_at timestamptz, ADD COLUMN IF NOT EXISTS messages_seen_at "       \
-	"timestamptz"
+	"recovery_system text, ADD COLUMN IF NOT EXISTS deletes_counted bigint, ADD COLUMN IF "    \
+	"NOT EXISTS deletes_own bigint, ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz, "    \
+	"ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz"
 /* The rows deleted from the outbox table's leaves, as the cumulative
  * statistics count them (text; %L takes the schema's name, then the
  * table's). They count every DELETE, whoever ran it, and start again
@@ -34,6 +34,20 @@
 	"(SELECT coalesce(sum(s.n_tup_del), 0)::text FROM (SELECT to_regclass(quote_ident(%L) || " \
 	"'.' || quote_ident(%L)) AS rel) AS o JOIN pg_stat_user_tables AS s ON s.relid = o.rel "   \
 	"OR s.relid IN (SELECT relid FROM pg_partition_tree(o.rel) WHERE isleaf))"
+/* The deletes' columns set by a store, with the statistics' count (%L,
+ * four times): the count and outboxd's own deletes (retention.h) are
+ * kept from an epoch on, the first store or the one after the
+ * statistics were found started again (a crash, a promotion, a reset);
+ * when the statistics counted more deletes since than outboxd made,
+ * someone else deletes rows. outboxd's own count is exact at once, the
+ * statistics' lags (a session reports its counts within seconds), so
+ * the lag never makes deletes look foreign. */
+#define STORE_DELETES_SQL                                                                          \
+	"deletes_seen_at = CASE WHEN %L::bigint - deletes_counted > coalesce(deletes_own, 0) "     \
+	"THEN now() ELSE deletes_seen_at END, deletes_own = CASE WHEN deletes_counted IS NULL "    \
+	"OR %L::bigint < deletes_counted THEN 0 ELSE deletes_own END, deletes_counted = CASE "     \
+	"WHEN deletes_counted IS NULL OR %L::bigint < deletes_counted THEN %L::bigint ELSE "       \
+	"deletes_counted END"
 /* The server's system identifier: a physical standby or a backup keeps
  * it (and the rows' transaction ids), a logical copy or a restored dump
  * does not. */
@@ -70,8 +84,8 @@ columns_usable(ob_pgconn *p, const ob_config *cfg, bool *yes)
 	    "SELECT to_regclass(m.t) IS NOT NULL AND has_table_privilege(m.t, 'UPDATE') AND "
 	    "(SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(m.t) AND "
 	    "NOT a.attisdropped AND a.attname IN ('recovery_xid', 'recovery_lsn', "
-	    "'recovery_at', 'recovery_system', 'recovery_deletes', 'deletes_seen_at', "
-	    "'messages_seen_at')) = 7 FROM " TABLE_NAME,
+	    "'recovery_at', 'recovery_system', 'deletes_counted', 'deletes_own', "
+	    "'deletes_seen_at', 'messages_seen_at')) = 8 FROM " TABLE_NAME,
 	    cfg->outbox.schema);
 }
 
@@ -144,21 +158,19 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 }
 
 /* Store the candidate, never lowering the stored point, in a
- * transaction of its own. The stream waits while this runs: the commit
- * must not wait for a synchronous standby (one that is down would hold it
- * for as long, and a point the standby lacks is only an older one there)
- * nor the update for long on a lock of the row (a slot drop in progress,
- * an operator's open transaction). Both settings are the transaction's
- * alone: the connection's other reads keep the session's. The row also
- * keeps the candidate's count of deleted rows, and when that grew since
- * the count stored before it, when deletes were seen (slotloss.h). */
+ * transaction of outboxd's own upkeep (pgsql.h). The stream waits while
+ * this runs: the commit must not wait for a synchronous standby (a point
+ * the standby lacks is only an older one there) nor the update for long
+ * on a lock of the row (a slot drop in progress, an operator's open
+ * transaction). The row also keeps the deletes' counts and when foreign
+ * ones were seen (STORE_DELETES_SQL, slotloss.h). */
 static bool
 store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
 	ob_log_level level = r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING;
 	char xid[24], lsn[24], deletes[24];
 	unsigned long long own = 0;
-	ob_pgres *res = NULL, *settings = NULL;
+	ob_pgres *res = NULL;
 	bool ok;
 
 	snprintf(xid, sizeof(xid), "%" PRIu64, r->rule.cand_xid);
@@ -166,24 +178,18 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	snprintf(deletes, sizeof(deletes), "%lld", r->cand_deletes);
 	/* The CTE makes one row of none: the row may already hold a point as
 	 * far (another process stored it) and then nothing is written. */
-	ok = ob_pgsql_command(p, level, "begin the recovery point's update", "BEGIN") &&
-	     ob_pgsql_query_row(p, level, "set the recovery point's update up", 2, &settings,
-				"SELECT set_config('synchronous_commit', 'local', true), "
-				"set_config('lock_timeout', '1s', true)") &&
+	ok = ob_pgsql_begin_upkeep(p, level) &&
 	     ob_pgsql_query_row(
 		 p, level, "store the recovery point", 1, &res,
 		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
 		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
-		 ", deletes_seen_at = CASE WHEN %L::bigint > recovery_deletes THEN now() ELSE "
-		 "deletes_seen_at END, recovery_deletes = %L::bigint, messages_seen_at = CASE "
+		 ", " STORE_DELETES_SQL ", messages_seen_at = CASE "
 		 "WHEN %L THEN now() ELSE messages_seen_at END WHERE slot_name = %L AND "
 		 "(recovery_xid IS NULL OR recovery_xid < %L::xid8) "
 		 "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
-		 cfg->outbox.schema, xid, lsn, deletes, deletes,
-		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid) &&
-	     ob_pgsql_command(p, level, "commit the recovery point", "COMMIT");
-	if (!ok && ob_pgsql_in_transaction(p))
-		ob_pgres_free(ob_pgsql_exec(p, "ROLLBACK"));
+		 cfg->outbox.schema, xid, lsn, deletes, deletes, deletes, deletes,
+		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid);
+	ok = ob_pgsql_end_upkeep(p, ok, level);
 	if (ok) {
 		if (!ob_pgres_null(res, 0, 0))
 			(void)sscanf(ob_pgres_value(res, 0, 0), "%llu", &own);
@@ -195,7 +201,6 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 		 * (a message is a transaction of its own, past that point). */
 		r->messages_seen = false;
 	}
-	ob_pgres_free(settings);
 	ob_pgres_free(res);
 	return ok;
 }
@@ -289,9 +294,9 @@ read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_
 		"date_trunc('second', now() - r.recovery_at)::text, "
 		"pg_snapshot_xmax(pg_current_snapshot())::text, r.recovery_system, " SYSTEM_SQL
 		", date_trunc('second', r.deletes_seen_at)::text, " DELETES_SQL
-		"::bigint - r.recovery_deletes, r.messages_seen_at IS NOT NULL FROM (SELECT 1) AS "
-		"one "
-		"LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
+		"::bigint - r.deletes_counted - coalesce(r.deletes_own, 0), "
+		"r.messages_seen_at IS NOT NULL FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL
+		" AS r ON r.slot_name = %L",
 		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
 		return OB_PG_OK;
 failed:

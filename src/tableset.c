@@ -120,6 +120,7 @@ ob_tableset_watch(ob_tableset *ts, ob_lsn wal_end, ob_outcome *out)
 	}
 	ob_slotwatch_poll(&ts->slots, ts->watch.conn, ts->cfg, wal_end);
 	ob_recpointdb_poll(&ts->recpoint, ts->watch.conn, ts->cfg, ob_tableset_confirmable(ts));
+	ob_retention_poll(&ts->retention, ts->watch.conn, ts->cfg, &ts->recpoint);
 	return take_latest(ts, out);
 }
 
@@ -179,6 +180,7 @@ ob_tableset_start(ob_tableset *ts, ob_pgconn *pg)
 	bool ok;
 
 	ob_recpointdb_init(&ts->recpoint);
+	ob_retention_init(&ts->retention);
 	/* pgoutput's publication is never read on the replication
 	 * connection (see check.c). */
 	if (cfg->pg.plugin == OB_PLUGIN_PGOUTPUT)

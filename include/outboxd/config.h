@@ -136,6 +136,7 @@ typedef struct ob_config {
 		ob_bad_event_policy on_bad_event;
 		char *dlq_topic;
 		char *backlog_where;    /* "" means no backlog when the slot is created */
+		int64_t retention_s;    /* published rows older are deleted (retention.h); 0: off */
 		char *backlog_order_by; /* "" means timestamp_column, then id_column */
 		ob_ce_mode cloudevents;
 		char *cloudevents_source; /* a template like topic; required unless cloudevents is

@@ -80,6 +80,8 @@ void ob_metrics_timeline_switch(uint64_t events_beyond_fork);
 void ob_metrics_backlog_event(void);
 /* A lost slot was recovered from the outbox table (slotrecover.h). */
 void ob_metrics_slot_recovery(ob_slot_loss loss);
+/* Outbox rows deleted by retention (retention.h). */
+void ob_metrics_rows_deleted(uint64_t n);
 void ob_metrics_set_inflight(uint64_t n);
 /* A confirmed position other than the last one counts as progress. */
 void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end);

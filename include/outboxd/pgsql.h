@@ -102,6 +102,15 @@ const char *ob_pgsql_dbname(const ob_pgconn *c);
 bool ob_pgsql_connected(const ob_pgconn *c);
 /* True inside a transaction block (also a failed one). */
 bool ob_pgsql_in_transaction(const ob_pgconn *c);
+/* Begin a short transaction of outboxd's own upkeep (the recovery point,
+ * retention) on c: its commit does not wait for a synchronous standby (one
+ * that is down would hold it, and the stream waiting on it, for as long)
+ * and its locks wait at most 1 s. Both settings are the transaction's
+ * alone. False (logged at level, nothing left open) on failure. */
+bool ob_pgsql_begin_upkeep(ob_pgconn *c, ob_log_level level) OB_MUST_CHECK;
+/* End it: commit when commit and nothing failed, else roll back. True
+ * when it committed; a failed COMMIT is logged at level. */
+bool ob_pgsql_end_upkeep(ob_pgconn *c, bool commit, ob_log_level level);
 
 /* The SQLSTATE of the last error the server reported on this connection
  * that was kept (a failed command of ob_pgsql_query_value(), pgrepl.h's

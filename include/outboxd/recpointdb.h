@@ -16,12 +16,14 @@
  *                              keeps it; a logical copy or a restored dump,
  *                              whose rows other transactions wrote again,
  *                              does not: the point means nothing there)
- *   recovery_deletes bigint    the outbox table's deleted rows as the
- *                              statistics counted them at the candidate
- *   deletes_seen_at timestamptz when that count was last found grown
- *                              since the one stored before: rows are
- *                              deleted by someone (slotloss.h); an
- *                              operator clears it once they no longer are
+ *   deletes_counted bigint     the outbox table's deleted rows as the
+ *                              statistics counted them from an epoch on
+ *   deletes_own bigint         the rows outboxd's retention deleted since
+ *                              (retention.h)
+ *   deletes_seen_at timestamptz when the statistics were last found to
+ *                              count more: rows are deleted by someone
+ *                              else (slotloss.h); an operator clears it
+ *                              once they no longer are
  *   messages_seen_at timestamptz when the stream last handed over an event
  *                              that came as a logical message (not a row)
  *

@@ -35,6 +35,7 @@
 #include "outboxd/partitions.h"
 #include "outboxd/pgrepl.h"
 #include "outboxd/recpointdb.h"
+#include "outboxd/retention.h"
 #include "outboxd/slotwatch.h"
 
 typedef struct ob_tableset {
@@ -51,6 +52,7 @@ typedef struct ob_tableset {
 	ob_partwatch watch;
 	ob_slotwatch slots;     /* the slot as the server sees it, read after the set */
 	ob_recpointdb recpoint; /* kept after the slot's reading */
+	ob_retention retention; /* after the point, which it deletes behind */
 } ob_tableset;
 
 /* The ceiling before the first stream read its tables (the backlog). */

@@ -278,6 +278,12 @@ static const bad_file_case bad_file_cases[] = {
      "postgres.reconnect_max_backoff_ms"},
     {"ms empty", "[postgres]\nstatus_interval_ms =\n", "postgres.status_interval_ms"},
     {"bad on_bad_event", "[outbox]\non_bad_event = drop\n", "outbox.on_bad_event"},
+    {"bad on_slot_lost", "[postgres]\non_slot_lost = ignore\n", "postgres.on_slot_lost"},
+    {"retention without unit", "[outbox]\nretention = 7\n", "outbox.retention"},
+    {"retention in weeks", "[outbox]\nretention = 1w\n", "outbox.retention"},
+    {"retention zero", "[outbox]\nretention = 0d\n", "outbox.retention"},
+    {"retention negative", "[outbox]\nretention = -1h\n", "outbox.retention"},
+    {"retention with a space", "[outbox]\nretention = 7 d\n", "outbox.retention"},
     {"bad log format", "[log]\nformat = xml\n", "log.format"},
     {"bad kafka_auth method", "[kafka_auth]\nmethod = aws_iam\n", "kafka_auth.method"},
     {"bad postgres auth", "[postgres]\nauth = aws_msk_iam\n", "postgres.auth"},
@@ -472,6 +478,20 @@ test_override_values(void **state)
 	assert_int_equal(cfg.log.level, OB_LOG_WARNING);
 	assert_true(override(&cfg, "outbox.headers_column=", NULL));
 	assert_string_equal(cfg.outbox.headers_column, "");
+	assert_true(cfg.pg.recover_lost_slot); /* on_slot_lost = recover by default */
+	assert_true(override(&cfg, "postgres.on_slot_lost=halt", NULL));
+	assert_false(cfg.pg.recover_lost_slot);
+	assert_int_equal(cfg.outbox.retention_s, 0); /* off by default */
+	assert_true(override(&cfg, "outbox.retention=7d", NULL));
+	assert_int_equal(cfg.outbox.retention_s, 7 * 86400);
+	assert_true(override(&cfg, "outbox.retention=90min", NULL));
+	assert_int_equal(cfg.outbox.retention_s, 5400);
+	assert_true(override(&cfg, "outbox.retention=12h", NULL));
+	assert_int_equal(cfg.outbox.retention_s, 12 * 3600);
+	assert_true(override(&cfg, "outbox.retention=30s", NULL));
+	assert_int_equal(cfg.outbox.retention_s, 30);
+	assert_true(override(&cfg, "outbox.retention=", NULL));
+	assert_int_equal(cfg.outbox.retention_s, 0);
 	/* A refused value leaves the previous one. */
 	assert_false(override(&cfg, "postgres.status_interval_ms=0", NULL));
 	assert_int_equal(cfg.pg.status_interval_ms, 2500);
@@ -774,6 +794,13 @@ static const finish_case finish_cases[] = {
      NULL,
      NULL,
      "postgres.auth = aws_iam and postgres.password_command both give the password"},
+    /* A row's age is its timestamp column's. */
+    {{"outbox.retention=7d", "outbox.timestamp_column="},
+     false,
+     NULL,
+     NULL,
+     "outbox.retention needs outbox.timestamp_column"},
+    {{"outbox.retention=7d"}, true, "public", "outbox"},
     /* Every problem is reported. */
     {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "postgres.slot"},
     {{"outbox.table=a.b.c", "postgres.slot=Bad"}, false, NULL, NULL, "outbox.table"},
