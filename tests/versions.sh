@@ -64,6 +64,7 @@ TESTS=(
     "$IT/test_recovery_point.py::test_the_printed_backlog_where_recovers_a_lost_slot"
     "$IT/test_slot_recovery.py::test_an_invalidated_slot_is_recovered"
     "$IT/test_slot_recovery.py::test_dropped_under_a_running_outboxd"
+    "$IT/test_retention.py::test_retention_on_a_partitioned_table"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,
