@@ -117,6 +117,7 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 			goto done;
 		if (++rows % 1000 != 0)
 			continue;
+		ob_runtime_crash_point("cutover-publishing");
 		if (ob_runtime_stop_requested()) {
 			*out = OB_OUTCOME_STOP;
 			goto done;
@@ -134,6 +135,8 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 	else
 		ok = ob_delivery_settle(d, out);
 	c->published = ok ? rows : 0;
+	if (ok)
+		ob_runtime_crash_point("cutover-published");
 	if (ok)
 		ob_info("backlog published: %llu rows acknowledged in %.1f s",
 			(unsigned long long)rows, (double)(ob_mono_ms() - started) / 1000.0);
@@ -305,6 +308,7 @@ ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 		ob_replay_rebase(&c->deliveries->replay, ob_pos_backlog(c->backlog_end),
 				 ob_pos_backlog(consistent));
 	c->backlog_end = consistent;
+	ob_runtime_crash_point("cutover-temp-slot");
 	if ((st = ob_backlog_start(b, snapshot)) != OB_PG_OK) {
 		ok = backlog_failed(b, st, out);
 		goto close;
@@ -314,6 +318,8 @@ ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 	b = NULL;
 	if (ok)
 		ok = copy_slot(c, tmp, tmp_slot, consistent, created, out);
+	if (ok && *created)
+		ob_runtime_crash_point("cutover-copied");
 close:
 	ob_backlog_close(b);
 	ob_pgrepl_close(tmp, false);

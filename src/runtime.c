@@ -4,6 +4,12 @@
  */
 #include "outboxd/runtime.h"
 
+#include "ob_build.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/notify.h"
@@ -59,4 +65,19 @@ ob_runtime_exit(const char *name, int code)
 {
 	ob_info("%s stopped (exit code %d)", name, code);
 	return code;
+}
+
+void
+ob_runtime_crash_point(const char *step)
+{
+#if OB_TEST_HOOKS
+	const char *at = getenv("OUTBOXD_TEST_CRASH_AT");
+
+	if (at != NULL && strcmp(at, step) == 0) {
+		ob_info("test hook: killed at %s (OUTBOXD_TEST_CRASH_AT)", step);
+		raise(SIGKILL);
+	}
+#else
+	(void)step;
+#endif
 }

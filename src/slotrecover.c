@@ -55,6 +55,7 @@ prepare(const ob_config *cfg, ob_slot_loss loss, ob_recovery_facts *f)
 		st = OB_PG_FATAL;
 		goto done;
 	}
+	ob_runtime_crash_point("recovery-judged");
 	/* Only while it is still the invalidated one, and unused (17+ name
 	 * every invalidation: 18's idle timeout leaves wal_status be). */
 	if (loss == OB_SLOT_LOSS_INVALIDATED &&
@@ -65,6 +66,7 @@ prepare(const ob_config *cfg, ob_slot_loss loss, ob_recovery_facts *f)
 				"'invalidation_reason' IS NOT NULL)) AS dropped",
 				cfg->pg.slot))
 		st = OB_PG_RETRY;
+	ob_runtime_crash_point("recovery-prepared");
 done:
 	ob_pgres_free(res);
 	ob_pgsql_close(p);

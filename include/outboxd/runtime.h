@@ -39,5 +39,10 @@ bool ob_runtime_wait(int64_t ms, bool (*serve)(void *ctx, int timeout_ms), void 
 void ob_runtime_stopping(void);
 /* The daemon name stops with code: logged; returns code. */
 int ob_runtime_exit(const char *name, int code);
+/* A step where a crash must lose nothing (a slot's recovery, the
+ * backlog's cutover). In a test build (meson -Dtest_hooks=true) the
+ * process kills itself with SIGKILL there when OUTBOXD_TEST_CRASH_AT
+ * names the step; otherwise nothing. */
+void ob_runtime_crash_point(const char *step);
 
 #endif

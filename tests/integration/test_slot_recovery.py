@@ -250,6 +250,49 @@ def test_kill9_during_a_recovery_loses_nothing(own_cluster, broker, consumer,
         feed.close()
 
 
+# The steps of a recovery where a test build kills itself
+# (OUTBOXD_TEST_CRASH_AT, src/runtime.h): the point judged, the invalidated
+# slot dropped, the temporary slot made, rows handed over, all of them
+# acknowledged, the permanent slot made.
+CRASH_STEPS = ("recovery-judged", "recovery-prepared", "cutover-temp-slot",
+               "cutover-publishing", "cutover-published", "cutover-copied")
+
+
+def test_kill9_at_every_step_of_a_recovery(own_cluster, broker, consumer,
+                                           outboxd_factory, slot_name,
+                                           test_id):
+    """For each step of a recovery, a slot invalidated while events are
+    written, a recovery killed (SIGKILL) at that step, and a start after
+    it: every event published each time, and the slot streams again."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "sx_%s" % test_id, 5,
+                                        max_slot_wal_keep_size="'1MB'")
+    cfg = d.config
+    try:
+        for step in CRASH_STEPS:
+            d.stop()
+            feed.commit(1500)
+            invalidate_slot(c, slot_name)
+            feed.commit(5)
+            crashing = outboxd_factory(cfg, env={**ENV, "OUTBOXD_TEST_CRASH_AT": step})
+            try:
+                rc = crashing.wait(120)
+            except Exception:
+                raise AssertionError("not killed at %s:\n%s" % (step, crashing.log_tail()))
+            assert rc == -9 and "killed at %s" % step in crashing.log_text(), \
+                (step, rc, crashing.log_tail())
+            d = outboxd_factory(cfg, env=ENV)
+            wait_streaming(c, slot_name, timeout=120)
+            recs = collect_all(consumer, topic, feed.ids, timeout=120)
+            check_delivery(recs, feed.ids, exactly_once=False)
+            wait_point_past(c, slot_name, max(row_xids(c, feed.commit(1))))
+        recs = collect_all(consumer, topic, feed.ids, timeout=120)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        report("kill -9 at every step", feed.ids, recs)
+    finally:
+        feed.close()
+
+
 def lose_slot(c, d, slot):
     """kill -9 outboxd d, then drop its slot on c."""
     d.kill9()
