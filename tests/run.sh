@@ -443,6 +443,7 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
         --deselect tests/integration/test_slot_recovery.py::test_dropped_under_a_running_outboxd \
         --deselect tests/integration/test_slot_recovery.py::test_a_late_commit_with_a_low_id_is_recovered \
         --deselect tests/integration/test_slot_recovery.py::test_kill9_during_a_recovery_loses_nothing \
+        --deselect tests/integration/test_slot_recovery.py::test_kill9_at_every_step_of_a_recovery \
         --deselect tests/integration/test_slot_recovery.py::test_what_cannot_be_proven_halts \
         -m "not no_sanitizers and not topic_ids"
     passed=$((passed + it_passed))
