@@ -34,6 +34,12 @@
 	"(SELECT coalesce(sum(s.n_tup_del), 0)::text FROM (SELECT to_regclass(quote_ident(%L) || " \
 	"'.' || quote_ident(%L)) AS rel) AS o JOIN pg_stat_user_tables AS s ON s.relid = o.rel "   \
 	"OR s.relid IN (SELECT relid FROM pg_partition_tree(o.rel) WHERE isleaf))"
+/* When the statistics of this database were last reset (pg_stat_reset(),
+ * pg_stat_reset_single_table_counters(); NULL: never since they started,
+ * as after a crash): a count of deleted rows taken before a reset and one
+ * taken after it do not compare. */
+#define STATS_RESET_SQL                                                                            \
+	"(SELECT stats_reset FROM pg_stat_database WHERE datname = current_database())"
 /* The server's system identifier: a physical standby or a backup keeps
  * it (and the rows' transaction ids), a logical copy or a restored dump
  * does not. */
@@ -117,7 +123,8 @@ check_columns(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 
 /* Take a candidate: the snapshot's xmin, then the insert position, in
  * one statement (the snapshot is taken when it starts), with the rows
- * deleted from the outbox table so far. */
+ * deleted from the outbox table so far and when the statistics that
+ * count them were last reset. */
 static bool
 capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
@@ -125,9 +132,10 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	ob_lsn lsn = 0;
 	unsigned long long xmin = 0;
 	bool ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
-				     "take a recovery point candidate", 3, &res,
+				     "take a recovery point candidate", 4, &res,
 				     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
-				     "pg_current_wal_insert_lsn(), " DELETES_SQL,
+				     "pg_current_wal_insert_lsn(), " DELETES_SQL
+				     ", coalesce(" STATS_RESET_SQL "::text, '')",
 				     cfg->outbox.schema, cfg->outbox.table_name);
 
 	if (ok && (sscanf(ob_pgres_value(res, 0, 0), "%llu", &xmin) != 1 ||
@@ -137,8 +145,10 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 			ob_warn("could not take a recovery point candidate: unexpected answer");
 		ok = false;
 	}
-	if (ok)
+	if (ok) {
+		snprintf(r->cand_reset, sizeof(r->cand_reset), "%s", ob_pgres_value(res, 0, 3));
 		ob_recpoint_captured(&r->rule, xmin, lsn, ob_mono_ms());
+	}
 	ob_pgres_free(res);
 	return ok;
 }
@@ -151,7 +161,11 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
  * an operator's open transaction). Both settings are the transaction's
  * alone: the connection's other reads keep the session's. The row also
  * keeps the candidate's count of deleted rows, and when that grew since
- * the count stored before it, when deletes were seen (slotloss.h). */
+ * the count stored before it, when deletes were seen (slotloss.h). A
+ * candidate whose count was taken before a reset of the statistics is not
+ * stored: the deletes between it and the reset are counted nowhere (a
+ * recovery halts on a reset after the stored point, ob_recpointdb_facts()).
+ * The rule then takes a new candidate an interval later. */
 static bool
 store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
@@ -166,25 +180,32 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	snprintf(deletes, sizeof(deletes), "%lld", r->cand_deletes);
 	/* The CTE makes one row of none: the row may already hold a point as
 	 * far (another process stored it) and then nothing is written. */
-	ok = ob_pgsql_command(p, level, "begin the recovery point's update", "BEGIN") &&
-	     ob_pgsql_query_row(p, level, "set the recovery point's update up", 2, &settings,
-				"SELECT set_config('synchronous_commit', 'local', true), "
-				"set_config('lock_timeout', '1s', true)") &&
-	     ob_pgsql_query_row(
-		 p, level, "store the recovery point", 1, &res,
-		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
-		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
-		 ", deletes_seen_at = CASE WHEN %L::bigint > recovery_deletes THEN now() ELSE "
-		 "deletes_seen_at END, recovery_deletes = %L::bigint, messages_seen_at = CASE "
-		 "WHEN %L THEN now() ELSE messages_seen_at END WHERE slot_name = %L AND "
-		 "(recovery_xid IS NULL OR recovery_xid < %L::xid8) "
-		 "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
-		 cfg->outbox.schema, xid, lsn, deletes, deletes,
-		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid) &&
-	     ob_pgsql_command(p, level, "commit the recovery point", "COMMIT");
+	ok =
+	    ob_pgsql_command(p, level, "begin the recovery point's update", "BEGIN") &&
+	    ob_pgsql_query_row(p, level, "set the recovery point's update up", 2, &settings,
+			       "SELECT set_config('synchronous_commit', 'local', true), "
+			       "set_config('lock_timeout', '1s', true)") &&
+	    ob_pgsql_query_row(
+		p, level, "store the recovery point", 2, &res,
+		"WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
+		"recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
+		", deletes_seen_at = CASE WHEN %L::bigint > recovery_deletes THEN now() ELSE "
+		"deletes_seen_at END, recovery_deletes = %L::bigint, messages_seen_at = CASE "
+		"WHEN %L THEN now() ELSE messages_seen_at END WHERE slot_name = %L AND "
+		"(recovery_xid IS NULL OR recovery_xid < %L::xid8) AND coalesce(" STATS_RESET_SQL
+		"::text, '') = %L RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x "
+		"FROM u), coalesce(" STATS_RESET_SQL "::text, '') <> %L",
+		cfg->outbox.schema, xid, lsn, deletes, deletes, r->messages_seen ? "true" : "false",
+		cfg->pg.slot, xid, r->cand_reset, r->cand_reset) &&
+	    ob_pgsql_command(p, level, "commit the recovery point", "COMMIT");
 	if (!ok && ob_pgsql_in_transaction(p))
 		ob_pgres_free(ob_pgsql_exec(p, "ROLLBACK"));
-	if (ok) {
+	if (ok && ob_pgres_value(res, 0, 1)[0] == 't') {
+		ob_info("the statistics were reset after recovery point candidate %s was taken: "
+			"taking another",
+			xid);
+		ob_recpoint_failed(&r->rule, ob_mono_ms());
+	} else if (ok) {
 		if (!ob_pgres_null(res, 0, 0))
 			(void)sscanf(ob_pgres_value(res, 0, 0), "%llu", &own);
 		ob_log_lsn(OB_LOG_DEBUG, r->rule.cand_lsn, NULL, 0,
@@ -247,6 +268,7 @@ enum {
 	COL_DELETES_AT,
 	COL_DELETES_PAST,
 	COL_MESSAGES_AT,
+	COL_STATS_RESET,
 	COL_COUNT
 };
 
@@ -289,8 +311,10 @@ read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_
 		"date_trunc('second', now() - r.recovery_at)::text, "
 		"pg_snapshot_xmax(pg_current_snapshot())::text, r.recovery_system, " SYSTEM_SQL
 		", date_trunc('second', r.deletes_seen_at)::text, " DELETES_SQL
-		"::bigint - r.recovery_deletes, r.messages_seen_at IS NOT NULL FROM (SELECT 1) AS "
-		"one "
+		"::bigint - r.recovery_deletes, r.messages_seen_at IS NOT NULL, CASE "
+		"WHEN " STATS_RESET_SQL
+		" > r.recovery_at THEN date_trunc('second', " STATS_RESET_SQL
+		")::text END FROM (SELECT 1) AS one "
 		"LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
 		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
 		return OB_PG_OK;
@@ -319,6 +343,8 @@ facts_from(const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
 				  ob_pgres_value(res, 0, COL_THIS_SYSTEM)) != 0) ||
 			  f->next_xid < f->xid;
 	f->deletes_seen = !ob_pgres_null(res, 0, COL_DELETES_AT);
+	snprintf(f->stats_reset_at, sizeof(f->stats_reset_at), "%s",
+		 ob_pgres_value(res, 0, COL_STATS_RESET));
 	snprintf(f->deletes_at, sizeof(f->deletes_at), "%s",
 		 ob_pgres_value(res, 0, COL_DELETES_AT));
 	/* A count below the stored one was started again (a crash, a

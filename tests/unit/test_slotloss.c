@@ -27,7 +27,16 @@ typedef struct loss_case {
 
 static const loss_case cases[] = {
     {"a fresh point", {POINT(1000, 1200)}, NULL},
-    {"deletes not known (statistics reset)", {POINT(1000, 1200), .deletes_past = -1}, NULL},
+    {"deletes not known (a crash, a promotion)", {POINT(1000, 1200), .deletes_past = -1}, NULL},
+    {"statistics reset since the point",
+     {POINT(1000, 1200), .deletes_past = -1, .stats_reset_at = "2026-11-29 08:50:00+00"},
+     "were reset at 2026-11-29 08:50:00+00"},
+    {"a reset said before deletes past it",
+     {POINT(1000, 1200), .deletes_past = 2, .stats_reset_at = "2026-11-29 08:50:00+00"},
+     "were reset"},
+    {"deletes seen said before a reset",
+     {POINT(1000, 1200), .deletes_seen = true, .stats_reset_at = "2026-11-29 08:50:00+00"},
+     "insert-then-delete"},
     {"no point", {.deletes_past = -1}, "no recovery point"},
     {"no point wins over messages", {.messages = true, .deletes_past = -1}, "no recovery point"},
     {"another system", {POINT(1000, 1200), .other_system = true}, "another PostgreSQL system"},
