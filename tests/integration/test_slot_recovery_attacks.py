@@ -136,3 +136,75 @@ def test_truncate_halts(own_cluster, broker, consumer, outboxd_factory, slot_nam
         expect_halt(c, d, consumer, topic, feed, gone, slot_name)
     finally:
         feed.close()
+
+
+def temporary_slot(c):
+    rows = c.sql("SELECT slot_name FROM pg_replication_slots WHERE temporary")
+    return rows[0][0] if rows else None
+
+
+def test_temporary_slot_invalidated_during_the_recovery(own_cluster, broker, consumer,
+                                                       outboxd_factory, slot_name,
+                                                       test_id):
+    """The recovery of an invalidated slot (max_slot_wal_keep_size) takes
+    a while (the broker acknowledges slowly) while the application goes on
+    writing WAL: the recovery's own temporary slot is invalidated before
+    it is copied into the permanent one. The copy of an invalidated slot
+    fails; outboxd must publish the backlog again from a new temporary
+    slot and make the slot, not retry the copy for ever. (On 15 the
+    checkpointer terminates the walsender that holds the temporary slot,
+    which drops it.)"""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "av_%s" % test_id, 5, max_slot_wal_keep_size="'1MB'")
+    try:
+        assert d.stop() == 0, d.log_tail()
+        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        for _ in range(4):
+            feed.commit(500)
+        assert broker.cmd("rtt all 400") == "ok"
+        d.start()
+        d.wait_log(r"publishing the backlog: ", 60)
+        tmp = wait_until(lambda: temporary_slot(c), 30, 0.05, "the temporary slot")
+        c.sql("CREATE TABLE IF NOT EXISTS filler (t text)")
+
+        def lost():
+            c.sql("INSERT INTO filler SELECT repeat(md5(g::text), 8) "
+                  "FROM generate_series(1, 25000) g")
+            c.sql("SELECT pg_switch_wal()")
+            c.sql("CHECKPOINT")
+            s = c.slot(tmp)
+            # Held by its walsender, which the checkpointer terminates:
+            # a temporary slot is then dropped, not left invalidated.
+            return s is None or s["wal_status"] == "lost"
+        wait_until(lost, 120, 0, "temporary slot %s invalidated" % tmp)
+        assert broker.cmd("rtt all 0") == "ok"
+        d.wait_log(RECOVERED, 60)
+        wait_streaming(c, slot_name)
+        feed.commit(5)
+        recs = collect_all(consumer, topic, feed.ids, timeout=60)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        report("temporary slot invalidated", feed.ids, recs)
+    finally:
+        feed.close()
+
+
+def test_restart_with_create_slot_off_recovers(own_cluster, broker, consumer,
+                                               outboxd_factory, slot_name, test_id):
+    """postgres.create_slot = false (slots made by `outboxd slot create`)
+    and the default on_slot_lost = recover: a slot dropped while outboxd
+    is stopped is recovered by the next start, as it is in a running
+    process (the recovery makes the slot whatever create_slot says), not
+    refused as a slot never made."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "ac_%s" % test_id, 5)
+    try:
+        assert d.stop() == 0, d.log_tail()
+        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        feed.commit(5)
+        d2 = start(c, outboxd_factory, postgres_create_slot=False)
+        assert recovered_or_halted(d2) == "recovered", d2.log_tail()
+        wait_streaming(c, slot_name)
+        recs = collect_all(consumer, topic, feed.ids, timeout=60)
+        check_delivery(recs, feed.ids, exactly_once=False)
+    finally:
+        feed.close()
