@@ -208,3 +208,89 @@ def test_restart_with_create_slot_off_recovers(own_cluster, broker, consumer,
         check_delivery(recs, feed.ids, exactly_once=False)
     finally:
         feed.close()
+
+
+def drop_under(c, slot):
+    """Drops slot under the outboxd streaming from it (its walsender
+    terminated first, again until the drop wins the race)."""
+    def dropped():
+        c.sql("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+              "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+        try:
+            c.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return True
+        except psycopg2.Error:
+            return False
+    wait_until(dropped, 30, 0.01, "slot %s dropped" % slot)
+
+
+def partitioned(own_cluster, broker, outboxd_factory, slot_name, test_id, prefix):
+    """A cluster of the test's own with a partitioned outbox table
+    (test_partitions.make_table: a partition for now, one for day 0 of
+    2100), outboxd streaming it and 10 events published, the point past
+    them: (cluster, table name, topic, outboxd, feed)."""
+    from test_partitions import make_table
+    c = own_cluster()
+    name = "pobx"
+    table = make_table(c, name)
+    agg = "%s_%s" % (prefix, test_id)
+    topic = make_topic(broker, agg)
+    d = start(c, outboxd_factory, outbox_table=table, outbox_timestamp_column="")
+    wait_streaming(c, slot_name)
+    from test_faults import Feed
+    from test_recovery_point import wait_point_past
+    feed = Feed(c, agg, table=table)
+    ids = feed.commit(10)
+    xids = c.sql("SELECT xmin::text::bigint FROM %s WHERE id = ANY(%%s::uuid[])" % table,
+                 (ids,))
+    wait_point_past(c, slot_name, max(x for (x,) in xids))
+    return c, name, topic, d, feed
+
+
+def test_partitioned_outbox_recovered(own_cluster, broker, consumer, outboxd_factory,
+                                      slot_name, test_id):
+    """A partitioned outbox table: the slot dropped under a running outboxd
+    with rows in two partitions, one created while no slot exists; the
+    recovery publishes them all, and the new stream reads a partition
+    created after it."""
+    from test_partitions import into_day
+    c, name, topic, d, feed = partitioned(own_cluster, broker, outboxd_factory, slot_name,
+                                          test_id, "pp")
+    try:
+        drop_under(c, slot_name)
+        feed.commit(5, before=into_day(0))
+        feed.commit(5, before=into_day(1, create=name))
+        feed.commit(5)
+        d.wait_log(RECOVERED, 90)
+        wait_streaming(c, slot_name)
+        feed.commit(5, before=into_day(2, create=name))
+        feed.commit(5, before=into_day(1))
+        recs = collect_all(consumer, topic, feed.ids, timeout=90)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        report("partitioned", feed.ids, recs)
+    finally:
+        feed.close()
+
+
+def test_partition_dropped_halts(own_cluster, broker, consumer, outboxd_factory,
+                                 slot_name, test_id):
+    """Retention by dropping partitions (the usual cleanup of a partitioned
+    outbox): outboxd down long enough that the slot is lost, and the
+    partition dropped holds rows of events not yet published. DROP TABLE
+    counts in no n_tup_del; the recovery must not go on without them."""
+    from test_partitions import into_day
+    c, name, topic, d, feed = partitioned(own_cluster, broker, outboxd_factory, slot_name,
+                                          test_id, "pd")
+    try:
+        assert broker.cmd("down all") == "ok"
+        gone = feed.commit(5, before=into_day(0))
+        feed.commit(5)
+        time.sleep(INTERVAL + 1)
+        d.kill9()
+        assert broker.cmd("up all") == "ok"
+        c.sql("DROP TABLE public.%s_d0" % name)
+        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        d.start()
+        expect_halt(c, d, consumer, topic, feed, gone, slot_name)
+    finally:
+        feed.close()
