@@ -294,3 +294,167 @@ def test_partition_dropped_halts(own_cluster, broker, consumer, outboxd_factory,
         expect_halt(c, d, consumer, topic, feed, gone, slot_name)
     finally:
         feed.close()
+
+
+def this_run(d):
+    """The log of outboxd d since it was last started."""
+    return d.log_text().rsplit("=== start", 1)[-1]
+
+
+def dropped_while_stopped(c, d, slot, feed, rows, txns=1):
+    """outboxd d stopped (SIGTERM), its slot dropped, then txns
+    transactions of rows events each committed while no slot exists."""
+    assert d.stop() == 0, d.log_tail()
+    c.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+    for _ in range(txns):
+        feed.commit(rows)
+
+
+def test_pgoutput_slot_dropped_under_outboxd_is_recovered(own_cluster, broker, consumer,
+                                                          outboxd_factory, slot_name,
+                                                          test_id):
+    """postgres.plugin = pgoutput: the slot dropped under a running outboxd
+    with events in flight (the broker slow), then written while no slot
+    exists: the same process recovers a pgoutput slot (its publication
+    made by outboxd) and every event is published, the first deliveries
+    of each key in commit order."""
+    from test_faults import check_first_deliveries_in_commit_order
+    from test_faults import Feed
+    from test_recovery_point import row_xids, wait_point_past
+    c = own_cluster()
+    topic = make_topic(broker, "ag_%s" % test_id)
+    d = start(c, outboxd_factory, postgres_plugin="pgoutput")
+    wait_streaming(c, slot_name)
+    feed = Feed(c, "ag_%s" % test_id)
+    try:
+        wait_point_past(c, slot_name, max(row_xids(c, feed.commit(10))))
+        assert broker.cmd("rtt all 300") == "ok"
+        feed.commit(20)
+        drop_under(c, slot_name)
+        feed.commit(10)
+        assert broker.cmd("rtt all 0") == "ok"
+        m = d.wait_log(RECOVERED, 90)
+        assert "with plugin pgoutput at" in d.log_text()
+        assert c.slot(slot_name)["plugin"] == "pgoutput"
+        wait_streaming(c, slot_name)
+        feed.commit(5)
+        recs = collect_all(consumer, topic, feed.ids, timeout=90)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        check_first_deliveries_in_commit_order(recs, feed)
+        report("pgoutput", feed.ids, recs)
+        assert int(m.group(1)) >= 10
+    finally:
+        feed.close()
+
+
+def test_broker_refuses_a_batch_of_the_recovery(own_cluster, broker, consumer,
+                                                outboxd_factory, slot_name, test_id):
+    """The broker refuses a produce request of the recovery's backlog (and
+    the sequence check the requests behind it): the producer is recreated,
+    the recovery publishes its backlog again from a new temporary slot,
+    the suspects alone, and makes the slot; nothing dead-lettered, every
+    event published, the first deliveries of each key in commit order."""
+    from test_faults import check_first_deliveries_in_commit_order
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "ab_%s" % test_id, 5)
+    try:
+        dropped_while_stopped(c, d, slot_name, feed, 500, txns=3)
+        assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+        d.start()
+        d.wait_log(RECOVERED, 90)
+        wait_streaming(c, slot_name)
+        feed.commit(5)
+        recs = collect_all(consumer, topic, feed.ids, timeout=90)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        check_first_deliveries_in_commit_order(recs, feed)
+        report("batch refused in the recovery", feed.ids, recs)
+        assert "recreating the kafka producer" in d.log_text()
+        assert "dead-lettering" not in d.log_text()
+    finally:
+        feed.close()
+
+
+def test_two_processes_recover_one_slot_at_once(own_cluster, broker, consumer,
+                                                outboxd_factory, slot_name, test_id):
+    """Two outboxd processes for one slot start together after it was
+    dropped: both may publish the rows, one makes the slot and streams, the
+    other waits as a standby (neither exits, nor makes a second slot), and
+    takes over when the first is killed; every event is published."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "a2_%s" % test_id, 5)
+    try:
+        dropped_while_stopped(c, d, slot_name, feed, 500, txns=2)
+        d2 = start(c, outboxd_factory)
+        d.start()
+        wait_streaming(c, slot_name, timeout=90)
+        assert d.running() and d2.running(), d.log_tail() + d2.log_tail()
+        assert re.search(RECOVERED, d.log_text() + d2.log_text())
+        assert len(c.sql("SELECT 1 FROM pg_replication_slots")) == 1
+        active = c.slot(slot_name)["active_pid"]
+        streams = [x for x in (d, d2) if "streaming from slot" in this_run(x)]
+        assert len(streams) == 1, [this_run(x)[-3000:] for x in (d, d2)]
+        first, other = (d, d2) if streams[0] is d else (d2, d)
+        feed.commit(5)
+        first.kill9()
+        wait_streaming(c, slot_name, timeout=60, other_than=active)
+        feed.commit(5)
+        recs = collect_all(consumer, topic, feed.ids, timeout=90)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        report("two processes", feed.ids, recs)
+        assert other.running()
+    finally:
+        feed.close()
+
+
+def test_dropped_again_after_a_recovery(own_cluster, broker, consumer, outboxd_factory,
+                                        slot_name, test_id):
+    """The slot dropped under a running outboxd, recovered, and dropped
+    again at once, before the new stream stored a point of its own: the
+    same process recovers twice, from the point stored before, and every
+    event is published."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "a3_%s" % test_id, 5)
+    try:
+        drop_under(c, slot_name)
+        feed.commit(5)
+        d.wait_log(RECOVERED, 60)
+        wait_streaming(c, slot_name)
+        drop_under(c, slot_name)
+        feed.commit(5)
+        wait_until(lambda: len(re.findall(RECOVERED, d.log_text())) == 2 or None, 60, 0.2,
+                   "a second recovery")
+        wait_streaming(c, slot_name)
+        feed.commit(5)
+        recs = collect_all(consumer, topic, feed.ids, timeout=90)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        report("dropped twice", feed.ids, recs)
+        assert recoveries(port, "missing") == 2
+    finally:
+        feed.close()
+
+
+def test_sigterm_during_a_recovery(own_cluster, broker, consumer, outboxd_factory,
+                                   slot_name, test_id):
+    """SIGTERM while a recovery's backlog waits for the broker: outboxd
+    exits 0 leaving no slot (its temporary one goes with its connection),
+    and the next start recovers again from the same point."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "as_%s" % test_id, 5)
+    try:
+        dropped_while_stopped(c, d, slot_name, feed, 500, txns=4)
+        assert broker.cmd("down all") == "ok"
+        d.start()
+        d.wait_log(r"publishing the backlog: ", 60)
+        time.sleep(1)
+        assert d.stop() == 0, d.log_tail()
+        assert c.sql("SELECT count(*) FROM pg_replication_slots")[0][0] == 0
+        assert broker.cmd("up all") == "ok"
+        d.start()
+        wait_until(lambda: len(re.findall(RECOVERED, d.log_text())) == 1 or None, 90, 0.2,
+                   "the recovery")
+        wait_streaming(c, slot_name)
+        recs = collect_all(consumer, topic, feed.ids, timeout=90)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        report("SIGTERM during the recovery", feed.ids, recs)
+    finally:
+        feed.close()
