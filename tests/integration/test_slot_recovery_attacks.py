@@ -458,3 +458,29 @@ def test_sigterm_during_a_recovery(own_cluster, broker, consumer, outboxd_factor
         report("SIGTERM during the recovery", feed.ids, recs)
     finally:
         feed.close()
+
+
+def test_a_candidate_older_than_a_statistics_reset_is_not_stored(
+        own_cluster, broker, outboxd_factory, slot_name, test_id):
+    """A candidate taken, then the statistics reset while it waits for the
+    broker (its count of deletes no longer compares with the ones after
+    the reset): it is not stored; a candidate taken after the reset is, so
+    `check` says a recovery would be complete again."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "aq_%s" % test_id, 5)
+    try:
+        assert broker.cmd("down all") == "ok"
+        feed.commit(1)
+        time.sleep(3 * INTERVAL)  # a candidate past that event waits
+        c.sql("SELECT pg_stat_reset()")
+        assert broker.cmd("up all") == "ok"
+        d.wait_log(r"the statistics were reset after recovery point candidate \d+ was "
+                   r"taken: taking another", 60)
+        wait_until(lambda: c.sql(
+            "SELECT recovery_at > (SELECT stats_reset FROM pg_stat_database WHERE "
+            "datname = current_database()) FROM public.outboxd_slots")[0][0] or None,
+            30, 0.5, "a point stored after the reset")
+        rc, out, _ = d.run_cmd(["check"])
+        assert "a recovery now would be complete" in out, out
+    finally:
+        feed.close()
