@@ -484,3 +484,23 @@ def test_a_candidate_older_than_a_statistics_reset_is_not_stored(
         assert "a recovery now would be complete" in out, out
     finally:
         feed.close()
+
+
+def test_recovery_ignores_the_files_backlog_where(own_cluster, broker, consumer,
+                                                  outboxd_factory, slot_name, test_id):
+    """outbox.backlog_where left in the file after a migration (here one
+    that selects nothing): a start after the slot was lost runs the
+    migration's cutover path first, and must recover with the rows past
+    the point, not publish the file's predicate's rows and make the
+    slot."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "aw_%s" % test_id, 5)
+    try:
+        dropped_while_stopped(c, d, slot_name, feed, 5, txns=2)
+        d2 = start(c, outboxd_factory, outbox_backlog_where="false")
+        assert recovered_or_halted(d2) == "recovered", d2.log_tail()
+        wait_streaming(c, slot_name)
+        recs = collect_all(consumer, topic, feed.ids, timeout=60)
+        check_delivery(recs, feed.ids, exactly_once=False)
+    finally:
+        feed.close()
