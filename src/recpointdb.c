@@ -34,6 +34,19 @@
 	"(SELECT coalesce(sum(s.n_tup_del), 0)::text FROM (SELECT to_regclass(quote_ident(%L) || " \
 	"'.' || quote_ident(%L)) AS rel) AS o JOIN pg_stat_user_tables AS s ON s.relid = o.rel "   \
 	"OR s.relid IN (SELECT relid FROM pg_partition_tree(o.rel) WHERE isleaf))"
+/* The leaves of the outbox table (text, as DELETES_SQL) whose storage was
+ * replaced by a transaction with an id past the point r.recovery_xid
+ * (their pg_class row written since, relfilenode no longer the table's
+ * first): TRUNCATE, which no statistics count as deletes, or a rewrite
+ * (VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) that deleted nothing;
+ * NULL when none. A table made since the point still has its first
+ * relfilenode. The window is exact while the point is (recpoint.h). */
+#define REWRITTEN_SQL                                                                              \
+	"(SELECT string_agg(c.relname, ', ') FROM (SELECT to_regclass(quote_ident(%L) || '.' || "  \
+	"quote_ident(%L)) AS rel) AS o JOIN pg_class AS c ON c.oid = o.rel OR c.oid IN (SELECT "   \
+	"relid FROM pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r' AND "             \
+	"c.relfilenode <> c.oid AND (c.xmin::text::bigint - r.recovery_xid::text::bigint %% "      \
+	"4294967296 + 4294967296) %% 4294967296 < 2147483648)"
 /* When the statistics of this database were last reset (pg_stat_reset(),
  * pg_stat_reset_single_table_counters(); NULL: never since they started,
  * as after a crash): a count of deleted rows taken before a reset and one
@@ -269,6 +282,7 @@ enum {
 	COL_DELETES_PAST,
 	COL_MESSAGES_AT,
 	COL_STATS_RESET,
+	COL_REWRITTEN,
 	COL_COUNT
 };
 
@@ -314,9 +328,10 @@ read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_
 		"::bigint - r.recovery_deletes, r.messages_seen_at IS NOT NULL, CASE "
 		"WHEN " STATS_RESET_SQL
 		" > r.recovery_at THEN date_trunc('second', " STATS_RESET_SQL
-		")::text END FROM (SELECT 1) AS one "
+		")::text END, " REWRITTEN_SQL " FROM (SELECT 1) AS one "
 		"LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
-		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
+		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema,
+		cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
 		return OB_PG_OK;
 failed:
 	snprintf(line, size, "could not read it (see the log)");
@@ -345,6 +360,7 @@ facts_from(const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
 	f->deletes_seen = !ob_pgres_null(res, 0, COL_DELETES_AT);
 	snprintf(f->stats_reset_at, sizeof(f->stats_reset_at), "%s",
 		 ob_pgres_value(res, 0, COL_STATS_RESET));
+	snprintf(f->rewritten, sizeof(f->rewritten), "%s", ob_pgres_value(res, 0, COL_REWRITTEN));
 	snprintf(f->deletes_at, sizeof(f->deletes_at), "%s",
 		 ob_pgres_value(res, 0, COL_DELETES_AT));
 	/* A count below the stored one was started again (a crash, a

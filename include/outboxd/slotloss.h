@@ -13,7 +13,8 @@
  * nor when rows of the table were deleted by anyone but outboxd (rows of
  * unpublished events may be among them; an insert-then-delete outbox keeps
  * none), nor when the statistics that count those deletes were reset
- * (pg_stat_reset()) since the point was stored. When any of these holds,
+ * (pg_stat_reset()) since the point was stored, nor when a leaf of the
+ * table was truncated (or rewritten: the two look alike) since it. When any of these holds,
  * a recovery would guess: the slot is not recovered, and the reason is
  * said instead.
  *
@@ -53,6 +54,10 @@ typedef struct ob_recovery_facts {
 	 * reset. A count started again by a crash or on a promoted standby
 	 * leaves no such time, and is taken as it is (deletes_past -1). */
 	char stats_reset_at[40];
+	/* The outbox table's leaves truncated or rewritten since the point
+	 * ("": none): a TRUNCATE counts in no statistics, and a cleanup job
+	 * that truncates takes rows of events not yet published with it. */
+	char rewritten[160];
 } ob_recovery_facts;
 
 /* Whether a recovery from f would publish every event not yet
