@@ -31,7 +31,7 @@ to_recover(ob_pgconn *p, const ob_config *cfg, ob_slot_loss how, ob_slot_loss *l
  * on a failed query; OB_PG_OK when it is not to be recovered (the caller
  * refuses the missing slot). */
 static ob_pg_status
-recover_lost_off(ob_pgconn *p, const ob_config *cfg, bool standby, ob_slot_loss *loss)
+lost_with_create_off(ob_pgconn *p, const ob_config *cfg, bool standby, ob_slot_loss *loss)
 {
 	char since[64];
 	bool marked = false;
@@ -110,7 +110,7 @@ ob_slotprep_prepare(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn co
 		return OB_PG_FATAL;
 	}
 	if (!info.exists && !cfg->pg.create_slot) {
-		ob_pg_status st = recover_lost_off(p, cfg, standby, loss);
+		ob_pg_status st = lost_with_create_off(p, cfg, standby, loss);
 
 		if (st != OB_PG_OK)
 			return st;

@@ -14,9 +14,9 @@
  * unpublished events may be among them; an insert-then-delete outbox keeps
  * none), nor when the statistics that count those deletes were reset
  * (pg_stat_reset()) since the point was stored, nor when a leaf of the
- * table was truncated (or rewritten: the two look alike) since it. When any of these holds,
- * a recovery would guess: the slot is not recovered, and the reason is
- * said instead.
+ * table was truncated (or rewritten: the two look alike) since it. When
+ * any of these holds, a recovery would guess: the slot is not recovered,
+ * and the reason is said instead.
  *
  * The judgment alone, with no I/O: recpointdb.h reads the facts,
  * slotrecover.h acts on them, `check` prints them.
