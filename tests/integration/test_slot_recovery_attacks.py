@@ -517,3 +517,33 @@ def test_recovery_ignores_the_files_backlog_where(own_cluster, broker, consumer,
         check_delivery(recs, feed.ids, exactly_once=False)
     finally:
         feed.close()
+
+
+def test_deletes_while_the_recovery_waits_for_its_snapshot_halt(own_cluster, broker, consumer,
+                                                                outboxd_factory, slot_name,
+                                                                test_id):
+    """The recovery judged the table (no rows deleted), then its temporary
+    slot waits for a running transaction to end before it exports its
+    snapshot; meanwhile a job deletes rows of events not yet published
+    (and its session ends, so the statistics count them). The snapshot no
+    longer holds them: the recovery must not make the slot without them."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "aj_%s" % test_id, 10)
+    blocker = c.connect()
+    try:
+        gone = unpublished(c, d, broker, feed, 5)
+        c.sql("CREATE TABLE held (i int)")
+        blocker.autocommit = False
+        blocker.cursor().execute("INSERT INTO held VALUES (1)")  # holds an xid
+        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        d.start()
+        d.wait_log(r"still waiting for the server.*running transactions", 30)
+        c.sql("DELETE FROM public.outbox WHERE id = ANY(%s::uuid[])", (gone,))
+        wait_until(lambda: c.sql("SELECT n_tup_del FROM pg_stat_user_tables WHERE "
+                                 "relid = 'public.outbox'::regclass")[0][0] >= 5,
+                   20, 0.2, "the deletes counted")
+        blocker.rollback()
+        expect_halt(c, d, consumer, topic, feed, gone, slot_name, "deleted")
+    finally:
+        blocker.close()
+        feed.close()
