@@ -13,7 +13,8 @@ Two attacks still lose events (they fail): deletes that a session has
 not reported to the statistics yet (n_tup_del lags: a backend reports at
 most once a second, and not while it stays in a transaction block), and
 a dropped partition, whose rows leave no count behind. A statistics
-reset (pg_stat_reset()) and TRUNCATE lost events too; the recovery now
+reset (pg_stat_reset()), TRUNCATE and deletes made while the recovery's
+temporary slot waited for its snapshot lost events too; the recovery now
 halts on them.
 
 Each test runs on a cluster of its own (the deleted-rows check reads the
