@@ -548,3 +548,38 @@ def test_deletes_while_the_recovery_waits_for_its_snapshot_halt(own_cluster, bro
     finally:
         blocker.close()
         feed.close()
+
+
+def test_a_huge_row_in_the_recovery_is_dead_lettered(own_cluster, broker, consumer,
+                                                     outboxd_factory, slot_name, test_id):
+    """A 3 MB outbox row among the rows a recovery publishes: the producer
+    refuses it as too large, and it becomes a dead-letter record, as in
+    the stream; the rows around it are published and the recovery makes
+    the slot."""
+    from harness import header
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "ah_%s" % test_id, 5)
+    try:
+        assert d.stop() == 0, d.log_tail()
+        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        dlq = "%s.outbox.dlq" % test_id
+        broker.create_topic(dlq)
+        feed.commit(3)
+        big = []
+
+        def huge(cur):
+            cur.execute("INSERT INTO public.outbox (id, aggregate_type, aggregate_id, "
+                        "event_type, payload) VALUES (gen_random_uuid(), %s, 'big', 'x', "
+                        "jsonb_build_object('pad', repeat('x', 3000000))) RETURNING id::text",
+                        (feed.agg,))
+            big.append(cur.fetchone()[0])
+        feed.commit(3, before=huge)
+        d.start()
+        d.wait_log(RECOVERED, 90)
+        wait_streaming(c, slot_name)
+        recs = collect_all(consumer, topic, feed.ids, timeout=60)
+        check_delivery(recs, feed.ids, exactly_once=False)
+        dead = consumer.collect([dlq], 1, timeout=30, settle=1.5)
+        assert [header(r, "id") for r in dead] == [big[0].encode()], dead
+    finally:
+        feed.close()
