@@ -13,6 +13,7 @@
 #include "outboxd/pgrepl.h"
 #include "outboxd/runtime.h"
 #include "outboxd/slotmark.h"
+#include "outboxd/slotrecover.h"
 
 /* First wait before the copy is tried again; doubles up to
  * reconnect_max_backoff_ms. */
@@ -27,7 +28,7 @@ ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool crea
 	c->deliveries = d;
 	c->create_only = create_only;
 	c->backlog_end = 0;
-	c->recovering = false;
+	c->recovering = OB_SLOT_LOSS_NONE;
 	c->lost = OB_SLOT_LOSS_NONE;
 	c->published = 0;
 }
@@ -36,7 +37,7 @@ ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool crea
 static ob_ready_state
 busy_state(const ob_cutover *c)
 {
-	return c->recovering ? OB_READY_RECOVERING : OB_READY_BACKLOG;
+	return c->recovering != OB_SLOT_LOSS_NONE ? OB_READY_RECOVERING : OB_READY_BACKLOG;
 }
 
 /* While a query of the cutover waits for the server: stay alive, keep
@@ -213,9 +214,10 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
 	*created = st == OB_PG_OK;
 	if (*created)
 		ob_log_lsn(OB_LOG_INFO, consistent, NULL, 0,
-			   "created replication slot %s with plugin wal2json at " OB_LSN_FMT
+			   "created replication slot %s with plugin %s at " OB_LSN_FMT
 			   ", where the backlog ends",
-			   c->cfg->pg.slot, OB_LSN_ARGS(consistent));
+			   c->cfg->pg.slot, ob_plugin_name(c->cfg->pg.plugin),
+			   OB_LSN_ARGS(consistent));
 	return true;
 }
 
@@ -240,11 +242,12 @@ lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
 	if ((st = ob_slotmark_ready(p, c->cfg)) != OB_PG_OK ||
 	    (st = ob_slotmark_read(p, c->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 		return st;
-	if (marked && !c->create_only && !c->recovering && c->cfg->pg.recover_lost_slot) {
+	if (marked && !c->create_only && c->recovering == OB_SLOT_LOSS_NONE &&
+	    c->cfg->pg.recover_lost_slot) {
 		c->lost = OB_SLOT_LOSS_MISSING;
 		return OB_PG_FATAL;
 	}
-	if (marked && !c->create_only && !c->recovering)
+	if (marked && !c->create_only && c->recovering == OB_SLOT_LOSS_NONE)
 		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
 			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
 			"made; rows outside it committed since the loss are not published",
@@ -316,6 +319,11 @@ ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 	ok = publish_rows(c, b, consistent, out);
 	ob_backlog_close(b); /* its snapshot is no longer needed */
 	b = NULL;
+	/* Rows deleted or truncated after a recovery judged the table and
+	 * before the snapshot was taken (the slot's creation waits for
+	 * running transactions) are in neither the backlog nor the stream. */
+	if (ok && c->recovering != OB_SLOT_LOSS_NONE)
+		ok = ob_slotrecover_recheck(c, out);
 	if (ok)
 		ok = copy_slot(c, tmp, tmp_slot, consistent, created, out);
 	if (ok && *created)

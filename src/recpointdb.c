@@ -48,6 +48,25 @@
 	"OR %L::bigint < deletes_counted THEN 0 ELSE deletes_own END, deletes_counted = CASE "     \
 	"WHEN deletes_counted IS NULL OR %L::bigint < deletes_counted THEN %L::bigint ELSE "       \
 	"deletes_counted END"
+/* The leaves of the outbox table (text, as DELETES_SQL) whose storage was
+ * replaced by a transaction with an id past the point r.recovery_xid
+ * (their pg_class row written since, relfilenode no longer the table's
+ * first): TRUNCATE, which no statistics count as deletes, or a rewrite
+ * (VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) that deleted nothing;
+ * NULL when none. A table made since the point still has its first
+ * relfilenode. The window is exact while the point is (recpoint.h). */
+#define REWRITTEN_SQL                                                                              \
+	"(SELECT string_agg(c.relname, ', ') FROM (SELECT to_regclass(quote_ident(%L) || '.' || "  \
+	"quote_ident(%L)) AS rel) AS o JOIN pg_class AS c ON c.oid = o.rel OR c.oid IN (SELECT "   \
+	"relid FROM pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r' AND "             \
+	"c.relfilenode <> c.oid AND (c.xmin::text::bigint - r.recovery_xid::text::bigint %% "      \
+	"4294967296 + 4294967296) %% 4294967296 < 2147483648)"
+/* When the statistics of this database were last reset (pg_stat_reset(),
+ * pg_stat_reset_single_table_counters(); NULL: never since they started,
+ * as after a crash): a count of deleted rows taken before a reset and one
+ * taken after it do not compare. */
+#define STATS_RESET_SQL                                                                            \
+	"(SELECT stats_reset FROM pg_stat_database WHERE datname = current_database())"
 /* The server's system identifier: a physical standby or a backup keeps
  * it (and the rows' transaction ids), a logical copy or a restored dump
  * does not. */
@@ -131,7 +150,8 @@ check_columns(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 
 /* Take a candidate: the snapshot's xmin, then the insert position, in
  * one statement (the snapshot is taken when it starts), with the rows
- * deleted from the outbox table so far. */
+ * deleted from the outbox table so far and when the statistics that
+ * count them were last reset. */
 static bool
 capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
@@ -139,9 +159,10 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	ob_lsn lsn = 0;
 	unsigned long long xmin = 0;
 	bool ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
-				     "take a recovery point candidate", 3, &res,
+				     "take a recovery point candidate", 4, &res,
 				     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
-				     "pg_current_wal_insert_lsn(), " DELETES_SQL,
+				     "pg_current_wal_insert_lsn(), " DELETES_SQL
+				     ", coalesce(" STATS_RESET_SQL "::text, '')",
 				     cfg->outbox.schema, cfg->outbox.table_name);
 
 	if (ok && (sscanf(ob_pgres_value(res, 0, 0), "%llu", &xmin) != 1 ||
@@ -151,8 +172,10 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 			ob_warn("could not take a recovery point candidate: unexpected answer");
 		ok = false;
 	}
-	if (ok)
+	if (ok) {
+		snprintf(r->cand_reset, sizeof(r->cand_reset), "%s", ob_pgres_value(res, 0, 3));
 		ob_recpoint_captured(&r->rule, xmin, lsn, ob_mono_ms());
+	}
 	ob_pgres_free(res);
 	return ok;
 }
@@ -163,7 +186,11 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
  * the standby lacks is only an older one there) nor the update for long
  * on a lock of the row (a slot drop in progress, an operator's open
  * transaction). The row also keeps the deletes' counts and when foreign
- * ones were seen (STORE_DELETES_SQL, slotloss.h). */
+ * ones were seen (STORE_DELETES_SQL, slotloss.h). A candidate whose count
+ * was taken before a reset of the statistics is not stored: the deletes
+ * between it and the reset are counted nowhere (a recovery halts on a
+ * reset after the stored point, ob_recpointdb_facts()). The rule then
+ * takes a new candidate an interval later. */
 static bool
 store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
@@ -180,17 +207,24 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	 * far (another process stored it) and then nothing is written. */
 	ok = ob_pgsql_begin_upkeep(p, level) &&
 	     ob_pgsql_query_row(
-		 p, level, "store the recovery point", 1, &res,
+		 p, level, "store the recovery point", 2, &res,
 		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
 		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
 		 ", " STORE_DELETES_SQL ", messages_seen_at = CASE "
 		 "WHEN %L THEN now() ELSE messages_seen_at END WHERE slot_name = %L AND "
-		 "(recovery_xid IS NULL OR recovery_xid < %L::xid8) "
-		 "RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x FROM u)",
+		 "(recovery_xid IS NULL OR recovery_xid < %L::xid8) AND coalesce(" STATS_RESET_SQL
+		 "::text, '') = %L RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x "
+		 "FROM u), coalesce(" STATS_RESET_SQL "::text, '') <> %L",
 		 cfg->outbox.schema, xid, lsn, deletes, deletes, deletes, deletes,
-		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid);
+		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid, r->cand_reset,
+		 r->cand_reset);
 	ok = ob_pgsql_end_upkeep(p, ok, level);
-	if (ok) {
+	if (ok && ob_pgres_value(res, 0, 1)[0] == 't') {
+		ob_info("the statistics were reset after recovery point candidate %s was taken: "
+			"taking another",
+			xid);
+		ob_recpoint_failed(&r->rule, ob_mono_ms());
+	} else if (ok) {
 		if (!ob_pgres_null(res, 0, 0))
 			(void)sscanf(ob_pgres_value(res, 0, 0), "%llu", &own);
 		ob_log_lsn(OB_LOG_DEBUG, r->rule.cand_lsn, NULL, 0,
@@ -252,6 +286,8 @@ enum {
 	COL_DELETES_AT,
 	COL_DELETES_PAST,
 	COL_MESSAGES_AT,
+	COL_STATS_RESET,
+	COL_REWRITTEN,
 	COL_COUNT
 };
 
@@ -295,9 +331,12 @@ read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_
 		"pg_snapshot_xmax(pg_current_snapshot())::text, r.recovery_system, " SYSTEM_SQL
 		", date_trunc('second', r.deletes_seen_at)::text, " DELETES_SQL
 		"::bigint - r.deletes_counted - coalesce(r.deletes_own, 0), "
-		"r.messages_seen_at IS NOT NULL FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL
+		"r.messages_seen_at IS NOT NULL, CASE WHEN " STATS_RESET_SQL
+		" > r.recovery_at THEN date_trunc('second', " STATS_RESET_SQL
+		")::text END, " REWRITTEN_SQL " FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL
 		" AS r ON r.slot_name = %L",
-		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
+		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema,
+		cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
 		return OB_PG_OK;
 failed:
 	snprintf(line, size, "could not read it (see the log)");
@@ -324,6 +363,9 @@ facts_from(const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
 				  ob_pgres_value(res, 0, COL_THIS_SYSTEM)) != 0) ||
 			  f->next_xid < f->xid;
 	f->deletes_seen = !ob_pgres_null(res, 0, COL_DELETES_AT);
+	snprintf(f->stats_reset_at, sizeof(f->stats_reset_at), "%s",
+		 ob_pgres_value(res, 0, COL_STATS_RESET));
+	snprintf(f->rewritten, sizeof(f->rewritten), "%s", ob_pgres_value(res, 0, COL_REWRITTEN));
 	snprintf(f->deletes_at, sizeof(f->deletes_at), "%s",
 		 ob_pgres_value(res, 0, COL_DELETES_AT));
 	/* A count below the stored one was started again (a crash, a

@@ -47,6 +47,19 @@ ob_slotloss_recoverable(const ob_recovery_facts *f, char *why, size_t size)
 		    "(last seen at %s: an insert-then-delete outbox or a cleanup job), so rows "
 		    "of events not yet published may be gone",
 		    f->deletes_at);
+	else if (f->rewritten[0] != '\0')
+		snprintf(why, size,
+			 "the outbox table (%s) was truncated or rewritten (TRUNCATE, VACUUM FULL, "
+			 "CLUSTER, a rewriting ALTER TABLE) since its recovery point was stored; a "
+			 "TRUNCATE counts as no deleted row, and rows of events not yet published "
+			 "may be gone",
+			 f->rewritten);
+	else if (f->stats_reset_at[0] != '\0')
+		snprintf(why, size,
+			 "the statistics that count deleted rows of the outbox table were reset "
+			 "at %s, after its recovery point was stored (pg_stat_reset()), so rows "
+			 "of events not yet published may have been deleted unseen",
+			 f->stats_reset_at);
 	else if (f->deletes_past > 0)
 		snprintf(why, size,
 			 "%" PRId64

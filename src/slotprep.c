@@ -24,6 +24,26 @@ to_recover(ob_pgconn *p, const ob_config *cfg, ob_slot_loss how, ob_slot_loss *l
 	return true;
 }
 
+/* With postgres.create_slot = false, a missing slot whose marker row is
+ * there was lost, not never made: with on_slot_lost = recover it is
+ * recovered as a running process would (slotrecover.h makes the slot
+ * whatever create_slot says). OB_PG_FATAL with *loss set then; OB_PG_RETRY
+ * on a failed query; OB_PG_OK when it is not to be recovered (the caller
+ * refuses the missing slot). */
+static ob_pg_status
+lost_with_create_off(ob_pgconn *p, const ob_config *cfg, bool standby, ob_slot_loss *loss)
+{
+	char since[64];
+	bool marked = false;
+	ob_pg_status st;
+
+	if (loss == NULL || standby || !cfg->pg.recover_lost_slot)
+		return OB_PG_OK;
+	if ((st = ob_slotmark_read(p, cfg, &marked, since, sizeof(since))) != OB_PG_OK)
+		return st;
+	return marked && to_recover(p, cfg, OB_SLOT_LOSS_MISSING, loss) ? OB_PG_FATAL : OB_PG_OK;
+}
+
 ob_pg_status
 ob_slotprep_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost, ob_slot_loss *loss)
 {
@@ -90,6 +110,10 @@ ob_slotprep_prepare(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn co
 		return OB_PG_FATAL;
 	}
 	if (!info.exists && !cfg->pg.create_slot) {
+		ob_pg_status st = lost_with_create_off(p, cfg, standby, loss);
+
+		if (st != OB_PG_OK)
+			return st;
 		ob_error("replication slot %s does not exist; create it with "
 			 "\"outboxd slot create\" or set postgres.create_slot = true",
 			 slot);

@@ -32,12 +32,12 @@ loss_words(ob_slot_loss loss)
 	return "is missing while its marker row is there (dropped, or the database restored)";
 }
 
-/* Read the recovery point and judge it on a plain connection, and drop
- * the invalidated slot it replaces, into *f. OB_PG_FATAL (logged) when the
- * table cannot prove completeness; OB_PG_RETRY (logged) on a failed
- * query. */
+/* Read the recovery point and judge it on a plain connection into *f,
+ * and with drop, drop the invalidated slot it replaces. OB_PG_FATAL
+ * (logged, saying when when is not "") when the table cannot prove
+ * completeness; OB_PG_RETRY (logged) on a failed query. */
 static ob_pg_status
-prepare(const ob_config *cfg, ob_slot_loss loss, ob_recovery_facts *f)
+prepare(const ob_config *cfg, ob_slot_loss loss, bool drop, const char *when, ob_recovery_facts *f)
 {
 	ob_pgconn *p;
 	ob_pgres *res = NULL;
@@ -49,12 +49,14 @@ prepare(const ob_config *cfg, ob_slot_loss loss, ob_recovery_facts *f)
 	if ((st = ob_recpointdb_facts(p, cfg, f)) != OB_PG_OK)
 		goto done;
 	if (!ob_slotloss_recoverable(f, why, sizeof(why))) {
-		ob_error("replication slot %s %s and cannot be recovered from the outbox table: "
+		ob_error("replication slot %s %s and cannot be recovered from the outbox table%s: "
 			 "%s; stopping. To recover by hand, " OB_SLOTMARK_RECOVERY,
-			 cfg->pg.slot, loss_words(loss), why);
+			 cfg->pg.slot, loss_words(loss), when, why);
 		st = OB_PG_FATAL;
 		goto done;
 	}
+	if (!drop)
+		goto done;
 	ob_runtime_crash_point("recovery-judged");
 	/* Only while it is still the invalidated one, and unused (17+ name
 	 * every invalidation: 18's idle timeout leaves wal_status be). */
@@ -87,7 +89,7 @@ ob_slotrecover_run(ob_cutover *c)
 
 	c->lost = OB_SLOT_LOSS_NONE;
 	ob_metrics_set_ready(OB_READY_RECOVERING);
-	switch (prepare(cfg, loss, &f)) {
+	switch (prepare(cfg, loss, true, "", &f)) {
 	case OB_PG_OK:
 		break;
 	case OB_PG_FATAL:
@@ -107,10 +109,10 @@ ob_slotrecover_run(ob_cutover *c)
 	rc.pg.create_slot = true;
 	rc.outbox.backlog_where = where;
 	c->cfg = &rc;
-	c->recovering = true;
+	c->recovering = loss;
 	ok = ob_cutover_run(c, &created, &out);
 	c->cfg = cfg;
-	c->recovering = false;
+	c->recovering = OB_SLOT_LOSS_NONE;
 	if (!ok)
 		return out;
 	if (created) {
@@ -122,4 +124,24 @@ ob_slotrecover_run(ob_cutover *c)
 			f.xid);
 	}
 	return OB_OUTCOME_LOST;
+}
+
+bool
+ob_slotrecover_recheck(ob_cutover *c, ob_outcome *out)
+{
+	ob_recovery_facts f;
+
+	switch (prepare(c->cfg, c->recovering, false,
+			" (found once its backlog was published; no slot was made)", &f)) {
+	case OB_PG_OK:
+		return true;
+	case OB_PG_FATAL:
+		*out = OB_OUTCOME_HALT;
+		return false;
+	case OB_PG_RETRY:
+	case OB_PG_STANDBY:
+		break;
+	}
+	*out = ob_runtime_stop_requested() ? OB_OUTCOME_STOP : OB_OUTCOME_RETRY;
+	return false;
 }

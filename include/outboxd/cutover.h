@@ -33,9 +33,12 @@ typedef struct ob_cutover {
 	ob_deliveries *deliveries; /* not owned */
 	bool create_only;          /* `slot create`: create the slot even without create_slot */
 	ob_lsn backlog_end;        /* the consistent point of the latest attempt (0: none) */
-	bool recovering;           /* the backlog recovers a lost slot (slotrecover.h) */
-	ob_slot_loss lost;         /* a lost slot to recover, found by the stream or here */
-	uint64_t published;        /* rows of the latest backlog acknowledged */
+	/* The loss the backlog recovers from (slotrecover.h; OB_SLOT_LOSS_NONE:
+	 * not a recovery): once its rows are acknowledged, the table is
+	 * judged again (ob_slotrecover_recheck()) before the slot is made. */
+	ob_slot_loss recovering;
+	ob_slot_loss lost;  /* a lost slot to recover, found by the stream or here */
+	uint64_t published; /* rows of the latest backlog acknowledged */
 } ob_cutover;
 
 void ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool create_only);

@@ -51,6 +51,7 @@ typedef struct ob_recpointdb {
 	bool usable;            /* ... and are there */
 	bool failing;           /* the latest statement failed (logged once) */
 	long long cand_deletes; /* the outbox table's deleted rows when the candidate was taken */
+	char cand_reset[64];    /* ... and when the statistics were last reset then ("": never) */
 	bool messages_seen;     /* an event came as a logical message since the last store */
 } ob_recpointdb;
 

@@ -12,8 +12,11 @@
  * written as logical messages (outbox.message_prefix: not rows at all),
  * nor when rows of the table were deleted by anyone but outboxd (rows of
  * unpublished events may be among them; an insert-then-delete outbox keeps
- * none). When any of these holds, a recovery would guess: the slot is not
- * recovered, and the reason is said instead.
+ * none), nor when the statistics that count those deletes were reset
+ * (pg_stat_reset()) since the point was stored, nor when a leaf of the
+ * table was truncated (or rewritten: the two look alike) since it. When
+ * any of these holds, a recovery would guess: the slot is not recovered,
+ * and the reason is said instead.
  *
  * The judgment alone, with no I/O: recpointdb.h reads the facts,
  * slotrecover.h acts on them, `check` prints them.
@@ -45,6 +48,16 @@ typedef struct ob_recovery_facts {
 	bool deletes_seen;    /* rows were deleted between two stored points */
 	char deletes_at[40];  /* ... last seen then (text) */
 	int64_t deletes_past; /* rows deleted since the point was stored (-1: unknown) */
+	/* When the database's statistics were reset (pg_stat_reset(),
+	 * pg_stat_reset_single_table_counters()) after the point was stored
+	 * (text; "": not): deletes_past then misses the deletes before the
+	 * reset. A count started again by a crash or on a promoted standby
+	 * leaves no such time, and is taken as it is (deletes_past -1). */
+	char stats_reset_at[40];
+	/* The outbox table's leaves truncated or rewritten since the point
+	 * ("": none): a TRUNCATE counts in no statistics, and a cleanup job
+	 * that truncates takes rows of events not yet published with it. */
+	char rewritten[160];
 } ob_recovery_facts;
 
 /* Whether a recovery from f would publish every event not yet

@@ -28,5 +28,14 @@
  * why and the recovery by hand) when the table cannot prove completeness;
  * otherwise what the cutover's attempt ended with. */
 ob_outcome ob_slotrecover_run(ob_cutover *c);
+/* During the recovery of c->recovering, once its backlog is acknowledged
+ * and before the slot is made: whether the table still proves
+ * completeness, judged again (rows deleted, a TRUNCATE, a reset of the
+ * statistics since the point may have come while the recovery waited for
+ * its snapshot, and a row deleted before the snapshot is in neither the
+ * backlog nor the stream). False with *out set: OB_OUTCOME_HALT (logged,
+ * as the first judgment; no slot is made), or OB_OUTCOME_RETRY on a failed
+ * query. A delete after the snapshot halts too: the two look alike. */
+bool ob_slotrecover_recheck(ob_cutover *c, ob_outcome *out) OB_MUST_CHECK;
 
 #endif
