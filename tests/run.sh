@@ -421,7 +421,8 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
     # for a guard or a partition watch, and test_recovery_point.py, made
     # of waits for the point (which every streaming test here keeps), and
     # of test_slot_recovery.py all but a recovery at start and one in the
-    # running process; and
+    # running process, and test_slot_recovery_attacks.py (kills, restarts
+    # and halts around a recovery); and
     # the tests marked
     # no_sanitizers in other files: the batch-error attacks, past defects'
     # timings and the CloudEvents attack probes (the code paths they reach
@@ -439,6 +440,7 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
         --deselect tests/integration/test_inbox_guards.py \
         --deselect tests/integration/test_partitions.py \
         --deselect tests/integration/test_recovery_point.py \
+        --deselect tests/integration/test_slot_recovery_attacks.py \
         --deselect tests/integration/test_slot_recovery.py::test_an_invalidated_slot_is_recovered \
         --deselect tests/integration/test_slot_recovery.py::test_dropped_under_a_running_outboxd \
         --deselect tests/integration/test_slot_recovery.py::test_a_late_commit_with_a_low_id_is_recovered \
