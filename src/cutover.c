@@ -210,9 +210,10 @@ copy_slot(ob_cutover *c, ob_pgconn *tmp, const char *tmp_slot, ob_lsn consistent
 	*created = st == OB_PG_OK;
 	if (*created)
 		ob_log_lsn(OB_LOG_INFO, consistent, NULL, 0,
-			   "created replication slot %s with plugin wal2json at " OB_LSN_FMT
+			   "created replication slot %s with plugin %s at " OB_LSN_FMT
 			   ", where the backlog ends",
-			   c->cfg->pg.slot, OB_LSN_ARGS(consistent));
+			   c->cfg->pg.slot, ob_plugin_name(c->cfg->pg.plugin),
+			   OB_LSN_ARGS(consistent));
 	return true;
 }
 
