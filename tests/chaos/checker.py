@@ -623,7 +623,8 @@ def _slot_was_lost(ctx, t):
 INBOX_KINDS = ("inbox_kill9", "inbox_sigterm", "inbox_conn",
                "inbox_outage_kill9", "promote", "expiry", "inbox-exit",
                "broker_down", "outage_kill9", "pg_fast", "pg_immediate",
-               "leader_move", "broker_rtt")
+               "leader_move", "broker_rtt",
+               "slot_invalidate")   # (with every broker down, some runs)
 
 
 def _inbox_faults(ctx):

@@ -399,12 +399,15 @@ class WalFaults:
         """What outboxd said of the recovery since log offset since,
         waiting for it at most within seconds (cut short when the
         workload ends)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline and not self._halt.is_set():
+        t0 = time.monotonic()
+        while time.monotonic() < t0 + within:
             m = RECOVERED.search(self.daemon.log_text()[since:])
             if m:
                 return "recovered in %s s (%s rows past point %s)" % (
                     m.group(1), m.group(2), m.group(3))
+            if self._halt.is_set():
+                return "no recovery logged %.1f s later, when the " \
+                    "workload ended" % (time.monotonic() - t0)
             time.sleep(0.2)
         return "no recovery logged within %.0f s" % within
 
