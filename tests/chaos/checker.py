@@ -430,6 +430,8 @@ def _resume_excerpt(ctx, key, copy, delivered):
             lines.append("  %d seq %s %s %s" % (
                 d.offset, d.seq, e.txn if e else "?",
                 "first" if first else "again"))
+    if copy.id in ctx.committed:   # what wrote the copy (a savepoint?)
+        lines += ctx.txn_excerpt(ctx.committed[copy.id].txn, around=0)
     lines += ["note t=%.2f: %s" % n for n in ctx.history.notes
               if n[1].startswith("move ")][:10]
     return lines
