@@ -21,8 +21,9 @@ the run gets:
 - deploy: before each start of outboxd (the first and every restart), the
   harness runs `outboxd slot create --if-not-exists` as a deployment
   script would, and logs its exit code (kind 'deploy'; the slot is
-  healthy throughout, so anything but 0 is a finding, except while a slot
-  fault below left it lost: then exit 1 naming the loss).
+  healthy throughout, so anything but 0 is a finding, except while the
+  slot is lost, in runs with the slot faults below: then exit 1 naming
+  the loss).
 
 The slot faults (SLOT_KINDS, from a sixth generator seeded with "slot-N",
 drawn only by seeds from SLOT_FROM on, so every lower seed keeps the
@@ -318,7 +319,6 @@ class WalFaults:
         self.pg.start()
         return "brokers down, Postgres stopped %.1f s later, %d ms passed%s" \
             % (delay, ms, detail)
-
 
     # -- the slot faults -----------------------------------------------------
 
