@@ -703,6 +703,14 @@ ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms, 
 	return ob_mapper_map_row(m, rec, commit_ms, ev);
 }
 
+bool
+ob_mapper_reads_message(const ob_mapper *m, const ob_logical_message *msg)
+{
+	const char *prefix = m->cfg->outbox.message_prefix;
+
+	return prefix[0] != '\0' && !msg->prefix_too_long && strcmp(msg->prefix, prefix) == 0;
+}
+
 ob_map_result
 ob_mapper_map_logical_message(ob_mapper *m, const ob_logical_message *msg, int64_t commit_ms,
 			      ob_event *ev)
@@ -716,8 +724,7 @@ ob_mapper_map_logical_message(ob_mapper *m, const ob_logical_message *msg, int64
 	size_t content_len = msg->content_len;
 	int r = -1;
 
-	if (cfg->outbox.message_prefix[0] == '\0' || msg->prefix_too_long ||
-	    strcmp(msg->prefix, cfg->outbox.message_prefix) != 0)
+	if (!ob_mapper_reads_message(m, msg))
 		return OB_MAP_SKIP;
 	src.row = NULL;
 	src.text_row = NULL;

@@ -234,7 +234,10 @@ handle_message(relay *r, const ob_logical_message *lm, ob_outcome *out)
 	int64_t now_us;
 	bool ok;
 
-	ob_recpointdb_saw_message(&r->tableset.recpoint);
+	/* pgoutput sends every prefix: only the outbox's are events the
+	 * table does not hold (slotloss.h). */
+	if (ob_mapper_reads_message(&r->mapper, lm))
+		ob_recpointdb_saw_message(&r->tableset.recpoint);
 	if (r->d.replay.in_txn)
 		return hand_over(r,
 				 ob_mapper_map_logical_message(&r->mapper, lm,

@@ -55,6 +55,9 @@ ob_map_result ob_mapper_map_insert(ob_mapper *m, const ob_w2j_record *rec, int64
 ob_map_result ob_mapper_map_row(ob_mapper *m, const ob_w2j_record *rec, int64_t commit_ms,
 				ob_event *ev);
 
+/* Whether msg has the outbox prefix (outbox.message_prefix, not empty):
+ * an event, or a bad one when not transactional. */
+bool ob_mapper_reads_message(const ob_mapper *m, const ob_logical_message *msg);
 /* Map a logical message. Messages with another prefix give OB_MAP_SKIP;
  * non-transactional ones with the outbox prefix are bad events. */
 ob_map_result ob_mapper_map_logical_message(ob_mapper *m, const ob_logical_message *msg,

@@ -126,9 +126,10 @@ class Result:
         return self.error is None and not self.report.findings
 
 
-def outboxd_config(pg, broker, slot, agg, decoder, rng, timeout_ms=None):
+def outboxd_config(pg, broker, slot, agg, decoder, rng, timeout_ms=None,
+                   order_by=None):
     """The daemon's settings for a run (kafka.message.timeout.ms when
-    timeout_ms)."""
+    timeout_ms; outbox.backlog_order_by when order_by)."""
     cfg = {
         "postgres": {"conninfo": pg.conninfo(), "slot": slot,
                      "create_slot": True, "plugin": decoder,
@@ -145,6 +146,8 @@ def outboxd_config(pg, broker, slot, agg, decoder, rng, timeout_ms=None):
     }
     if timeout_ms is not None:
         cfg["kafka"]["message.timeout.ms"] = timeout_ms
+    if order_by is not None:
+        cfg["outbox"]["backlog_order_by"] = order_by
     return cfg
 
 
@@ -336,9 +339,14 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     brng = random.Random("broker-%d" % seed)
     # And the faults around the WAL (walfaults.py).
     wrng = random.Random("wal-%d" % seed)
+    # And the slot faults (seeds from walfaults.SLOT_FROM on), whose runs
+    # leave out what a recovery from the table cannot give back.
+    slot_kinds, slot_schedule = walfaults.slot_plan(seed, seconds, without)
+    if slot_kinds:
+        without = frozenset(without) | walfaults.SLOT_WITHOUT
     wal_kinds, wal_schedule, timeout_ms = walfaults.wal_plan(
         wrng, seconds, without)
-    res.wal = wal_kinds
+    res.wal = wal_kinds | slot_kinds
     flog = faults.FaultLog()
     clock = Clock()
     started = time.monotonic()
@@ -355,25 +363,34 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     res.dir = workdir
     pg = daemon = ibx = None
     try:
-        pg = walfaults.Primary(harness.PgCluster(workdir, extra_conf={
-            "logical_decoding_work_mem": "'64kB'",
-            "max_prepared_transactions": "10",
-            "wal_sender_timeout": "'10s'"}, encoding=encoding))
+        conf = {"logical_decoding_work_mem": "'64kB'",
+                "max_prepared_transactions": "10",
+                "wal_sender_timeout": "'10s'"}
+        if "slot_invalidate" in slot_kinds:
+            conf["max_slot_wal_keep_size"] = walfaults.INVALIDATE_KEEP
+        pg = walfaults.Primary(harness.PgCluster(workdir, extra_conf=conf,
+                                                 encoding=encoding))
         pg.start()
         key_prefix = "k" if encoding == "UTF8" else "k\u00eb"
         Driver.setup_schema(pg, table == "partitioned",
-                            str(REPO / "sql" / "outbox.sql"), key_prefix)
+                            str(REPO / "sql" / "outbox.sql"), key_prefix,
+                            seq=bool(slot_kinds))
         if walfaults.wants_standby(wal_kinds):
             pg.add_standby(os.path.join(workdir, "standby"))
         broker = parts.broker
         topic = "outbox.event.%s" % agg
         broker.create_topic(topic, PARTITIONS)
         cfg = outboxd_config(pg, broker, "chaos", agg, decoder, rng,
-                             timeout_ms)
+                             timeout_ms, "seq" if slot_kinds and
+                             table == "partitioned" else None)
         broker.create_topic(cfg["outbox"]["dlq_topic"], 2)
+        # With slot faults, a recovery point every second (test builds):
+        # the fault waits for one.
         daemon = walfaults.Deployed(parts.outboxd, cfg, workdir, start=False,
                                     deploy="deploy" in wal_kinds, log=flog,
-                                    clock=clock)
+                                    clock=clock, env={
+                                        "OUTBOXD_TEST_RECPOINT_MS": "1000"}
+                                    if slot_kinds else None)
         rc, out, err = daemon.run_cmd(["slot", "create"])
         if rc != 0:
             raise harness.HarnessError("outboxd slot create: %s %s"
@@ -398,7 +415,8 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
                         without, key_prefix)
         clock.start()
-        schedule = sorted(faults.plan(rng, seconds) + wal_schedule)
+        schedule = sorted(faults.plan(rng, seconds) + wal_schedule
+                          + slot_schedule)
         if inbox:
             schedule = sorted(schedule + faults.inbox_plan(irng, seconds))
         topics = [(topic, PARTITIONS), (cfg["outbox"]["dlq_topic"], 2)]
@@ -501,13 +519,15 @@ def print_result(res, fault_log=False):
     s = res.report.stats
     kinds = collections.Counter(res.faults.kinds())
     print("%s: %s in %.1f s: %d events in %d txns, %d records, %d dup, "
-          "%d dead letters, %s%s; faults %s" % (
+          "%d dead letters, %s%s%s; faults %s" % (
               head, "PASS" if res.passed else "FAIL", res.seconds,
               s["events"], s["committed_txns"], s["records"],
               s["duplicated_events"], s["dead_letters"],
               "%d events past a switch point (%d published), " % (
                   s["forked_events"], s["beyond_fork_published"])
               if s["forked_events"] else "",
+              "%d slot recoveries, " % s["recoveries"]
+              if s["recoveries"] else "",
               "%d inbox rows (caught up in %s)" % (
                   s["inbox_rows"], s["inbox_caught_up"])
               if res.inbox else "no inbox",
@@ -581,10 +601,10 @@ def duplicates_table(results):
     kill -9 right after a commit (often a large one: the fault aims at
     acknowledged events not yet confirmed), other crashes (in an outage,
     an exit), records expired and sent again, producers recreated, slot
-    re-reads for new partitions, promotions. A history with none of those and
-    duplicates would have been a finding."""
+    re-reads for new partitions, promotions, slot recoveries. A history
+    with none of those and duplicates would have been a finding."""
     causes = ("kill9", "kill9_after_commit", "outage_kill9", "exit",
-              "expiry", "recreations", "rereads", "promotions")
+              "expiry", "recreations", "rereads", "promotions", "recoveries")
     rows = collections.defaultdict(collections.Counter)
     for r in results:
         if r.report is None:
@@ -597,24 +617,25 @@ def duplicates_table(results):
         for k in causes:
             row[k] += s[k]
         if not any(s[k] for k in ("expiry", "recreations", "rereads",
-                                  "promotions")):
+                                  "promotions", "recoveries")):
             row["crash_only_crashes"] += s["crashes"]
             row["crash_only_copies"] += s["extra_copies"]
     if not rows:
         return
     print("duplicates | decoder, table | histories | events | extra copies "
           "| kill -9 | kill -9 after a commit | other crashes | expiries "
-          "| producers recreated | re-reads | promotions | extra copies per "
-          "crash, histories with crashes only |")
+          "| producers recreated | re-reads | promotions | slot recoveries "
+          "| extra copies per crash, histories with crashes only |")
     for (decoder, table), row in sorted(rows.items()):
         only = row["crash_only_crashes"]
         print("duplicates | %s, %s | %d | %d | %d | %d | %d | %d | %d | %d "
-              "| %d | %d | %s |" % (
+              "| %d | %d | %d | %s |" % (
                   decoder, table, row["histories"], row["events"],
                   row["extra_copies"], row["kill9"],
                   row["kill9_after_commit"],
                   row["outage_kill9"] + row["exit"], row["expiry"],
                   row["recreations"], row["rereads"], row["promotions"],
+                  row["recoveries"],
                   "%.0f (%d crashes)" % (row["crash_only_copies"] / only,
                                          only) if only else "n/a"))
 
@@ -633,12 +654,14 @@ def main(argv=None):
     ap.add_argument("--only", default="",
                     help="soak: only seeds of these dimensions and WAL "
                     "faults, e.g. wal2json or pgoutput,partitioned or "
-                    "promote (%s)" % ", ".join(walfaults.KINDS))
+                    "promote (%s)" % ", ".join(walfaults.KINDS
+                                                + walfaults.SLOT_KINDS))
     ap.add_argument("--without", default="",
                     help="workload features and WAL faults to leave out, "
                     "comma-separated (%s): steers around a known defect "
                     "while it is being fixed" % ", ".join(
-                        sorted(FEATURES) + list(walfaults.KINDS)))
+                        sorted(FEATURES) + list(walfaults.KINDS)
+                        + list(walfaults.SLOT_KINDS)))
     ap.add_argument("--no-inbox", action="store_true",
                     help="leave out `outboxd inbox` and its faults (the "
                     "publisher's draws stay the same)")
@@ -659,12 +682,14 @@ def main(argv=None):
     if args.seed:
         seeds = iter(args.seed)
     elif soak:
+        # (from walfaults.SLOT_FROM on, seeds may draw slot faults too)
         first = args.start if args.start is not None \
-            else random.randrange(10 ** 6)
+            else random.randrange(10 ** 7)
         only = set(filter(None, args.only.split(",")))
         seeds = (s for s in range(first, first + 10 ** 9)
                  if only <= set(dims(s)) | walfaults.wal_plan(
-                     random.Random("wal-%d" % s), args.seconds)[0])
+                     random.Random("wal-%d" % s), args.seconds)[0]
+                 | walfaults.slot_plan(s, args.seconds)[0])
         if args.seeds:
             seeds = (s for _, s in zip(range(args.seeds), seeds))
     else:
@@ -673,7 +698,7 @@ def main(argv=None):
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
 
     without = set(filter(None, args.without.split(",")))
-    known = FEATURES | set(walfaults.KINDS)
+    known = FEATURES | set(walfaults.KINDS) | set(walfaults.SLOT_KINDS)
     for w in [without] + list(fixed.values()):
         if not w <= known:
             ap.error("--without (or seeds.txt): unknown feature(s) %s"

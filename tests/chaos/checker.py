@@ -42,7 +42,16 @@ The rules:
   it may say more, never fewer (with "at least N", anything goes but
   none); duplicates are allowed after a promotion;
 - deploy: each `outboxd slot create --if-not-exists` a deployment loop
-  ran before a start exited 0 (the slot is healthy throughout);
+  ran before a start exited 0 (the slot is healthy throughout), except
+  those run while the slot was lost (during a slot fault, or in a run
+  where outboxd recovered a slot): they exit 1 naming the loss and create
+  nothing (a new slot would skip events);
+- slot faults (slot_drop, slot_invalidate; their runs write no outbox
+  messages and delete or move no outbox rows, so the table can give back
+  every event): the same rules (loss, order, inbox); duplicates are
+  allowed after a recovery (outboxd logged "recovering it from the outbox
+  table"); outboxd halting instead ("cannot be recovered") is an exit
+  finding, as is a SIGTERM of the fault that does not exit 0;
 - the slot is confirmed up to the WAL end once the run is drained; every
   exit of outboxd nobody asked for is a finding, except exit 1 on a failed
   dead-letter publish when record errors were injected (README); a fast
@@ -73,9 +82,14 @@ import json
 import re
 
 from harness import header, int_to_lsn, lsn_to_int, murmur2_partition
-from walfaults import KILLED
+from walfaults import KILLED, RECOVERED
 
 RECREATED = "recreating the kafka producer"
+RECOVERING = "recovering it from the outbox table"
+SLOT_FAULTS = ("slot_drop", "slot_invalidate")
+# What `slot create --if-not-exists` says of a lost slot (it creates none).
+SLOT_LOST = ("does not exist, but outboxd created it",
+             "has been invalidated (wal_status lost)")
 NEW_PARTITIONS = "new partitions of"
 # The faults that end the publisher's process without its last
 # confirmation.
@@ -416,6 +430,8 @@ def _resume_excerpt(ctx, key, copy, delivered):
             lines.append("  %d seq %s %s %s" % (
                 d.offset, d.seq, e.txn if e else "?",
                 "first" if first else "again"))
+    if copy.id in ctx.committed:   # what wrote the copy (a savepoint?)
+        lines += ctx.txn_excerpt(ctx.committed[copy.id].txn, around=0)
     lines += ["note t=%.2f: %s" % n for n in ctx.history.notes
               if n[1].startswith("move ")][:10]
     return lines
@@ -466,6 +482,9 @@ def _check_duplicates(rep, ctx, delivered):
     rep.stats["crashes"] = sum(ctx.faults.count(k) for k in CRASHES)
     rep.stats["promotions"] = 1 if ctx.promoted else 0
     rep.stats["recreations"] = ctx.log.count(RECREATED)
+    rep.stats["recoveries"] = ctx.log.count(RECOVERING)
+    rep.notes += ["outboxd: %s" % m.group(0) for m in RECOVERED.finditer(
+        ctx.log)]
     rep.stats["rereads"] = ctx.log.count(NEW_PARTITIONS)
     if not dups:
         return
@@ -484,6 +503,8 @@ def _check_duplicates(rep, ctx, delivered):
         reasons.append("producer recreated")
     if NEW_PARTITIONS in ctx.log:
         reasons.append("slot re-read for new partitions")
+    if RECOVERING in ctx.log:
+        reasons.append("slot recovered from the outbox table")
     if reasons:
         rep.notes.append("%d events duplicated (%d extra copies), allowed "
                          "after %s" % (len(dups), rep.stats["extra_copies"],
@@ -566,7 +587,13 @@ def _check_daemon(rep, ctx, drained):
         # -15: the signal came before outboxd installed its handler
         if e[2] == "sigterm" and e[3] not in ("rc=0", "rc=-15"):
             rep.add("exit", "SIGTERM at t=%.2f: %s" % (e[0], e[3]))
-        if e[2] == "deploy" and not e[3].startswith("rc=0"):
+        if e[2] in SLOT_FAULTS and "SIGTERM rc=" in e[3] and not \
+                re.search(r"SIGTERM rc=(0|-15);", e[3]):
+            rep.add("exit", "SIGTERM of %s at t=%.2f: %s"
+                    % (e[2], e[0], e[3]))
+        if e[2] == "deploy" and not e[3].startswith("rc=0") and not (
+                e[3].startswith("rc=1") and any(w in e[3] for w in SLOT_LOST)
+                and _slot_was_lost(ctx, e[0])):
             rep.add("deploy", "`slot create --if-not-exists` before a "
                     "start at t=%.2f: %s" % (e[0], e[3]),
                     ctx.around(e[0] - 3, e[0]))
@@ -585,10 +612,21 @@ def _check_daemon(rep, ctx, drained):
                 % (e[0], e[3]), ctx.around(e[0] - 3, e[0]))
 
 
+def _slot_was_lost(ctx, t):
+    """Whether the slot may have been lost at run time t: a slot fault
+    was striking, or outboxd recovered a slot (the small
+    max_slot_wal_keep_size of slot_invalidate runs may invalidate it at
+    any checkpoint while outboxd lags: a fast restart, a detach)."""
+    return RECOVERING in ctx.log or any(
+        e[2] in SLOT_FAULTS and e[0] <= t <= e[1]
+        for e in ctx.faults.entries)
+
+
 INBOX_KINDS = ("inbox_kill9", "inbox_sigterm", "inbox_conn",
                "inbox_outage_kill9", "promote", "expiry", "inbox-exit",
                "broker_down", "outage_kill9", "pg_fast", "pg_immediate",
-               "leader_move", "broker_rtt")
+               "leader_move", "broker_rtt",
+               "slot_invalidate")   # (with every broker down, some runs)
 
 
 def _inbox_faults(ctx):

@@ -46,7 +46,9 @@ down, Postgres restarted immediate), which hit both daemons.
 The faults of the world around the WAL (a standby promoted after it
 lagged, a standby bounced, message expiry across an outage: walfaults.py)
 come from a fourth generator (seeded with "wal-N") and are merged into
-the one-at-a-time schedule too."""
+the one-at-a-time schedule too; so are the slot faults (the slot dropped
+or invalidated, recovered from the outbox table: walfaults.slot_plan,
+seeded with "slot-N", seeds from walfaults.SLOT_FROM on)."""
 
 import threading
 import time

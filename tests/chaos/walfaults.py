@@ -21,12 +21,35 @@ the run gets:
 - deploy: before each start of outboxd (the first and every restart), the
   harness runs `outboxd slot create --if-not-exists` as a deployment
   script would, and logs its exit code (kind 'deploy'; the slot is
-  healthy throughout, so anything but 0 is a finding).
+  healthy throughout, so anything but 0 is a finding, except while the
+  slot is lost, in runs with the slot faults below: then exit 1 naming
+  the loss).
+
+The slot faults (SLOT_KINDS, from a sixth generator seeded with "slot-N",
+drawn only by seeds from SLOT_FROM on, so every lower seed keeps the
+history it had): outboxd must recover its slot from the outbox table
+(postgres.on_slot_lost = recover) and lose nothing.
+
+- slot_drop: the slot dropped (its walsender terminated first, again
+  until the drop succeeds) while outboxd streams a large transaction, or
+  while it is stopped (kill -9 or SIGTERM, started again after the drop);
+- slot_invalidate: the cluster runs with max_slot_wal_keep_size =
+  INVALIDATE_KEEP; WAL of another table is written, switched and
+  checkpointed until the slot's wal_status is 'lost', while outboxd is
+  stopped (kill -9 or SIGTERM) or while every broker is down (outboxd
+  confirms nothing, so its walsender is terminated and the slot
+  invalidated under it).
+
+A recovery publishes the rows past the recovery point again: the table
+must hold every event not yet published, so such a run's workload writes
+no outbox messages, no bad messages, deletes no outbox rows and moves none
+(SLOT_WITHOUT; chaos.py), and the fault waits until a point is stored.
 
 Primary is the cluster the run's parts talk to: whichever server is the
 primary now. WalFaults holds the faults; faults.Injector runs them."""
 
 import os
+import random
 import re
 import time
 
@@ -38,6 +61,21 @@ ODDS = {"promote": 0.2, "standby_bounce": 0.15, "expiry": 0.25,
         "deploy": 0.5}
 STANDBY_SLOT = "chaos_standby"
 KILLED = re.compile(r"primary killed at ([0-9.]+) s")
+SLOT_KINDS = ("slot_drop", "slot_invalidate")
+# Seeds below SLOT_FROM draw no slot fault (their histories stay what
+# they were when the slot faults were added).
+SLOT_FROM = 1000000
+SLOT_ODDS = {"slot_drop": 0.3, "slot_invalidate": 0.2}
+# What a run with a slot fault leaves out: everything the outbox table
+# cannot give back (events as logical messages, rows deleted or moved:
+# deploy/README.md, "Recovering from a lost or invalidated slot"), and a
+# promotion (its own loss of the slot's position).
+SLOT_WITHOUT = frozenset({"outbox-messages", "bad-messages", "outbox-deletes",
+                          "moves", "promote"})
+# The cluster's max_slot_wal_keep_size in runs with slot_invalidate.
+INVALIDATE_KEEP = "'16MB'"
+RECOVERED = re.compile(r"recovered replication slot \S+ in ([0-9.]+) s: "
+                       r"(\d+) rows past recovery point (\d+)")
 
 
 def wal_plan(rng, duration, without=frozenset()):
@@ -64,6 +102,32 @@ def wal_plan(rng, duration, without=frozenset()):
     if "expiry" in kinds:
         schedule.append((at_expiry, "expiry", expiry))
     return kinds, schedule, (timeout_ms if "expiry" in kinds else None)
+
+
+def slot_plan(seed, duration, without=frozenset()):
+    """(kinds, schedule) of a run's slot faults: the set of SLOT_KINDS it
+    gets (none below SLOT_FROM; less those in without, the draws staying
+    the same) and [(at seconds, kind, (how, delay s))]: how is 'running',
+    'kill9' or 'sigterm' for slot_drop, 'kill9', 'sigterm' or
+    'broker_down' for slot_invalidate; delay is how long outboxd stays
+    stopped (or the brokers down) after the slot is lost."""
+    if seed < SLOT_FROM:
+        return set(), []
+    rng = random.Random("slot-%d" % seed)
+    drawn = {k for k in SLOT_KINDS if rng.random() < SLOT_ODDS[k]}
+    drop = (rng.uniform(1.0, 0.7 * duration),
+            (rng.choice(["running", "running", "kill9", "sigterm"]),
+             rng.uniform(0.0, 1.5)))
+    invalidate = (rng.uniform(1.0, 0.7 * duration),
+                  (rng.choice(["kill9", "sigterm", "broker_down"]),
+                   rng.uniform(0.0, 1.5)))
+    kinds = drawn - set(without)
+    schedule = []
+    if "slot_drop" in kinds:
+        schedule.append((drop[0], "slot_drop", drop[1]))
+    if "slot_invalidate" in kinds:
+        schedule.append((invalidate[0], "slot_invalidate", invalidate[1]))
+    return kinds, schedule
 
 
 def wants_standby(kinds):
@@ -255,6 +319,142 @@ class WalFaults:
         self.pg.start()
         return "brokers down, Postgres stopped %.1f s later, %d ms passed%s" \
             % (delay, ms, detail)
+
+    # -- the slot faults -----------------------------------------------------
+
+    def _recovery_point(self, within=10.0):
+        """Waits (at most within seconds) until outboxd stored a recovery
+        point for its slot; returns it (None when none came)."""
+        deadline = time.monotonic() + within
+        while not self._halt.is_set():
+            try:
+                rows = self.pg.sql("SELECT recovery_xid::text FROM "
+                                   "public.outboxd_slots WHERE slot_name "
+                                   "= %s", (self.slot,))
+            except Exception:  # the server restarting
+                rows = []
+            if rows and rows[0][0] is not None:
+                return rows[0][0]
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
+        return None
+
+    def _stop_daemon(self, how):
+        """Stops outboxd (how: 'kill9' or 'sigterm'); says how, with the
+        exit code of a SIGTERM (rc=...; the checker judges it)."""
+        if how == "kill9":
+            self.daemon.kill9()
+            return "kill -9"
+        self.daemon.terminate()
+        try:
+            rc = self.daemon.wait(60)
+        except Exception:
+            self.daemon.kill9()
+            rc = "hung (killed after 60 s)"
+        return "SIGTERM rc=%s" % rc
+
+    def _drop_slot(self, within=30.0):
+        """Terminates the slot's walsender and drops the slot, again until
+        the drop succeeds (outboxd reconnects at once); returns the
+        attempts."""
+        deadline = time.monotonic() + within
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                self.pg.sql("SELECT pg_terminate_backend(active_pid) FROM "
+                            "pg_replication_slots WHERE slot_name = %s AND "
+                            "active_pid IS NOT NULL", (self.slot,))
+                self.pg.sql("SELECT pg_drop_replication_slot(%s)",
+                            (self.slot,))
+                return tries
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _invalidate(self, within=60.0):
+        """Writes WAL of another table, switches and checkpoints it until
+        the slot's wal_status is 'lost' (the cluster's
+        max_slot_wal_keep_size is INVALIDATE_KEEP); returns the rounds,
+        None when it was not lost within seconds."""
+        self.pg.sql("CREATE TABLE IF NOT EXISTS chaos_filler (t text)")
+        deadline = time.monotonic() + within
+        rounds = 0
+        while time.monotonic() < deadline:
+            rounds += 1
+            self.pg.sql("INSERT INTO chaos_filler SELECT "
+                        "repeat(md5(g::text), 8) FROM "
+                        "generate_series(1, 25000) g")
+            self.pg.sql("SELECT pg_switch_wal()")
+            self.pg.sql("CHECKPOINT")
+            row = self.pg.slot(self.slot)
+            if row is None or row["wal_status"] == "lost":
+                self.pg.sql("TRUNCATE chaos_filler")
+                return rounds
+        return None
+
+    def _await_recovery(self, since, within=20.0):
+        """What outboxd said of the recovery since log offset since,
+        waiting for it at most within seconds (cut short when the
+        workload ends)."""
+        t0 = time.monotonic()
+        while time.monotonic() < t0 + within:
+            m = RECOVERED.search(self.daemon.log_text()[since:])
+            if m:
+                return "recovered in %s s (%s rows past point %s)" % (
+                    m.group(1), m.group(2), m.group(3))
+            if self._halt.is_set():
+                return "no recovery logged %.1f s later, when the " \
+                    "workload ended" % (time.monotonic() - t0)
+            time.sleep(0.2)
+        return "no recovery logged within %.0f s" % within
+
+    def _slot_lost(self, how, delay, lose):
+        """The slot lost by lose() (which says how) while outboxd runs
+        (how 'running'), while it is stopped (how 'kill9' or 'sigterm':
+        started again delay seconds after the loss), or while every
+        broker is down (how 'broker_down': up again delay seconds after
+        it); then a wait for outboxd's recovery."""
+        point = self._recovery_point()
+        if point is None:
+            return "no recovery point stored within 10 s: slot kept"
+        since = len(self.daemon.log_text())
+        words = ["point %s" % point]
+        if how == "running":
+            words.append(self._busy())
+        elif how == "broker_down":
+            self.broker.cmd("down all")
+        else:
+            words.append(self._stop_daemon(how))
+        try:
+            words.append(lose())
+        finally:
+            time.sleep(delay)
+            if how == "broker_down":
+                self.broker.cmd("up all")
+            elif how != "running":
+                self.daemon.start()
+        words.append(self._await_recovery(since))
+        return "; ".join(words)
+
+    def _slot_drop(self, arg):
+        """The slot dropped (see _slot_lost)."""
+        how, delay = arg
+        return self._slot_lost(how, delay, lambda: "dropped (%d tries)"
+                               % self._drop_slot())
+
+    def _slot_invalidate(self, arg):
+        """The slot invalidated by max_slot_wal_keep_size (see
+        _slot_lost)."""
+        how, delay = arg
+
+        def lose():
+            rounds = self._invalidate()
+            return "invalidated after %d rounds" % rounds if rounds \
+                else "not invalidated within 60 s"
+        return self._slot_lost(how, delay, lose)
 
 
 class Deployed(harness.Outboxd):

@@ -1199,22 +1199,59 @@ test_row_record(void **state)
 	ob_config_free(&cfg);
 }
 
-/* Parse a captured Message and map it as the relay will: the content is
- * the bytes as they were emitted, not escaped. */
+/* Parse a captured Message into *lm as the relay gets it: the content is
+ * the bytes as they were emitted, not escaped (pointers into data). */
+static void
+logical_message(const char *data, size_t len, ob_logical_message *lm)
+{
+	ob_pgo_msg msg;
+
+	parse_ok(data, len, &msg);
+	memset(lm, 0, sizeof(*lm));
+	lm->lsn = msg.message_lsn;
+	lm->transactional = msg.transactional;
+	lm->prefix = msg.prefix;
+	lm->content = msg.content;
+	lm->content_len = msg.content_len;
+}
+
+/* Parse a captured Message and map it as the relay will. */
 static ob_map_result
 map_message(ob_mapper *m, const char *data, size_t len, ob_event *ev)
 {
 	ob_logical_message lm;
-	ob_pgo_msg msg;
 
-	parse_ok(data, len, &msg);
-	memset(&lm, 0, sizeof(lm));
-	lm.lsn = msg.message_lsn;
-	lm.transactional = msg.transactional;
-	lm.prefix = msg.prefix;
-	lm.content = msg.content;
-	lm.content_len = msg.content_len;
+	logical_message(data, len, &lm);
 	return ob_mapper_map_logical_message(m, &lm, COMMIT_MS, ev);
+}
+
+/* pgoutput sends every prefix: only the outbox's messages are read (and
+ * noted as events the outbox table does not hold, slotloss.h), a
+ * non-transactional one too; none with an empty message_prefix. */
+static void
+test_message_prefix_read(void **state)
+{
+	static const char *const no_prefix[] = {"outbox.message_prefix="};
+	ob_config cfg, none;
+	ob_mapper m, off;
+	ob_logical_message lm;
+
+	(void)state;
+	load_config(&cfg, NULL, 0);
+	load_config(&none, no_prefix, OB_ARRAY_LEN(no_prefix));
+	ob_mapper_init(&m, &cfg);
+	ob_mapper_init(&off, &none);
+	logical_message(DATA(msg_message_outbox), &lm);
+	assert_true(ob_mapper_reads_message(&m, &lm));
+	assert_false(ob_mapper_reads_message(&off, &lm));
+	logical_message(DATA(msg_message_nontx), &lm);
+	assert_true(ob_mapper_reads_message(&m, &lm));
+	logical_message(DATA(msg_message_other), &lm);
+	assert_false(ob_mapper_reads_message(&m, &lm));
+	ob_mapper_free(&off);
+	ob_mapper_free(&m);
+	ob_config_free(&none);
+	ob_config_free(&cfg);
 }
 
 static void
@@ -1286,6 +1323,7 @@ main(void)
 	    cmocka_unit_test(test_row_maps_like_wal2json),
 	    cmocka_unit_test(test_row_record),
 	    cmocka_unit_test(test_message_maps_like_wal2json),
+	    cmocka_unit_test(test_message_prefix_read),
 	};
 
 	build_long_insert();
