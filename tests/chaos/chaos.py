@@ -385,11 +385,16 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
                              table == "partitioned" else None)
         broker.create_topic(cfg["outbox"]["dlq_topic"], 2)
         # With slot faults, a recovery point every second (test builds):
-        # the fault waits for one.
+        # the fault waits for one; and retention on, deleting published
+        # rows older than 2 s every half second, so a recovery must find
+        # every row it needs among what retention left.
+        if slot_kinds:
+            cfg["outbox"]["retention"] = "2s"
         daemon = walfaults.Deployed(parts.outboxd, cfg, workdir, start=False,
                                     deploy="deploy" in wal_kinds, log=flog,
                                     clock=clock, env={
-                                        "OUTBOXD_TEST_RECPOINT_MS": "1000"}
+                                        "OUTBOXD_TEST_RECPOINT_MS": "1000",
+                                        "OUTBOXD_TEST_RETENTION_MS": "500"}
                                     if slot_kinds else None)
         rc, out, err = daemon.run_cmd(["slot", "create"])
         if rc != 0:
