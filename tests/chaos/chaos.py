@@ -531,7 +531,8 @@ def print_result(res, fault_log=False):
               "%d events past a switch point (%d published), " % (
                   s["forked_events"], s["beyond_fork_published"])
               if s["forked_events"] else "",
-              "%d slot recoveries, " % s["recoveries"]
+              "%d slot recoveries (%d rows deleted by retention), " % (
+                  s["recoveries"], s.get("retained_away", 0))
               if s["recoveries"] else "",
               "%d inbox rows (caught up in %s)" % (
                   s["inbox_rows"], s["inbox_caught_up"])

@@ -86,6 +86,9 @@ from walfaults import KILLED, RECOVERED
 
 RECREATED = "recreating the kafka producer"
 RECOVERING = "recovering it from the outbox table"
+# What retention says it deleted (outbox.retention, on in runs with slot
+# faults).
+RETENTION = re.compile(r"retention: deleted (\d+) published outbox rows")
 SLOT_FAULTS = ("slot_drop", "slot_invalidate")
 # What `slot create --if-not-exists` says of a lost slot (it creates none).
 SLOT_LOST = ("does not exist, but outboxd created it",
@@ -483,6 +486,8 @@ def _check_duplicates(rep, ctx, delivered):
     rep.stats["promotions"] = 1 if ctx.promoted else 0
     rep.stats["recreations"] = ctx.log.count(RECREATED)
     rep.stats["recoveries"] = ctx.log.count(RECOVERING)
+    rep.stats["retained_away"] = sum(int(m.group(1))
+                                     for m in RETENTION.finditer(ctx.log))
     rep.notes += ["outboxd: %s" % m.group(0) for m in RECOVERED.finditer(
         ctx.log)]
     rep.stats["rereads"] = ctx.log.count(NEW_PARTITIONS)
