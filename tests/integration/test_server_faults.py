@@ -65,12 +65,14 @@ def test_slot_dropped_under_running_daemon_is_not_recreated(
     """The slot outboxd streams from (it created it itself, create_slot =
     true) is dropped while it runs: outboxd must not create a new slot at
     the current WAL position, which would skip every event written
-    meanwhile without a word; it exits 1 within 30 s naming the slot, and
-    no slot of that name exists afterwards."""
+    meanwhile without a word; with on_slot_lost = halt it exits 1 within
+    30 s naming the slot, and no slot of that name exists afterwards
+    (test_slot_recovery.py: with recover, the default, it recovers)."""
     cluster = own_cluster()
     agg = "slotgone_%s" % test_id
     topic = make_topic(broker, agg)
-    d = outboxd_factory(on_cluster(cluster, postgres_create_slot=True))
+    d = outboxd_factory(on_cluster(cluster, postgres_create_slot=True,
+                                   postgres_on_slot_lost="halt"))
     wait_streaming(cluster, slot_name)
     feed = Feed(cluster, agg)
     feed.commit(5)
