@@ -422,7 +422,13 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
     # of waits for the point (which every streaming test here keeps), and
     # of test_slot_recovery.py all but a recovery at start and one in the
     # running process, and test_slot_recovery_attacks.py (kills, restarts
-    # and halts around a recovery); and
+    # and halts around a recovery). Also for time: test_retention.py (waits
+    # for passes), test_credentials.py and test_aws_iam.py (password
+    # rotations and signed tokens: the command runner and the signer run
+    # under the sanitizers in the unit suite and the awsiam fuzz target),
+    # test_server_faults.py (restarts and drops of the server),
+    # test_harness.py (the harness itself) and test_demo.py (the main
+    # job's script); and
     # the tests marked
     # no_sanitizers in other files: the batch-error attacks, past defects'
     # timings and the CloudEvents attack probes (the code paths they reach
@@ -441,6 +447,12 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
         --deselect tests/integration/test_partitions.py \
         --deselect tests/integration/test_recovery_point.py \
         --deselect tests/integration/test_slot_recovery_attacks.py \
+        --deselect tests/integration/test_retention.py \
+        --deselect tests/integration/test_credentials.py \
+        --deselect tests/integration/test_aws_iam.py \
+        --deselect tests/integration/test_server_faults.py \
+        --deselect tests/integration/test_harness.py \
+        --deselect tests/integration/test_demo.py \
         --deselect tests/integration/test_slot_recovery.py::test_an_invalidated_slot_is_recovered \
         --deselect tests/integration/test_slot_recovery.py::test_dropped_under_a_running_outboxd \
         --deselect tests/integration/test_slot_recovery.py::test_a_late_commit_with_a_low_id_is_recovered \
