@@ -49,9 +49,9 @@
 # and to the version matrix (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1
 # skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
 # of the matrix;
-# OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 57 minutes
+# OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 60 minutes
 # on 2 cores, an hour on a loaded one) is how long each fuzz target runs.
-# Each pytest run gets SIGINT after 40 minutes (so its fixtures still stop
+# Each pytest run gets SIGINT after 50 minutes (so its fixtures still stop
 # Postgres and the broker).
 set -uo pipefail
 
@@ -183,7 +183,7 @@ run_integration() {
     shift
     rm -f "$junit"
     # shellcheck disable=SC2086
-    OUTBOXD_BUILD="$dir" timeout --signal=INT --kill-after=60 2400 \
+    OUTBOXD_BUILD="$dir" timeout --signal=INT --kill-after=60 3000 \
         "$PY" -m pytest tests/integration -q -p no:cacheprovider -rfEs \
         --junitxml="$junit" "$@" ${PYTEST_ARGS:-}
     rc=$?
