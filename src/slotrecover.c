@@ -115,14 +115,16 @@ ob_slotrecover_run(ob_cutover *c)
 	c->recovering = OB_SLOT_LOSS_NONE;
 	if (!ok)
 		return out;
-	if (created) {
-		ob_metrics_slot_recovery(loss);
-		ob_warn("recovered replication slot %s in %.1f s: %" PRIu64
-			" rows past recovery point %" PRIu64 " published again (those published "
-			"before the loss are duplicates)",
-			cfg->pg.slot, (double)(ob_mono_ms() - started) / 1000.0, c->published,
-			f.xid);
-	}
+	/* Another process made the slot meanwhile, or the invalidated one
+	 * could not be dropped (still held): connect again after a backoff,
+	 * never in a tight loop. */
+	if (!created)
+		return OB_OUTCOME_RETRY;
+	ob_metrics_slot_recovery(loss);
+	ob_warn("recovered replication slot %s in %.1f s: %" PRIu64
+		" rows past recovery point %" PRIu64 " published again (those published "
+		"before the loss are duplicates)",
+		cfg->pg.slot, (double)(ob_mono_ms() - started) / 1000.0, c->published, f.xid);
 	return OB_OUTCOME_LOST;
 }
 

@@ -23,8 +23,10 @@
 #include "outboxd/outcome.h"
 
 /* Recover the slot c->lost says was lost (and clear it). OB_OUTCOME_LOST
- * when the slot is there again (made here, or by another process
- * meanwhile): the stream connects at once; OB_OUTCOME_HALT (logged, naming
+ * when the slot was made here: the stream connects at once;
+ * OB_OUTCOME_RETRY when a slot is there that this process did not make
+ * (another process made it meanwhile, or the invalidated one is still
+ * held): the next connection comes after a backoff; OB_OUTCOME_HALT (logged, naming
  * why and the recovery by hand) when the table cannot prove completeness;
  * otherwise what the cutover's attempt ended with. */
 ob_outcome ob_slotrecover_run(ob_cutover *c);
