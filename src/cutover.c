@@ -136,11 +136,11 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 	else
 		ok = ob_delivery_settle(d, out);
 	c->published = ok ? rows : 0;
-	if (ok)
+	if (ok) {
 		ob_runtime_crash_point("cutover-published");
-	if (ok)
 		ob_info("backlog published: %llu rows acknowledged in %.1f s",
 			(unsigned long long)rows, (double)(ob_mono_ms() - started) / 1000.0);
+	}
 done:
 	/* Its ack tracker entry confirms no WAL position: the slot it would
 	 * end at may never be created (a crash, or another process creating
@@ -242,16 +242,16 @@ lost_slot_recovery(ob_cutover *c, ob_pgconn *p)
 	if ((st = ob_slotmark_ready(p, c->cfg)) != OB_PG_OK ||
 	    (st = ob_slotmark_read(p, c->cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 		return st;
-	if (marked && !c->create_only && c->recovering == OB_SLOT_LOSS_NONE &&
-	    c->cfg->pg.recover_lost_slot) {
+	if (!marked || c->create_only || c->recovering != OB_SLOT_LOSS_NONE)
+		return OB_PG_OK;
+	if (c->cfg->pg.recover_lost_slot) {
 		c->lost = OB_SLOT_LOSS_MISSING;
 		return OB_PG_FATAL;
 	}
-	if (marked && !c->create_only && c->recovering == OB_SLOT_LOSS_NONE)
-		ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
-			"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
-			"made; rows outside it committed since the loss are not published",
-			c->cfg->pg.slot, since, c->cfg->outbox.backlog_where);
+	ob_warn("replication slot %s was lost (outboxd created it at %s): publishing the "
+		"outbox rows of outbox.backlog_where \"%s\" again before a new slot is "
+		"made; rows outside it committed since the loss are not published",
+		c->cfg->pg.slot, since, c->cfg->outbox.backlog_where);
 	return OB_PG_OK;
 }
 

@@ -9,16 +9,13 @@
 #include "outboxd/pglayer.h"
 #include "outboxd/slotmark.h"
 
-/* The slot is lost as loss says: on a primary whose operator chose
- * on_slot_lost = recover, say so to the caller (true); otherwise false,
- * and the caller logs the refusal. */
+/* The slot is lost as how says: on a primary (not standby) whose
+ * operator chose on_slot_lost = recover, say so to the caller (true);
+ * otherwise false, and the caller logs the refusal. */
 static bool
-to_recover(ob_pgconn *p, const ob_config *cfg, ob_slot_loss how, ob_slot_loss *loss)
+to_recover(const ob_config *cfg, bool standby, ob_slot_loss how, ob_slot_loss *loss)
 {
-	bool standby = true;
-
-	if (loss == NULL || !cfg->pg.recover_lost_slot || !ob_pgrepl_in_recovery(p, &standby) ||
-	    standby)
+	if (loss == NULL || !cfg->pg.recover_lost_slot || standby)
 		return false;
 	*loss = how;
 	return true;
@@ -41,7 +38,8 @@ lost_with_create_off(ob_pgconn *p, const ob_config *cfg, bool standby, ob_slot_l
 		return OB_PG_OK;
 	if ((st = ob_slotmark_read(p, cfg, &marked, since, sizeof(since))) != OB_PG_OK)
 		return st;
-	return marked && to_recover(p, cfg, OB_SLOT_LOSS_MISSING, loss) ? OB_PG_FATAL : OB_PG_OK;
+	return marked && to_recover(cfg, standby, OB_SLOT_LOSS_MISSING, loss) ? OB_PG_FATAL
+									      : OB_PG_OK;
 }
 
 ob_pg_status
@@ -70,7 +68,7 @@ ob_slotprep_create_marked(ob_pgconn *p, const ob_config *cfg, bool replace_lost,
 				    cfg->pg.slot);
 				return OB_PG_STANDBY;
 			}
-			if (!to_recover(p, cfg, OB_SLOT_LOSS_MISSING, loss))
+			if (!to_recover(cfg, standby, OB_SLOT_LOSS_MISSING, loss))
 				ob_slotmark_log_lost(cfg, since, "stopping");
 			return OB_PG_FATAL;
 		}
@@ -96,7 +94,7 @@ ob_slotprep_prepare(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn co
 	if (!ob_pgrepl_slot_info(p, slot, &info) || !ob_pgrepl_in_recovery(p, &standby))
 		return OB_PG_RETRY;
 	if (!info.exists && streamed) {
-		if (to_recover(p, cfg, OB_SLOT_LOSS_MISSING, loss))
+		if (to_recover(cfg, standby, OB_SLOT_LOSS_MISSING, loss))
 			return OB_PG_FATAL;
 		/* Recreating it would start at the current WAL position and skip
 		 * every event since the confirmed one without a word. */
@@ -134,7 +132,7 @@ ob_slotprep_prepare(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn co
 		return OB_PG_FATAL;
 	}
 	if (strcmp(info.wal_status, "lost") == 0) {
-		if (to_recover(p, cfg, OB_SLOT_LOSS_INVALIDATED, loss))
+		if (to_recover(cfg, standby, OB_SLOT_LOSS_INVALIDATED, loss))
 			return OB_PG_FATAL;
 		ob_error("replication slot %s has been invalidated (wal_status lost): events "
 			 "written since " OB_LSN_FMT
