@@ -167,7 +167,7 @@ check_slot(ob_checker *c)
 		return;
 	}
 	ob_checker_report(c, plugin, strcmp(info.plugin, plugin) == 0, "slot plugin is %s%s",
-			  info.plugin,
+			  ob_pgrepl_slot_plugin(&info),
 			  strcmp(info.plugin, plugin) == 0
 			      ? ""
 			      : "; postgres.plugin says otherwise: " OB_PLUGIN_SWITCH_HINT);

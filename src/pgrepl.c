@@ -520,7 +520,21 @@ ob_pgrepl_slot_elsewhere(ob_pgconn *p, const ob_slot_info *info)
 {
 	const char *db = PQdb(p->conn);
 
-	return info->exists && db != NULL && strcmp(info->database, db) != 0;
+	/* A physical slot has no database: its plugin is what is wrong. */
+	return info->exists && info->database[0] != '\0' && db != NULL &&
+	       strcmp(info->database, db) != 0;
+}
+
+bool
+ob_pgrepl_slot_being_made(const ob_slot_info *info)
+{
+	return info->exists && info->plugin[0] == '\0' && info->database[0] != '\0';
+}
+
+const char *
+ob_pgrepl_slot_plugin(const ob_slot_info *info)
+{
+	return info->plugin[0] != '\0' ? info->plugin : "none (a physical slot)";
 }
 
 int

@@ -119,10 +119,12 @@ ob_slotprep_prepare(ob_pgconn *p, const ob_config *cfg, bool streamed, ob_lsn co
 	}
 	if (!info.exists)
 		return ob_slotprep_create_marked(p, cfg, false, loss);
+	if (ob_pgrepl_slot_being_made(&info))
+		return OB_PG_STANDBY;
 	if (strcmp(info.plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
 		ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
 			 "%s: " OB_PLUGIN_SWITCH_HINT,
-			 slot, info.plugin, ob_plugin_name(cfg->pg.plugin));
+			 slot, ob_pgrepl_slot_plugin(&info), ob_plugin_name(cfg->pg.plugin));
 		return OB_PG_FATAL;
 	}
 	if (ob_pgrepl_slot_elsewhere(p, &info)) {

@@ -47,7 +47,7 @@ typedef struct ob_pg_system {
 /* pg_replication_slots' view of one slot. */
 typedef struct ob_slot_info {
 	bool exists;
-	char plugin[64];
+	char plugin[64]; /* empty: a physical slot, or one still being created */
 	char database[64];
 	int active_pid; /* 0 when inactive */
 	ob_lsn confirmed_flush;
@@ -136,6 +136,13 @@ bool ob_pgrepl_identify(ob_pgconn *p, ob_pg_system *sys) OB_MUST_CHECK;
 /* Whether the slot info (read on p) exists in another database than the
  * one p is connected to: it is not outboxd's slot for this database. */
 bool ob_pgrepl_slot_elsewhere(ob_pgconn *p, const ob_slot_info *info);
+
+/* True when another process is creating the logical slot this moment
+ * (it is listed, with its database, before its plugin is set). */
+bool ob_pgrepl_slot_being_made(const ob_slot_info *info);
+
+/* The slot's plugin for messages ("none (a physical slot)" when empty). */
+const char *ob_pgrepl_slot_plugin(const ob_slot_info *info);
 /* What to do about it, after "... belongs to database A, not B: ". A new
  * name starts a new slot at the current position: outboxd's own slot of
  * this database, if it had one, was lost. */

@@ -254,6 +254,24 @@ def test_slot_of_the_other_plugin_names_both(pg, outboxd_factory, slot_name,
     assert "Switching decoders" in log and "backlog_where" in log, d.log_tail()
 
 
+def test_physical_slot_of_that_name_exits_1(pg, outboxd_factory, slot_name):
+    """A physical slot has neither plugin nor database, as a logical slot
+    another process is still creating has no plugin yet: the first is an
+    error naming it, not a wait for a creation that never ends."""
+    pg.sql("SELECT pg_create_physical_replication_slot(%s)", (slot_name,))
+    try:
+        d = outboxd_factory({})
+        assert d.wait(30) == 1
+        assert "uses plugin none (a physical slot)" in d.log_text(), \
+            d.log_tail()
+        rc, out, err = d.run_cmd(["slot", "create", "--if-not-exists"])
+        assert rc == 1 and "none (a physical slot)" in out + err, out + err
+        rc, out, _ = d.run_cmd(["check"])
+        assert rc == 2 and "slot plugin is none (a physical slot)" in out, out
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+
+
 def test_existing_slot_without_publication_exits_1(pg, outboxd_factory,
                                                     test_id, slot_name):
     """pgoutput reads the publication as of each change it decodes: one
