@@ -70,7 +70,8 @@ existing_slot(ob_pgconn *pg, const ob_config *cfg, const ob_slot_info *info, boo
 			 cfg->pg.slot);
 		return OB_EXIT_OPERATOR;
 	}
-	if (!ob_pgrepl_slot_being_made(info) && strcmp(info->plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
+	if (!ob_pgrepl_slot_being_made(info) &&
+	    strcmp(info->plugin, ob_plugin_name(cfg->pg.plugin)) != 0) {
 		ob_error("replication slot %s uses plugin %s, but postgres.plugin is "
 			 "%s: " OB_PLUGIN_SWITCH_HINT,
 			 cfg->pg.slot, ob_pgrepl_slot_plugin(info), ob_plugin_name(cfg->pg.plugin));
