@@ -80,6 +80,8 @@ static const config_key config_keys[] = {
     {"outbox", "topic", KEY_NONEMPTY, OFF(outbox.topic), "outbox.event.{aggregate_type}"},
     {"outbox", "message_prefix", KEY_STRING, OFF(outbox.message_prefix), "outbox"},
     {"outbox", "on_bad_event", KEY_BAD_EVENT, OFF(outbox.on_bad_event), "dlq"},
+    {"outbox", "hold_max_keys", KEY_COUNT, OFF(outbox.hold_max_keys), "10000"},
+    {"outbox", "hold_max_events", KEY_COUNT, OFF(outbox.hold_max_events), "1000000"},
     {"outbox", "dlq_topic", KEY_NONEMPTY, OFF(outbox.dlq_topic), "outbox.dlq"},
     {"outbox", "retention", KEY_DURATION, OFF(outbox.retention_s), ""},
     {"outbox", "backlog_where", KEY_STRING, OFF(outbox.backlog_where), ""},
@@ -271,9 +273,11 @@ apply_key(ob_config *cfg, const config_key *k, const char *value, const char *or
 			*(ob_bad_event_policy *)field = OB_BAD_EVENT_DLQ;
 		else if (strcmp(value, "halt") == 0)
 			*(ob_bad_event_policy *)field = OB_BAD_EVENT_HALT;
+		else if (strcmp(value, "hold_key") == 0)
+			*(ob_bad_event_policy *)field = OB_BAD_EVENT_HOLD_KEY;
 		else
 			ok = false;
-		expected = "dlq or halt";
+		expected = "dlq, hold_key or halt";
 		break;
 	case KEY_PLUGIN:
 		if (strcmp(value, "wal2json") == 0)

@@ -73,6 +73,7 @@ refused_alone(ob_deliveries *d, const ob_delivery *rep, ob_record_tag tag, ob_ls
 {
 	const ob_record_view *rec = &rep->record;
 	ob_dlqueue_entry *e;
+	ob_outcome out;
 	char error[512];
 
 	if (tag.kind == OB_RECORD_DLQ_HEADERS_ONLY ||
@@ -97,6 +98,11 @@ refused_alone(ob_deliveries *d, const ob_delivery *rep, ob_record_tag tag, ob_ls
 	ob_event_build_dlq(&e->ev, d->cfg->outbox.dlq_topic,
 			   rep->value_too_large ? "too-large" : "refused", error, end_lsn, rec,
 			   rep->value_too_large);
+	/* Nothing else is in flight while a suspect is: the hold begins
+	 * before the key's next event is handed over. */
+	if (!ob_hold_dead_letter(&d->hold, &e->ev, rec, d->isolated.unit, d->isolated.index,
+				 end_lsn, &out))
+		set_state(d, OB_DELIVERY_HALTED, "the held keys are past their limit");
 }
 
 /* Delivery report callback (runs inside ob_producer_poll). */
@@ -254,6 +260,11 @@ publish_refused(ob_deliveries *d, const ob_event *ev, uint64_t seq, uint64_t ind
 	ob_event_build_dlq(&d->dlq_ev, d->cfg->outbox.dlq_topic,
 			   too_large ? "too-large" : "refused", error, ob_pos_lsn(d->replay.unit),
 			   &view, too_large);
+	if (!ob_hold_dead_letter(&d->hold, &d->dlq_ev, &view, d->replay.unit, index,
+				 ob_pos_lsn(d->replay.unit), out)) {
+		set_state(d, OB_DELIVERY_HALTED, "the held keys are past their limit");
+		return false;
+	}
 	ob_warn("dead-lettering record: %s", error);
 	return publish(d, &d->dlq_ev, seq, index, OB_RECORD_DLQ, out);
 }
@@ -421,7 +432,16 @@ ob_delivery_hand_over(ob_deliveries *d, const ob_event *ev, ob_map_result mr, ob
 		return true; /* produced before the stream broke */
 	if (d->hooks.cover != NULL && !d->hooks.cover(d->hooks.ctx, out))
 		return false;
-	if (mr == OB_MAP_DLQ) {
+	if (mr == OB_MAP_EVENT) {
+		bool held;
+
+		if (!ob_hold_divert(&d->hold, ev, pos.unit, pos.index, lsn, &held, out))
+			return false;
+		if (held) {
+			ev = &d->hold.held_ev;
+			kind = OB_RECORD_DLQ;
+		}
+	} else if (mr == OB_MAP_DLQ) {
 		size_t len;
 		const char *error = ob_event_find_header(ev, "error", &len);
 
@@ -435,6 +455,8 @@ ob_delivery_hand_over(ob_deliveries *d, const ob_event *ev, ob_map_result mr, ob
 			*out = OB_OUTCOME_HALT;
 			return false;
 		}
+		if (!ob_hold_dead_letter(&d->hold, ev, NULL, pos.unit, pos.index, lsn, out))
+			return false;
 	}
 	if (action == OB_REPLAY_ISOLATE)
 		return publish_alone(d, ev, unit_seq(d), pos, kind, out);
@@ -511,6 +533,7 @@ ob_delivery_init(ob_deliveries *d, const ob_config *cfg, ob_delivery_hooks hooks
 	ob_dlqueue_init(&d->refused);
 	ob_event_init(&d->dlq_ev);
 	ob_event_init(&d->small_ev);
+	ob_hold_init(&d->hold, cfg);
 	ob_backoff_init(&d->recreate_backoff, RECREATE_BACKOFF_FIRST_MS,
 			cfg->pg.reconnect_max_backoff_ms);
 	d->last_recreated = (ob_lsn)-1;
@@ -525,6 +548,7 @@ ob_delivery_free(ob_deliveries *d)
 	d->producer = NULL;
 	ob_event_free(&d->dlq_ev);
 	ob_event_free(&d->small_ev);
+	ob_hold_free(&d->hold);
 	ob_replay_free(&d->replay);
 	ob_acktrack_free(&d->ack);
 }

@@ -143,6 +143,9 @@ ob_event_build_dlq(ob_event *out, const char *dlq_topic, const char *reason, con
 					 orig->header_value_lens[i]))
 			break; /* the error header already says what happened */
 	}
+	/* Last, where it fits: the topic the record was for, when known. */
+	if (orig->topic_len > 0)
+		(void)ob_event_add_header(out, OB_DLQ_ORIGINAL_TOPIC, orig->topic, orig->topic_len);
 	if (orig->has_key) {
 		out->key = ob_event_put(out, orig->key, orig->key_len);
 		out->has_key = true;

@@ -184,8 +184,16 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	if (strcmp(url, "/readyz") == 0) {
 		ob_ready_state st = ob_metrics_ready();
 		const char *failover = st == OB_READY_STREAMING ? ob_metrics_failover_word() : NULL;
-		char *body = ob_xasprintf("%s\n%s%s", ob_metrics_ready_word(st),
-					  failover ? failover : "", failover ? "\n" : "");
+		uint64_t held = ob_metrics_held_keys();
+		char held_line[64] = "";
+		char *body;
+
+		/* Held keys do not make it unready: the other keys flow. */
+		if (held > 0)
+			snprintf(held_line, sizeof(held_line), "held-keys %llu\n",
+				 (unsigned long long)held);
+		body = ob_xasprintf("%s\n%s%s%s", ob_metrics_ready_word(st), failover ? failover : "",
+				    failover ? "\n" : "", held_line);
 
 		return respond(
 		    conn, st == OB_READY_STREAMING ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,

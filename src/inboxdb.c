@@ -15,6 +15,7 @@
 
 #include "outboxd/log.h"
 #include "outboxd/pgconnect.h"
+#include "outboxd/pgparams.h"
 #include "outboxd/pgsql.h"
 #include "outboxd/sqlstate.h"
 
@@ -33,76 +34,6 @@ struct ob_inboxdb {
 	char *table;     /* the inbox table, quoted: "schema"."name" */
 	char *offsets;   /* the offsets table, quoted */
 };
-
-/* Query parameters under construction; every array grows together. */
-typedef struct params {
-	const char **values;
-	int *lengths;
-	int *formats;
-	char (*numbers)[24]; /* text of integer parameters, two per row */
-	int n, cap;
-} params;
-
-static void
-params_reserve(params *p, int n)
-{
-	if (p->n + n <= p->cap)
-		return;
-	p->cap = (p->n + n) * 2;
-	p->values = ob_xrealloc(p->values, (size_t)p->cap * sizeof(*p->values));
-	p->lengths = ob_xrealloc(p->lengths, (size_t)p->cap * sizeof(*p->lengths));
-	p->formats = ob_xrealloc(p->formats, (size_t)p->cap * sizeof(*p->formats));
-	p->numbers = ob_xrealloc(p->numbers, (size_t)p->cap * sizeof(*p->numbers));
-}
-
-/* Add a text parameter (NULL: SQL NULL); value must outlive the query. */
-static void
-param_text(params *p, const char *value)
-{
-	params_reserve(p, 1);
-	p->values[p->n] = value;
-	p->lengths[p->n] = 0;
-	p->formats[p->n++] = 0;
-}
-
-static void
-param_bytes(params *p, const void *value, size_t len)
-{
-	params_reserve(p, 1);
-	p->values[p->n] = value;
-	p->lengths[p->n] = (int)len;
-	p->formats[p->n++] = 1;
-}
-
-static void
-param_int(params *p, long long v)
-{
-	params_reserve(p, 1);
-	snprintf(p->numbers[p->n], sizeof(p->numbers[p->n]), "%lld", v);
-	p->values[p->n] = p->numbers[p->n];
-	p->lengths[p->n] = -1; /* marks a number for params_seal() */
-	p->formats[p->n++] = 0;
-}
-
-static void
-params_free(params *p)
-{
-	free(p->values);
-	free(p->lengths);
-	free(p->formats);
-	free(p->numbers);
-}
-
-/* The values pointers of integer parameters point into numbers, which
- * params_reserve() may move: fix them up before the query is sent. */
-static void
-params_seal(params *p)
-{
-	for (int i = 0; i < p->n; i++) {
-		if (p->formats[i] == 0 && p->values[i] != NULL && p->lengths[i] == -1)
-			p->values[i] = p->numbers[i];
-	}
-}
 
 /* The columns the inbox writes, in either table. */
 static const char *const written_columns[] = {
@@ -151,19 +82,16 @@ classify(const ob_inboxdb *db, const ob_pgres *res)
 
 /* Run sql with the parameters of p (NULL: none). */
 static ob_pgres *
-run(ob_inboxdb *db, const char *sql, params *p)
+run(ob_inboxdb *db, const char *sql, ob_pgparams *p)
 {
-	if (p == NULL)
-		return ob_pgsql_exec(db->conn, sql);
-	params_seal(p);
-	return ob_pgsql_exec_params(db->conn, sql, p->n, p->values, p->lengths, p->formats);
+	return p == NULL ? ob_pgsql_exec(db->conn, sql) : ob_pgparams_exec(db->conn, sql, p);
 }
 
 /* Run one statement; on failure log it (unless it is a rejected row,
  * which the caller reports with the record), copy the message to error
  * and roll back. */
 static ob_inboxdb_status
-exec(ob_inboxdb *db, const char *what, const char *sql, params *p, int *affected, char *error,
+exec(ob_inboxdb *db, const char *what, const char *sql, ob_pgparams *p, int *affected, char *error,
      size_t error_len)
 {
 	ob_pgres *res = run(db, sql, p);
@@ -207,7 +135,7 @@ exec(ob_inboxdb *db, const char *what, const char *sql, params *p, int *affected
 static ob_inboxdb_status
 check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_len)
 {
-	params p = {0};
+	ob_pgparams p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
@@ -216,10 +144,10 @@ check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_l
 	 * they are, like the statements that use them. The names shown are
 	 * those a GRANT would be written with by hand: quoted only where they
 	 * must be. */
-	param_text(&p, db->table);
-	param_text(&p, db->offsets);
-	param_text(&p, cfg->inbox.schema);
-	param_text(&p, cfg->inbox.table_name);
+	ob_pgparams_text(&p, db->table);
+	ob_pgparams_text(&p, db->offsets);
+	ob_pgparams_text(&p, cfg->inbox.schema);
+	ob_pgparams_text(&p, cfg->inbox.table_name);
 	res = run(db,
 		  "SELECT t IS NOT NULL, o IS NOT NULL, quote_ident(current_user), "
 		  "t IS NULL OR (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, "
@@ -254,7 +182,7 @@ check_tables(ob_inboxdb *db, const ob_config *cfg, char *detail, size_t detail_l
 		st = OB_INBOXDB_FATAL;
 	}
 	ob_pgres_free(res);
-	params_free(&p);
+	ob_pgparams_free(&p);
 	return st;
 }
 
@@ -286,12 +214,12 @@ add_columns(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
 {
 	char *sql = ob_xasprintf("ALTER TABLE %s " ADD_COLUMNS, db->offsets);
 	char *missing = NULL;
-	params p = {0};
+	ob_pgparams p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
-	param_text(&p, db->offsets);
+	ob_pgparams_text(&p, db->offsets);
 	res = run(
 	    db,
 	    "SELECT coalesce(string_agg(c, ', ' ORDER BY c), '') FROM unnest(ARRAY[" ADDED_COLUMNS
@@ -329,7 +257,7 @@ add_columns(ob_inboxdb *db, bool add, char *detail, size_t detail_len)
 	}
 out:
 	ob_pgres_free(res);
-	params_free(&p);
+	ob_pgparams_free(&p);
 	free(missing);
 	free(sql);
 	return st;
@@ -352,13 +280,13 @@ take_over(ob_inboxdb *db, bool migrate, char *detail, size_t detail_len)
 					   "RETURNING 1) SELECT count(*) FROM t",
 					   db->offsets, from)
 			    : ob_xasprintf("SELECT count(*) %s", from);
-	params p = {0};
+	ob_pgparams p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
 
-	param_text(&p, db->group);
-	param_text(&p, OLD_DEFAULT_GROUP);
+	ob_pgparams_text(&p, db->group);
+	ob_pgparams_text(&p, OLD_DEFAULT_GROUP);
 	res = run(db, sql, &p);
 	if (!ob_pgres_tuples(res) || ob_pgres_rows(res) != 1) {
 		snprintf(detail, detail_len, "could not take over the positions of group %s: %s",
@@ -372,7 +300,7 @@ take_over(ob_inboxdb *db, bool migrate, char *detail, size_t detail_len)
 			"default group before inbox.group was derived); %s keeps them as they were",
 			db->group, db->taken_over, OLD_DEFAULT_GROUP, OLD_DEFAULT_GROUP);
 	ob_pgres_free(res);
-	params_free(&p);
+	ob_pgparams_free(&p);
 	free(sql);
 	free(from);
 	return st;
@@ -484,7 +412,7 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 	    ob_xasprintf("SELECT topic, partition, next_offset, cluster_id, topic_id FROM %s "
 			 "WHERE group_id = $1",
 			 db->offsets);
-	params p = {0};
+	ob_pgparams p = {0};
 	ob_pgres *res;
 	ob_inboxdb_status st = OB_INBOXDB_OK;
 	char buf[1024];
@@ -494,7 +422,7 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 		pos[i].cluster_id[0] = '\0';
 		pos[i].topic_id[0] = '\0';
 	}
-	param_text(&p, db->group);
+	ob_pgparams_text(&p, db->group);
 	res = run(db, sql, &p);
 	if (!ob_pgres_tuples(res)) {
 		st = classify(db, res);
@@ -518,7 +446,7 @@ ob_inboxdb_stored(ob_inboxdb *db, ob_inbox_position *pos, size_t n)
 	}
 out:
 	ob_pgres_free(res);
-	params_free(&p);
+	ob_pgparams_free(&p);
 	free(sql);
 	return st;
 }
@@ -576,29 +504,29 @@ insert_rows(ob_inboxdb *db, const ob_inbox_row *rows, size_t n, uint64_t *insert
 				  "payload, payload_raw, headers) VALUES ",
 				  db->table);
 	char *sql = multi_row(head, " ON CONFLICT (id) DO NOTHING", casts, ROW_COLUMNS, n);
-	params p = {0};
+	ob_pgparams p = {0};
 	int affected = 0;
 	ob_inboxdb_status st;
 
 	for (size_t i = 0; i < n; i++) {
 		const ob_inbox_row *r = &rows[i];
 
-		param_text(&p, r->id);
-		param_text(&p, r->topic);
-		param_int(&p, r->partition);
-		param_int(&p, r->offset);
-		param_text(&p, r->key);
-		param_text(&p, r->type);
-		param_text(&p, r->payload_json);
+		ob_pgparams_text(&p, r->id);
+		ob_pgparams_text(&p, r->topic);
+		ob_pgparams_int(&p, r->partition);
+		ob_pgparams_int(&p, r->offset);
+		ob_pgparams_text(&p, r->key);
+		ob_pgparams_text(&p, r->type);
+		ob_pgparams_text(&p, r->payload_json);
 		if (r->payload_raw != NULL)
-			param_bytes(&p, r->payload_raw, r->payload_raw_len);
+			ob_pgparams_bytes(&p, r->payload_raw, r->payload_raw_len);
 		else
-			param_text(&p, NULL);
-		param_text(&p, r->headers_json);
+			ob_pgparams_text(&p, NULL);
+		ob_pgparams_text(&p, r->headers_json);
 	}
 	st = exec(db, "insert into the inbox table", sql, &p, &affected, error, error_len);
 	*inserted = (uint64_t)affected;
-	params_free(&p);
+	ob_pgparams_free(&p);
 	free(sql);
 	free(head);
 	return st;
@@ -625,19 +553,19 @@ store_positions(ob_inboxdb *db, const ob_inbox_position *pos, size_t n, bool for
 	    "updated_at = now()%s",
 	    forward_only ? " WHERE o.next_offset < EXCLUDED.next_offset" : "");
 	char *sql = multi_row(head, tail, casts, POS_COLUMNS, n);
-	params p = {0};
+	ob_pgparams p = {0};
 	ob_inboxdb_status st;
 
 	for (size_t i = 0; i < n; i++) {
-		param_text(&p, db->group);
-		param_text(&p, pos[i].topic);
-		param_int(&p, pos[i].partition);
-		param_int(&p, pos[i].next_offset);
-		param_text(&p, pos[i].cluster_id[0] != '\0' ? pos[i].cluster_id : NULL);
-		param_text(&p, pos[i].topic_id[0] != '\0' ? pos[i].topic_id : NULL);
+		ob_pgparams_text(&p, db->group);
+		ob_pgparams_text(&p, pos[i].topic);
+		ob_pgparams_int(&p, pos[i].partition);
+		ob_pgparams_int(&p, pos[i].next_offset);
+		ob_pgparams_text(&p, pos[i].cluster_id[0] != '\0' ? pos[i].cluster_id : NULL);
+		ob_pgparams_text(&p, pos[i].topic_id[0] != '\0' ? pos[i].topic_id : NULL);
 	}
 	st = exec(db, "store the inbox positions", sql, &p, NULL, error, error_len);
-	params_free(&p);
+	ob_pgparams_free(&p);
 	free(sql);
 	free(tail);
 	free(head);

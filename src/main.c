@@ -14,6 +14,7 @@
 #include "ob_build.h"
 #include "outboxd/check.h"
 #include "outboxd/config.h"
+#include "outboxd/dlqcmd.h"
 #include "outboxd/failover.h"
 #include "outboxd/http.h"
 #include "outboxd/inbox.h"
@@ -43,6 +44,8 @@ static const char usage_text[] =
     "  outboxd slot create [--if-not-exists] [--accept-gap] [-c FILE] [-s KEY=VALUE]...\n"
     "  outboxd slot drop|status [-c FILE] [-s KEY=VALUE]...\n"
     "  outboxd inbox  [-c FILE] [-s KEY=VALUE]...   consume Kafka into a Postgres inbox table\n"
+    "  outboxd dlq list | release KEY... [--topic T] [--include-failed]\n"
+    "            | redrive --id ID... | --since TIME   [-c FILE] [-s KEY=VALUE]...\n"
     "  outboxd --version | --help\n"
     "\n"
     "Options:\n"
@@ -177,6 +180,31 @@ static const struct command_help {
      "\n" COMMON_OPTIONS "\n"
      "Exit codes: 0 printed, 1 the slot does not exist or Postgres could not be\n"
      "reached (the message says which), 2 usage or configuration error.\n"},
+    {"dlq", NULL,
+     "Usage: outboxd dlq list | release KEY... [--topic TOPIC] [--include-failed]\n"
+     "                   | redrive --id ID... | --since TIME   [-c FILE] [-s KEY=VALUE]...\n"
+     "\n"
+     "The dead letters (outbox.dlq_topic) and, with outbox.on_bad_event = hold_key,\n"
+     "the keys held behind them (outboxd_held_keys and outboxd_held_events in the\n"
+     "outbox's schema).\n"
+     "\n"
+     "  list      print every held key (topic, key, reason, the dead letter it is held\n"
+     "            behind, its held events) and the dead letters by key and reason\n"
+     "  release   ask the running outboxd to publish the held events of each KEY (in\n"
+     "            every topic, or --topic's) to their own topics in commit order, then\n"
+     "            let the key's new events flow; waits until it did (or 60 s)\n"
+     "  redrive   publish the chosen dead letters to the topics they were for, with\n"
+     "            their key, headers and id (not held ones: release those)\n"
+     "\n" COMMON_OPTIONS "      --topic TOPIC        release: only the key's hold in TOPIC\n"
+     "      --include-failed     release: publish the dead letter the key was held\n"
+     "                           behind too (its cause is fixed), first\n"
+     "      --id ID              redrive: the dead letter whose id header is ID\n"
+     "                           (repeatable)\n"
+     "      --since TIME         redrive: every dead letter written since TIME (RFC\n"
+     "                           3339, e.g. 2026-11-29T10:00:00Z)\n"
+     "\n"
+     "Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage or\n"
+     "configuration error.\n"},
     {"inbox", NULL,
      "Usage: outboxd inbox [-c FILE] [-s KEY=VALUE]...\n"
      "\n"
@@ -200,6 +228,7 @@ typedef struct cli {
 	bool help;
 	bool if_not_exists; /* slot create --if-not-exists */
 	bool accept_gap;    /* slot create --accept-gap */
+	ob_dlq_args dlq;    /* dlq's arguments */
 } cli;
 
 /* One line on stderr: what went wrong, with arg (NULL: none). */
@@ -222,29 +251,72 @@ print_version(void)
 	printf("libpq %d.%d\n", pq / 10000, pq % 10000);
 }
 
-/* The help of c's command, or the general usage when none was named. */
+/* The help of c's command and subcommand (the command's own when its
+ * subcommand has none), or the general usage when none was named. */
 static void
 print_help(const cli *c)
 {
-	for (size_t i = 0; i < OB_ARRAY_LEN(command_help); i++) {
+	const char *text = usage_text;
+
+	for (size_t i = 0; c->command != NULL && i < OB_ARRAY_LEN(command_help); i++) {
 		const struct command_help *h = &command_help[i];
 
-		if (c->command != NULL && strcmp(h->command, c->command) == 0 &&
-		    (h->subcommand == NULL
-			 ? c->subcommand == NULL
-			 : c->subcommand != NULL && strcmp(h->subcommand, c->subcommand) == 0)) {
-			fputs(h->text, stdout);
-			return;
+		if (strcmp(h->command, c->command) != 0)
+			continue;
+		if (h->subcommand == NULL)
+			text = h->text;
+		else if (c->subcommand != NULL && strcmp(h->subcommand, c->subcommand) == 0) {
+			text = h->text;
+			break;
 		}
 	}
-	fputs(usage_text, stdout);
+	fputs(text, stdout);
+}
+
+/* dlq's subcommand and, for release, its keys (the rest of argv); the
+ * options each subcommand takes. Returns -1 to go on, or an exit code. */
+static int
+parse_dlq(int argc, char **argv, cli *c)
+{
+	const ob_dlq_args *a = &c->dlq;
+
+	if (optind < argc)
+		c->subcommand = argv[optind++];
+	else if (!c->help)
+		return usage_error("dlq needs list, release or redrive", NULL);
+	if (c->help)
+		return -1;
+	if (strcmp(c->subcommand, "release") == 0) {
+		c->dlq.keys = (const char **)&argv[optind];
+		c->dlq.keys_len = (size_t)(argc - optind);
+		optind = argc;
+		if (a->keys_len == 0)
+			return usage_error("dlq release needs at least one key", NULL);
+	} else if (strcmp(c->subcommand, "redrive") == 0) {
+		if ((a->ids_len > 0) == (a->since != NULL))
+			return usage_error("dlq redrive needs --id ID... or --since TIME", NULL);
+	} else if (strcmp(c->subcommand, "list") != 0) {
+		return usage_error("unknown dlq command", c->subcommand);
+	}
+	if ((a->topic != NULL || a->include_failed) && strcmp(c->subcommand, "release") != 0)
+		return usage_error("--topic and --include-failed belong to \"dlq release\"", NULL);
+	if ((a->ids_len > 0 || a->since != NULL) && strcmp(c->subcommand, "redrive") != 0)
+		return usage_error("--id and --since belong to \"dlq redrive\"", NULL);
+	return -1;
 }
 
 /* Parse argv into c. Returns -1 to go on, or an exit code. */
 static int
 parse_args(int argc, char **argv, cli *c)
 {
-	enum { OPT_IF_NOT_EXISTS = 256, OPT_ACCEPT_GAP };
+	enum {
+		OPT_IF_NOT_EXISTS = 256,
+		OPT_ACCEPT_GAP,
+		OPT_TOPIC,
+		OPT_INCLUDE_FAILED,
+		OPT_ID,
+		OPT_SINCE
+	};
 	static const struct option longopts[] = {
 	    {"config", required_argument, NULL, 'c'},
 	    {"set", required_argument, NULL, 's'},
@@ -252,12 +324,17 @@ parse_args(int argc, char **argv, cli *c)
 	    {"version", no_argument, NULL, 'V'},
 	    {"if-not-exists", no_argument, NULL, OPT_IF_NOT_EXISTS},
 	    {"accept-gap", no_argument, NULL, OPT_ACCEPT_GAP},
+	    {"topic", required_argument, NULL, OPT_TOPIC},
+	    {"include-failed", no_argument, NULL, OPT_INCLUDE_FAILED},
+	    {"id", required_argument, NULL, OPT_ID},
+	    {"since", required_argument, NULL, OPT_SINCE},
 	    {NULL, 0, NULL, 0},
 	};
 	int opt;
 	bool named = false;
 
 	c->overrides = ob_xcalloc((size_t)argc, sizeof(*c->overrides));
+	c->dlq.ids = ob_xcalloc((size_t)argc, sizeof(*c->dlq.ids));
 	opterr = 0; /* usage_error() says it, in one line */
 	while ((opt = getopt_long(argc, argv, ":c:s:hV", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -278,6 +355,18 @@ parse_args(int argc, char **argv, cli *c)
 			break;
 		case OPT_ACCEPT_GAP:
 			c->accept_gap = true;
+			break;
+		case OPT_TOPIC:
+			c->dlq.topic = optarg;
+			break;
+		case OPT_INCLUDE_FAILED:
+			c->dlq.include_failed = true;
+			break;
+		case OPT_ID:
+			c->dlq.ids[c->dlq.ids_len++] = optarg;
+			break;
+		case OPT_SINCE:
+			c->dlq.since = optarg;
 			break;
 		case ':':
 			return usage_error("option needs a value:", argv[optind - 1]);
@@ -300,6 +389,11 @@ parse_args(int argc, char **argv, cli *c)
 		if (c->subcommand != NULL && strcmp(c->subcommand, "create") != 0 &&
 		    strcmp(c->subcommand, "drop") != 0 && strcmp(c->subcommand, "status") != 0)
 			return usage_error("unknown slot command", c->subcommand);
+	} else if (strcmp(c->command, "dlq") == 0) {
+		int rc = parse_dlq(argc, argv, c);
+
+		if (rc >= 0)
+			return rc;
 	} else if (strcmp(c->command, "run") != 0 && strcmp(c->command, "check") != 0 &&
 		   strcmp(c->command, "inbox") != 0) {
 		return usage_error("unknown command", c->command);
@@ -368,7 +462,8 @@ log_startup(const ob_config *cfg)
 static bool
 settings_fit(const ob_config *cfg, const char *command)
 {
-	bool publisher_command = strcmp(command, "run") == 0 || strcmp(command, "slot") == 0;
+	bool publisher_command = strcmp(command, "run") == 0 || strcmp(command, "slot") == 0 ||
+				 strcmp(command, "dlq") == 0;
 
 	if (!ob_http_listen_valid(cfg->http.listen)) {
 		ob_error("invalid value \"%s\" for http.listen: expected host:port",
@@ -521,6 +616,7 @@ main(int argc, char **argv)
 
 	if (rc >= 0) {
 		free(c.overrides);
+		free(c.dlq.ids);
 		return rc;
 	}
 	inbox = strcmp(c.command, "inbox") == 0;
@@ -548,6 +644,8 @@ main(int argc, char **argv)
 		ob_pgconnect_one_shot();
 		if (strcmp(c.command, "check") == 0) {
 			rc = ob_check_run(&cfg, stdout);
+		} else if (strcmp(c.command, "dlq") == 0) {
+			rc = ob_dlqcmd_run(&cfg, c.subcommand, &c.dlq);
 		} else if (strcmp(c.subcommand, "create") == 0) {
 			/* Its backlog, when it has one, counts its events. */
 			ob_metrics_init(cfg.http.stall_after_ms, OB_METRICS_PUBLISHER,
@@ -560,5 +658,6 @@ main(int argc, char **argv)
 out:
 	ob_config_free(&cfg);
 	free(c.overrides);
+	free(c.dlq.ids);
 	return rc;
 }

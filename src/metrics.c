@@ -51,6 +51,8 @@ static struct {
 	atomic_uint_fast64_t slot_recoveries[OB_SLOT_LOSS_KINDS];
 	atomic_uint_fast64_t rows_deleted;
 	atomic_uint_fast64_t inflight;
+	atomic_uint_fast64_t held_keys;   /* on_bad_event = hold_key (hold.h) */
+	atomic_uint_fast64_t held_events;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;
 	atomic_uint_fast64_t server_wal_end;
@@ -251,6 +253,19 @@ ob_metrics_set_inflight(uint64_t n)
 {
 	atomic_store(&m.inflight, n);
 	note_waiting();
+}
+
+void
+ob_metrics_set_held(uint64_t keys, uint64_t events)
+{
+	atomic_store(&m.held_keys, keys);
+	atomic_store(&m.held_events, events);
+}
+
+uint64_t
+ob_metrics_held_keys(void)
+{
+	return atomic_load(&m.held_keys);
 }
 
 void
@@ -594,6 +609,13 @@ put_publisher(text *t)
 		    atomic_load(&m.rows_deleted));
 	put_gauge(t, "outboxd_inflight_events",
 		  "Events handed to the producer, not yet acknowledged.", atomic_load(&m.inflight));
+	put_gauge(t, "outboxd_held_keys",
+		  "Keys held behind a dead letter (outbox.on_bad_event = hold_key).",
+		  atomic_load(&m.held_keys));
+	put_gauge(t, "outboxd_held_events",
+		  "Events held in the dead-letter topic behind their key's dead letter, until "
+		  "released.",
+		  atomic_load(&m.held_events));
 	put_gauge(t, "outboxd_confirmed_lsn", "WAL position confirmed to the slot (bytes).",
 		  confirmed);
 	put_gauge(t, "outboxd_received_lsn", "WAL position of the latest record received (bytes).",

@@ -652,13 +652,13 @@ map_fields(ob_mapper *m, const field_source *src, ob_lsn lsn, int64_t commit_ms,
 		f.has_type = put_field(ev, src, cfg->outbox.type_column, &f.type) == FIELD_OK;
 	put_payload(ev, src, cfg->outbox.payload_column, &bad);
 	f.headers_ok = headers_text(m, src, &f.headers, &f.headers_len);
-	if (bad.reason == NULL &&
-	    !put_template(ev, src, cfg->outbox.topic, false, &ev->topic, missing, sizeof(missing)))
+	/* Also for a bad event, whose dead letter names it (note_bad() keeps
+	 * the first reason). */
+	if (!put_template(ev, src, cfg->outbox.topic, false, &ev->topic, missing, sizeof(missing)))
 		note_bad(&bad, "missing-topic-column",
 			 "topic template %s names column %s, which is missing or null",
 			 cfg->outbox.topic, missing);
-	else if (bad.reason == NULL &&
-		 !ob_topic_name_valid(ob_event_ptr(ev, ev->topic), ev->topic.len, false))
+	else if (!ob_topic_name_valid(ob_event_ptr(ev, ev->topic), ev->topic.len, false))
 		note_bad(&bad, "bad-topic",
 			 "topic template %s gives \"%.*s\", which is not a Kafka topic name (at "
 			 "most %d of a-z, A-Z, 0-9, '.', '_' and '-')",

@@ -259,24 +259,47 @@ ob_pgsql_format(ob_pgconn *c, const char *template, ...)
 	return sql;
 }
 
-bool
-ob_pgsql_command(ob_pgconn *c, ob_log_level level, const char *what, const char *template, ...)
+/* ob_pgsql_command_count() with its arguments in ap. */
+static bool
+vcommand(ob_pgconn *c, ob_log_level level, const char *what, long long *affected,
+	 const char *template, va_list ap)
 {
-	va_list ap;
-	char *sql;
+	char *sql = vformat(c, template, ap);
 	char err[1024];
-	ob_pgres *res;
-	bool ok;
+	ob_pgres *res = ob_pgsql_exec(c, sql);
+	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
 
-	va_start(ap, template);
-	sql = vformat(c, template, ap);
-	va_end(ap);
-	res = ob_pgsql_exec(c, sql);
-	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	if (ok && affected != NULL)
+		*affected = ob_pgres_affected(res);
 	if (!ok)
 		ob_log(level, "could not %s: %s", what, ob_pgres_error(res, err, sizeof(err)));
 	PQclear(res);
 	free(sql);
+	return ok;
+}
+
+bool
+ob_pgsql_command(ob_pgconn *c, ob_log_level level, const char *what, const char *template, ...)
+{
+	va_list ap;
+	bool ok;
+
+	va_start(ap, template);
+	ok = vcommand(c, level, what, NULL, template, ap);
+	va_end(ap);
+	return ok;
+}
+
+bool
+ob_pgsql_command_count(ob_pgconn *c, ob_log_level level, const char *what, long long *affected,
+		       const char *template, ...)
+{
+	va_list ap;
+	bool ok;
+
+	va_start(ap, template);
+	ok = vcommand(c, level, what, affected, template, ap);
+	va_end(ap);
 	return ok;
 }
 
@@ -312,20 +335,18 @@ ob_pgsql_query_true(ob_pgconn *c, bool *out, const char *template, ...)
 	return ok;
 }
 
-bool
-ob_pgsql_query_row(ob_pgconn *c, ob_log_level level, const char *what, int columns, ob_pgres **res,
-		   const char *template, ...)
+/* ob_pgsql_query_row() (one_row) or ob_pgsql_query_rows() with its
+ * arguments in ap. */
+static bool
+vquery(ob_pgconn *c, ob_log_level level, const char *what, int columns, bool one_row,
+       ob_pgres **res, const char *template, va_list ap)
 {
-	va_list ap;
-	char *sql;
+	char *sql = vformat(c, template, ap);
 	char err[1024];
 	bool ok;
 
-	va_start(ap, template);
-	sql = vformat(c, template, ap);
-	va_end(ap);
 	*res = ob_pgsql_exec(c, sql);
-	ok = PQresultStatus(*res) == PGRES_TUPLES_OK && PQntuples(*res) == 1 &&
+	ok = PQresultStatus(*res) == PGRES_TUPLES_OK && (!one_row || PQntuples(*res) == 1) &&
 	     PQnfields(*res) == columns;
 	if (!ok) {
 		ob_log(level, "could not %s: %s", what,
@@ -336,6 +357,32 @@ ob_pgsql_query_row(ob_pgconn *c, ob_log_level level, const char *what, int colum
 		*res = NULL;
 	}
 	free(sql);
+	return ok;
+}
+
+bool
+ob_pgsql_query_row(ob_pgconn *c, ob_log_level level, const char *what, int columns, ob_pgres **res,
+		   const char *template, ...)
+{
+	va_list ap;
+	bool ok;
+
+	va_start(ap, template);
+	ok = vquery(c, level, what, columns, true, res, template, ap);
+	va_end(ap);
+	return ok;
+}
+
+bool
+ob_pgsql_query_rows(ob_pgconn *c, ob_log_level level, const char *what, int columns, ob_pgres **res,
+		    const char *template, ...)
+{
+	va_list ap;
+	bool ok;
+
+	va_start(ap, template);
+	ok = vquery(c, level, what, columns, false, res, template, ap);
+	va_end(ap);
 	return ok;
 }
 

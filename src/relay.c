@@ -394,6 +394,7 @@ stream(relay *r)
 		}
 		if (!ob_delivery_serve(&r->d, 0, &out))
 			return out;
+		ob_hold_tick(&r->d.hold);
 		if (!send_status(r, false))
 			return OB_OUTCOME_LOST;
 
@@ -554,6 +555,14 @@ run_connection(relay *r)
 	ob_outcome out;
 	bool created;
 
+	switch (ob_hold_load(&r->d.hold)) {
+	case OB_PG_OK:
+		break;
+	case OB_PG_FATAL:
+		return OB_OUTCOME_HALT;
+	default:
+		return OB_OUTCOME_RETRY;
+	}
 	if (!r->streamed && (r->cfg->outbox.backlog_where[0] != '\0' || r->cutover.create_only)) {
 		if (!ob_cutover_run(&r->cutover, &created, &out))
 			return recover_or(r, out);
@@ -631,6 +640,7 @@ shut_down(relay *r)
 		r->stopping_query_until = 0;
 		if (!final_ok)
 			out = OB_OUTCOME_HALT;
+		ob_hold_flush(&r->d.hold);
 		confirmed = send_status(r, true);
 		save = confirmed && ob_slotsave_needed(ob_pgsql_server_version(r->pg));
 		if (!confirmed)

@@ -40,7 +40,10 @@ ob_lsn
 ob_tableset_confirmable(ob_tableset *ts)
 {
 	ob_lsn lsn = ob_acktrack_confirmable(&ts->deliveries->ack);
+	ob_lsn held = ob_hold_cap(&ts->deliveries->hold);
 
+	if (lsn > held)
+		lsn = held;
 	return lsn < ts->ceiling ? lsn : ts->ceiling;
 }
 

@@ -23,6 +23,7 @@
 typedef enum ob_bad_event_policy {
 	OB_BAD_EVENT_DLQ = 0,
 	OB_BAD_EVENT_HALT,
+	OB_BAD_EVENT_HOLD_KEY, /* the publisher: hold the key's later events (hold.h) */
 } ob_bad_event_policy;
 
 /* What `outboxd inbox` does with a stored position that cannot belong to
@@ -134,6 +135,8 @@ typedef struct ob_config {
 		char *topic;
 		char *message_prefix; /* "" means messages are not published */
 		ob_bad_event_policy on_bad_event;
+		int hold_max_keys;   /* hold_key: keys held at once, past which outboxd halts */
+		int hold_max_events; /* hold_key: events held at once, likewise */
 		char *dlq_topic;
 		char *backlog_where;    /* "" means no backlog when the slot is created */
 		int64_t retention_s;    /* published rows older are deleted (retention.h); 0: off */

@@ -34,6 +34,7 @@
 #include "outboxd/config.h"
 #include "outboxd/dlqueue.h"
 #include "outboxd/event.h"
+#include "outboxd/hold.h"
 #include "outboxd/metrics.h"
 #include "outboxd/outbox.h"
 #include "outboxd/outcome.h"
@@ -76,6 +77,7 @@ typedef struct ob_deliveries {
 	ob_dlqueue refused;    /* dead-letter records waiting to be produced */
 	ob_event dlq_ev;       /* a dead-letter record built for a refused record, reused */
 	ob_event small_ev;     /* a dead-letter record cut down to headers, reused */
+	ob_hold hold;          /* on_bad_event = hold_key: the held keys */
 
 	/* The open unit (its position is in replay). */
 	int64_t unit_commit_us;

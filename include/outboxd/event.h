@@ -77,9 +77,16 @@ typedef struct ob_record_view {
 /* Resolve an event into a view; valid until the event is next changed. */
 void ob_event_view(const ob_event *ev, ob_record_view *view);
 
+/* The dead-letter record's header naming the topic its record was for;
+ * and, on_bad_event = hold_key, the header of a held record naming the id
+ * of the dead letter it is held behind. */
+#define OB_DLQ_ORIGINAL_TOPIC "original-topic"
+#define OB_DLQ_HELD_BEHIND    "held_behind"
+
 /* Build in out the dead-letter record of a record the broker or client
  * refused for good: headers "error" and "source-lsn", then the original
- * headers, the original key and value. When value_too_large the value is
+ * headers, "original-topic" when orig has a topic (and a header is free),
+ * the original key and value. When value_too_large the value is
  * left out and a "payload-size" header says how large it was. out must not
  * be the event orig points into. */
 void ob_event_build_dlq(ob_event *out, const char *dlq_topic, const char *reason, const char *error,

@@ -83,6 +83,10 @@ void ob_metrics_slot_recovery(ob_slot_loss loss);
 /* Outbox rows deleted by retention (retention.h). */
 void ob_metrics_rows_deleted(uint64_t n);
 void ob_metrics_set_inflight(uint64_t n);
+/* outbox.on_bad_event = hold_key (hold.h): the keys held and their events;
+ * /readyz names the keys held while streaming. */
+void ob_metrics_set_held(uint64_t keys, uint64_t events);
+uint64_t ob_metrics_held_keys(void);
 /* A confirmed position other than the last one counts as progress. */
 void ob_metrics_set_lsns(ob_lsn confirmed, ob_lsn received, ob_lsn server_wal_end);
 /* The commit time (µs since the epoch) of the oldest transaction the relay

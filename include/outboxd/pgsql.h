@@ -81,11 +81,17 @@ char *ob_pgsql_format(ob_pgconn *c, const char *template, ...);
  * connection's last error). */
 bool ob_pgsql_query_row(ob_pgconn *c, ob_log_level level, const char *what, int columns,
 			ob_pgres **res, const char *template, ...) OB_MUST_CHECK;
+/* As ob_pgsql_query_row(), for any number of rows (none too). */
+bool ob_pgsql_query_rows(ob_pgconn *c, ob_log_level level, const char *what, int columns,
+			 ob_pgres **res, const char *template, ...) OB_MUST_CHECK;
 /* Run the command ob_pgsql_format() makes of template and its arguments;
  * false unless it succeeded, logged at level as "could not <what>: <the
  * server's error>" (and not kept as the connection's last error). */
 bool ob_pgsql_command(ob_pgconn *c, ob_log_level level, const char *what, const char *template,
 		      ...) OB_MUST_CHECK;
+/* As ob_pgsql_command(), setting *affected to the rows it changed. */
+bool ob_pgsql_command_count(ob_pgconn *c, ob_log_level level, const char *what, long long *affected,
+			    const char *template, ...) OB_MUST_CHECK;
 /* ob_pgsql_query_value() of the query ob_pgsql_format() makes of
  * template and its arguments. */
 bool ob_pgsql_query_valuef(ob_pgconn *c, char **out, const char *template, ...) OB_MUST_CHECK;

@@ -243,6 +243,11 @@ typedef struct expect {
 	{                                                                                          \
 		"error", s                                                                         \
 	}
+/* The topic the dead letter's record was for, last. */
+#define H_OT(t)                                                                                    \
+	{                                                                                          \
+		"original-topic", t                                                                \
+	}
 #define H_LSN(l)                                                                                   \
 	{                                                                                          \
 		"source-lsn", l                                                                    \
@@ -567,7 +572,8 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR,
+       H_OT("outbox.event.order")}}},
     {"missing key column",
      {NULL},
      NULL,
@@ -580,7 +586,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("missing"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("missing"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"null key and tombstone",
      {NULL},
      NULL,
@@ -593,7 +599,8 @@ static const row_case row_cases[] = {
       NULL,
       0,
       CREATED_MS,
-      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR,
+       H_OT("outbox.event.order")}}},
     {"null id",
      {NULL},
      NULL,
@@ -606,7 +613,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
+      {H_ERR("id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"missing id column",
      {NULL},
      NULL,
@@ -619,7 +626,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("missing"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
+      {H_ERR("missing"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"null key and null id",
      {NULL},
      NULL,
@@ -632,7 +639,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR}}},
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"invalid bytea hex",
      {NULL},
      NULL,
@@ -645,7 +652,7 @@ static const row_case row_cases[] = {
       "zz11",
       0,
       CREATED_MS,
-      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"odd-length bytea hex",
      {NULL},
      NULL,
@@ -658,7 +665,7 @@ static const row_case row_cases[] = {
       "abc",
       0,
       CREATED_MS,
-      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"bytea with the \\x prefix",
      {NULL},
      NULL,
@@ -671,7 +678,7 @@ static const row_case row_cases[] = {
       "\\xdead",
       0,
       CREATED_MS,
-      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR, H_OT("outbox.event.order")}}},
     {"headers an array",
      {NULL},
      NULL,
@@ -684,7 +691,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_OT("outbox.event.order")}}},
     {"headers a string",
      {NULL},
      NULL,
@@ -697,7 +704,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_OT("outbox.event.order")}}},
     {"headers a number",
      {NULL},
      NULL,
@@ -710,7 +717,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_OT("outbox.event.order")}}},
     {"headers not JSON",
      {NULL},
      NULL,
@@ -723,7 +730,7 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+      {H_ERR("headers"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_OT("outbox.event.order")}}},
     {"bad payload and bad headers",
      {NULL},
      NULL,
@@ -736,7 +743,7 @@ static const row_case row_cases[] = {
       "xyz0",
       0,
       CREATED_MS,
-      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE}}},
+      {H_ERR("payload"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_OT("outbox.event.order")}}},
     {"topic column null",
      {NULL},
      NULL,
@@ -775,7 +782,8 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("not a Kafka topic name"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("not a Kafka topic name"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR,
+       H_OT("outbox.event.order # hash")}}},
     {"dlq topic configured",
      {"outbox.dlq_topic=dead.letters"},
      NULL,
@@ -788,7 +796,8 @@ static const row_case row_cases[] = {
       PAYLOAD,
       0,
       CREATED_MS,
-      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR}}},
+      {H_ERR("aggregate_id"), H_LSN(ROW_LSN), H_ID, H_TYPE, H_N, H_TR,
+       H_OT("outbox.event.order")}}},
 };
 
 typedef ob_map_result (*map_fn)(ob_mapper *, const ob_w2j_record *, int64_t, ob_event *);
@@ -903,11 +912,12 @@ test_header_limit(void **state)
 			/* The object's members go in all or not at all. */
 			assert_int_equal(r, OB_MAP_DLQ);
 			assert_string_equal(ev.dlq_reason, "bad-headers");
-			assert_int_equal(v.headers_len, 4);
+			assert_int_equal(v.headers_len, 5);
 			assert_string_equal(v.header_names[0], "error");
 			assert_string_equal(v.header_names[1], "source-lsn");
 			assert_string_equal(v.header_names[2], "id");
 			assert_string_equal(v.header_names[3], "type");
+			assert_string_equal(v.header_names[4], "original-topic");
 			assert_true(v.has_key);
 			assert_true(v.has_value);
 		}
@@ -1058,7 +1068,7 @@ static const msg_case msg_cases[] = {
       "bad \\q escape",
       0,
       COMMIT_MS,
-      {H_ERR("payload"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE}}},
+      {H_ERR("payload"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE, H_OT("outbox.event.order")}}},
     {"trailing comma",
      {NULL},
      MSG_LSN,
@@ -1233,7 +1243,7 @@ static const msg_case msg_cases[] = {
       "{}",
       0,
       COMMIT_MS,
-      {H_ERR("headers"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE}}},
+      {H_ERR("headers"), H_LSN(MSG_LSN), {"id", "m1"}, H_TYPE, H_OT("outbox.event.order")}}},
     {"message with a null key",
      {NULL},
      MSG_LSN,
@@ -1247,7 +1257,7 @@ static const msg_case msg_cases[] = {
       "p",
       0,
       COMMIT_MS,
-      {H_ERR("aggregate_id"), H_LSN(MSG_LSN), {"id", "m1"}}}},
+      {H_ERR("aggregate_id"), H_LSN(MSG_LSN), {"id", "m1"}, H_OT("outbox.event.order")}}},
 };
 
 static void
@@ -1500,7 +1510,8 @@ test_build_dlq(void **state)
 				    H_ID,
 				    H_TYPE,
 				    H_N,
-				    H_TR}};
+				    H_TR,
+				    H_OT("outbox.event.order")}};
 
 		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "too-large",
 				   "Broker: Message size too large", 0x152D660, &view, true);
@@ -1508,15 +1519,15 @@ test_build_dlq(void **state)
 	}
 	/* Refused for another reason: the value is kept. */
 	{
-		const expect ex = {
-		    OB_MAP_DLQ,
-		    "refused",
-		    NULL,
-		    "o-1",
-		    PAYLOAD,
-		    0,
-		    CREATED_MS,
-		    {H_ERR("Topic authorization failed"), H_LSN("1/0"), H_ID, H_TYPE, H_N, H_TR}};
+		const expect ex = {OB_MAP_DLQ,
+				   "refused",
+				   NULL,
+				   "o-1",
+				   PAYLOAD,
+				   0,
+				   CREATED_MS,
+				   {H_ERR("Topic authorization failed"), H_LSN("1/0"), H_ID, H_TYPE,
+				    H_N, H_TR, H_OT("outbox.event.order")}};
 
 		ob_event_build_dlq(&out, cfg->outbox.dlq_topic, "refused",
 				   "Broker: Topic authorization failed", UINT64_C(0x100000000),
@@ -1533,8 +1544,9 @@ test_build_dlq(void **state)
 	/* A keyless tombstone stays keyless, without a value. */
 	{
 		ob_record_view bare;
-		const expect ex = {OB_MAP_DLQ, "refused", NULL, NULL,
-				   NULL,       0,         5,    {H_ERR("x"), H_LSN("0/10")}};
+		const expect ex = {
+		    OB_MAP_DLQ, "refused", NULL, NULL,
+		    NULL,       0,         5,    {H_ERR("x"), H_LSN("0/10"), H_OT("t")}};
 
 		memset(&bare, 0, sizeof(bare));
 		bare.topic = "t";

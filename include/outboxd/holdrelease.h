@@ -1,0 +1,57 @@
+/*
+ * holdrelease.h: publishing a held key's events on release (hold.h).
+ *
+ * About once a second the hold looks for a release asked for (the oldest
+ * mark first); then each step publishes the key's next OB_HOLDRELEASE_CHUNK
+ * held events in their stream order through a producer of its own
+ * (idempotent, with the gapless guarantee: a chunk is written in order or
+ * not past its first failure), waits for the broker's acknowledgement and
+ * deletes them. Failed events (the dead letters) are skipped unless the
+ * release includes them, and then published as the record they were (a bad
+ * event that never was one is skipped, with a warning). A record refused
+ * ends the release: the key stays held, the mark is cleared and the error
+ * kept in release_error for `outboxd dlq list` to show.
+ */
+#ifndef OUTBOXD_HOLDRELEASE_H
+#define OUTBOXD_HOLDRELEASE_H
+
+#include "outboxd/common.h"
+#include "outboxd/config.h"
+#include "outboxd/event.h"
+#include "outboxd/pgsql.h"
+#include "outboxd/producer.h"
+
+#define OB_HOLDRELEASE_CHUNK 1000
+
+typedef struct ob_holdrelease {
+	bool active;
+	char *topic;
+	char *key_hex;
+	bool include_failed;
+	char after_unit[32]; /* the last event released: (unit, index) */
+	char after_index[24];
+	long long released;
+	int64_t started_ms;
+	int64_t next_look_ms; /* when to look for a mark again */
+	ob_producer *producer;
+	size_t acked;    /* records of the chunk acknowledged */
+	char error[512]; /* the first refusal of the chunk ("" none) */
+	ob_event ev;     /* a record read back, reused */
+} ob_holdrelease;
+
+void ob_holdrelease_init(ob_holdrelease *r);
+void ob_holdrelease_free(ob_holdrelease *r);
+
+/* One step on p: look for a mark when none is active and it is time, or
+ * publish the active release's next chunk (*deleted: its held events
+ * deleted once acknowledged). *drained is set when the active release
+ * found no held event left: the caller ends it (the key's row and its
+ * place in the held set go together) with ob_holdrelease_end(). False
+ * (logged) on a failed query or a producer that could not be made; the
+ * step is tried again later. */
+bool ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool *drained,
+			 long long *deleted);
+/* The active release is over (done: the key was released). */
+void ob_holdrelease_end(ob_holdrelease *r, bool done);
+
+#endif

@@ -1,0 +1,346 @@
+/*
+ * hold.c: on_bad_event = hold_key (hold.h).
+ */
+#include "outboxd/hold.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outboxd/holdrec.h"
+#include "outboxd/log.h"
+#include "outboxd/metrics.h"
+#include "outboxd/pgsql.h"
+
+/* How long after a failed write the next is tried. */
+#define RETRY_MS 1000
+
+void
+ob_hold_init(ob_hold *h, const ob_config *cfg)
+{
+	memset(h, 0, sizeof(*h));
+	h->cfg = cfg;
+	h->on = cfg->outbox.on_bad_event == OB_BAD_EVENT_HOLD_KEY;
+	h->keys = json_object();
+	ob_event_init(&h->held_ev);
+	ob_holdrelease_init(&h->release);
+}
+
+void
+ob_hold_free(ob_hold *h)
+{
+	for (size_t i = 0; i < h->pending_len; i++)
+		ob_hold_row_free(&h->pending[i]);
+	free(h->pending);
+	json_decref(h->keys);
+	ob_event_free(&h->held_ev);
+	ob_holdrelease_free(&h->release);
+	ob_pgsql_close(h->conn);
+	memset(h, 0, sizeof(*h));
+}
+
+/* The held set's name of (topic, key hex): "<topic>\x1f<key hex>". */
+static char *
+set_name(const char *topic, size_t topic_len, const char *key_hex)
+{
+	return ob_xasprintf("%.*s\x1f%s", (int)topic_len, topic, key_hex);
+}
+
+static char *
+hex_of(const void *data, size_t len)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *b = data;
+	char *hex = ob_xmalloc(2 * len + 1);
+
+	for (size_t i = 0; i < len; i++) {
+		hex[2 * i] = digits[b[i] >> 4];
+		hex[2 * i + 1] = digits[b[i] & 15];
+	}
+	hex[2 * len] = '\0';
+	return hex;
+}
+
+static void
+publish_gauges(const ob_hold *h)
+{
+	ob_metrics_set_held(json_object_size(h->keys), (uint64_t)h->events + h->pending_len);
+}
+
+/* A connection of the hold's own, made when missing. */
+static ob_pg_status
+connection(ob_hold *h)
+{
+	if (h->conn != NULL && ob_pgsql_connected(h->conn))
+		return OB_PG_OK;
+	ob_pgsql_close(h->conn);
+	h->conn = NULL;
+	return ob_pgsql_connect(h->cfg, OB_PGCONN_PLAIN, &h->conn);
+}
+
+/* Write the waiting rows; false (logged once while failing) when they
+ * could not be. */
+static bool
+write_pending(ob_hold *h)
+{
+	long long inserted = 0;
+
+	if (h->pending_len == 0)
+		return true;
+	if (ob_mono_ms() < h->next_try_ms)
+		return false;
+	if (connection(h) != OB_PG_OK ||
+	    !ob_holddb_write(h->conn, h->cfg, h->pending, h->pending_len,
+			     h->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, &inserted)) {
+		h->failing = true;
+		h->next_try_ms = ob_mono_ms() + RETRY_MS;
+		return false;
+	}
+	if (h->failing)
+		ob_info("wrote the held events again");
+	h->failing = false;
+	for (size_t i = 0; i < h->pending_len; i++)
+		ob_hold_row_free(&h->pending[i]);
+	h->pending_len = 0;
+	h->events += inserted;
+	publish_gauges(h);
+	return true;
+}
+
+ob_pg_status
+ob_hold_load(ob_hold *h)
+{
+	ob_pgres *res = NULL;
+	ob_pg_status st;
+
+	if (!h->on)
+		return OB_PG_OK;
+	if ((st = connection(h)) != OB_PG_OK || (st = ob_holddb_ready(h->conn, h->cfg)) != OB_PG_OK)
+		return st;
+	h->next_try_ms = 0;
+	if (!write_pending(h) || !ob_holddb_load(h->conn, h->cfg, &res, &h->events))
+		return OB_PG_RETRY;
+	json_object_clear(h->keys);
+	for (int i = 0; i < ob_pgres_rows(res); i++) {
+		const char *topic = ob_pgres_value(res, i, 0);
+		char *name = set_name(topic, strlen(topic), ob_pgres_value(res, i, 1));
+
+		json_object_set_new(h->keys, name, json_string(ob_pgres_value(res, i, 2)));
+		free(name);
+	}
+	ob_pgres_free(res);
+	if (!h->loaded && json_object_size(h->keys) > 0)
+		ob_warn("%zu keys are held (%lld events): outboxd dlq list shows them",
+			json_object_size(h->keys), h->events);
+	h->loaded = true;
+	publish_gauges(h);
+	return OB_PG_OK;
+}
+
+/* The held-behind id of (topic, key) when it is held, else NULL. */
+static const char *
+held_behind(const ob_hold *h, const char *topic, size_t topic_len, const void *key, size_t key_len)
+{
+	char *hex, *name;
+	json_t *v;
+
+	if (json_object_size(h->keys) == 0)
+		return NULL;
+	hex = hex_of(key, key_len);
+	name = set_name(topic, topic_len, hex);
+	v = json_object_get(h->keys, name);
+	free(name);
+	free(hex);
+	return v != NULL ? json_string_value(v) : NULL;
+}
+
+/* A new row to write, zeroed; its place in the stream set. */
+static ob_hold_row *
+new_row(ob_hold *h, const char *topic, size_t topic_len, const void *key, size_t key_len,
+	ob_pos unit, uint64_t index, ob_lsn lsn)
+{
+	ob_hold_row *r;
+
+	if (h->pending_len == h->pending_cap) {
+		h->pending_cap = h->pending_cap ? 2 * h->pending_cap : 64;
+		h->pending = ob_xrealloc(h->pending, h->pending_cap * sizeof(*h->pending));
+	}
+	r = &h->pending[h->pending_len++];
+	memset(r, 0, sizeof(*r));
+	r->topic = ob_xstrndup(topic, topic_len);
+	r->key = ob_xmalloc(key_len + 1);
+	memcpy(r->key, key, key_len);
+	r->key_len = key_len;
+	r->unit = unit;
+	r->index = index;
+	r->lsn = lsn;
+	return r;
+}
+
+/* The record of view, encoded, into r. */
+static void
+keep_record(ob_hold_row *r, const ob_record_view *view)
+{
+	ob_holdrec_encode(view, &r->record, &r->record_len);
+}
+
+/* The id an event goes by: its id header (ce_id in CloudEvents' binary
+ * mode), else "" */
+static char *
+event_id(const ob_event *ev)
+{
+	size_t len;
+	const char *id = ob_event_find_header(ev, "id", &len);
+
+	if (id == NULL)
+		id = ob_event_find_header(ev, "ce_id", &len);
+	return ob_xstrndup(id != NULL ? id : "", id != NULL ? len : 0);
+}
+
+/* Halt past hold_max_events; true while under it. */
+static bool
+room_for_event(const ob_hold *h, ob_outcome *out)
+{
+	if (h->events + (long long)h->pending_len < h->cfg->outbox.hold_max_events)
+		return true;
+	ob_error("outbox.hold_max_events (%d) events are held: stopping without confirming "
+		 "further; release keys (outboxd dlq list, outboxd dlq release) or raise the limit",
+		 h->cfg->outbox.hold_max_events);
+	*out = OB_OUTCOME_HALT;
+	return false;
+}
+
+bool
+ob_hold_divert(ob_hold *h, const ob_event *ev, ob_pos unit, uint64_t index, ob_lsn lsn, bool *held,
+	       ob_outcome *out)
+{
+	const char *topic = ob_event_ptr(ev, ev->topic);
+	const char *key = ob_event_ptr(ev, ev->key);
+	const char *behind;
+	ob_record_view view;
+	ob_hold_row *r;
+	char error[512];
+
+	*held = false;
+	if (!h->on || !ev->has_key ||
+	    (behind = held_behind(h, topic, ev->topic.len, key, ev->key.len)) == NULL)
+		return true;
+	if (!room_for_event(h, out))
+		return false;
+	ob_event_view(ev, &view);
+	r = new_row(h, topic, ev->topic.len, key, ev->key.len, unit, index, lsn);
+	r->event_id = event_id(ev);
+	keep_record(r, &view);
+	snprintf(error, sizeof(error), "held behind dead letter %s: key held since it failed",
+		 behind);
+	ob_event_build_dlq(&h->held_ev, h->cfg->outbox.dlq_topic, "held", error, lsn, &view, false);
+	(void)ob_event_add_header(&h->held_ev, OB_DLQ_HELD_BEHIND, behind, strlen(behind));
+	*held = true;
+	publish_gauges(h);
+	return true;
+}
+
+bool
+ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig, ob_pos unit,
+		    uint64_t index, ob_lsn lsn, ob_outcome *out)
+{
+	size_t topic_len, error_len;
+	const char *topic = ob_event_find_header(dlq, OB_DLQ_ORIGINAL_TOPIC, &topic_len);
+	const char *error = ob_event_find_header(dlq, "error", &error_len);
+	const char *key = ob_event_ptr(dlq, dlq->key);
+	bool new_key;
+	ob_hold_row *r;
+	char *hex;
+
+	if (!h->on || topic == NULL || !dlq->has_key)
+		return true;
+	new_key = held_behind(h, topic, topic_len, key, dlq->key.len) == NULL;
+	if (new_key && json_object_size(h->keys) >= (size_t)h->cfg->outbox.hold_max_keys) {
+		ob_error("outbox.hold_max_keys (%d) keys are held and another event failed: "
+			 "stopping without confirming it; release keys (outboxd dlq list, outboxd "
+			 "dlq release) or raise the limit",
+			 h->cfg->outbox.hold_max_keys);
+		*out = OB_OUTCOME_HALT;
+		return false;
+	}
+	if (!room_for_event(h, out))
+		return false;
+	r = new_row(h, topic, topic_len, key, dlq->key.len, unit, index, lsn);
+	r->failed = true;
+	r->event_id = event_id(dlq);
+	if (orig != NULL)
+		keep_record(r, orig);
+	if (new_key) {
+		char *name;
+
+		hex = hex_of(key, dlq->key.len);
+		name = set_name(topic, topic_len, hex);
+		r->new_key = true;
+		r->behind = r->event_id[0] != '\0'
+				? ob_xstrdup(r->event_id)
+				: ob_xasprintf("at " OB_LSN_FMT, OB_LSN_ARGS(lsn));
+		r->reason = ob_xstrdup(dlq->dlq_reason ? dlq->dlq_reason : "");
+		r->error = ob_xstrndup(error ? error : "", error ? error_len : 0);
+		json_object_set_new(h->keys, name, json_string(r->behind));
+		ob_warn("holding key %s of topic %.*s behind dead letter %s (%s): its later events "
+			"go to the dead-letter topic until it is released",
+			hex, (int)topic_len, topic, r->behind, r->reason);
+		free(name);
+		free(hex);
+	}
+	publish_gauges(h);
+	return true;
+}
+
+ob_lsn
+ob_hold_cap(const ob_hold *h)
+{
+	/* A unit at position P is sent again by a stream started at any
+	 * confirmed position C with 2C < P (position.h). */
+	return h->pending_len == 0 ? UINT64_MAX : (h->pending[0].unit - 1) / 2;
+}
+
+/* The active release found nothing left: the key's row and its place in
+ * the held set go together. */
+static void
+end_release(ob_hold *h)
+{
+	ob_holdrelease *r = &h->release;
+	bool done = false;
+	char *name;
+
+	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, &done) || !done)
+		return;
+	name = set_name(r->topic, strlen(r->topic), r->key_hex);
+	json_object_del(h->keys, name);
+	free(name);
+	ob_holdrelease_end(r, true);
+	publish_gauges(h);
+}
+
+void
+ob_hold_tick(ob_hold *h)
+{
+	long long deleted = 0;
+	bool drained = false;
+
+	if (!h->on || !h->loaded)
+		return;
+	/* A release reads the table: what is held must be there first. */
+	if (!write_pending(h) && h->pending_len > 0)
+		return;
+	if (connection(h) != OB_PG_OK ||
+	    !ob_holdrelease_step(&h->release, h->conn, h->cfg, &drained, &deleted))
+		return;
+	h->events -= deleted;
+	if (drained)
+		end_release(h);
+	publish_gauges(h);
+}
+
+void
+ob_hold_flush(ob_hold *h)
+{
+	h->next_try_ms = 0;
+	(void)write_pending(h);
+}
