@@ -107,7 +107,8 @@ ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *ev
 {
 	ob_pgres *count = NULL;
 	bool ok = ob_pgsql_query_row(p, OB_LOG_ERROR, "count the held events", 1, &count,
-				     "SELECT count(*) FROM " EVENTS_SQL " WHERE slot_name = %L",
+				     "SELECT count(*) FROM " EVENTS_SQL
+				     " WHERE slot_name = %L AND NOT failed",
 				     cfg->outbox.schema, cfg->pg.slot);
 
 	*res = NULL;
@@ -122,17 +123,18 @@ ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *ev
 }
 
 /* Run sql with p's parameters; false (logged at level as "could not
- * <what>") unless it succeeded. *affected: the rows it changed. */
+ * <what>") unless it succeeded. *held (may be NULL) counts the rows it
+ * returned whose first column is false: held events, not dead letters. */
 static bool
 run(ob_pgconn *c, ob_log_level level, const char *what, const char *sql, ob_pgparams *p,
-    long long *affected)
+    long long *held)
 {
 	ob_pgres *res = ob_pgparams_exec(c, sql, p);
 	bool ok = ob_pgres_command(res) || ob_pgres_tuples(res);
 	char buf[512];
 
-	if (ok && affected != NULL)
-		*affected += ob_pgres_affected(res);
+	for (int i = 0; ok && held != NULL && i < ob_pgres_rows(res); i++)
+		*held += !ob_pgres_true(res, i, 0);
 	if (!ok)
 		ob_log(level, "could not %s: %s", what, ob_pgres_error(res, buf, sizeof(buf)));
 	ob_pgres_free(res);
@@ -201,7 +203,7 @@ insert_sql(ob_pgconn *c, const ob_config *cfg, const ob_hold_row *rows, size_t f
 		   "ON CONFLICT DO NOTHING"
 		 : "INSERT INTO " EVENTS_SQL " (slot_name, topic, key, unit, event_index, failed, "
 					     "event_id, lsn, record) VALUES "
-		   "%s ON CONFLICT DO NOTHING",
+		   "%s ON CONFLICT DO NOTHING RETURNING failed",
 	    cfg->outbox.schema, values);
 	free(values);
 	return sql;
@@ -273,11 +275,18 @@ bool
 ob_holddb_delete_events(ob_pgconn *p, const ob_config *cfg, const char *topic, const char *key_hex,
 			const char *unit, const char *index, long long *deleted)
 {
-	return ob_pgsql_command_count(
-	    p, OB_LOG_ERROR, "delete released events", deleted,
+	ob_pgres *res = NULL;
+	bool ok = ob_pgsql_query_rows(
+	    p, OB_LOG_ERROR, "delete released events", 1, &res,
 	    "DELETE FROM " EVENTS_SQL " WHERE slot_name = %L AND topic = %L AND key = "
-	    "decode(%L, 'hex') AND (unit, event_index) <= (%L::numeric, %L::bigint)",
+	    "decode(%L, 'hex') AND (unit, event_index) <= (%L::numeric, %L::bigint) RETURNING failed",
 	    cfg->outbox.schema, cfg->pg.slot, topic, key_hex, unit, index);
+
+	*deleted = 0;
+	for (int i = 0; ok && i < ob_pgres_rows(res); i++)
+		*deleted += !ob_pgres_true(res, i, 0);
+	ob_pgres_free(res);
+	return ok;
 }
 
 bool

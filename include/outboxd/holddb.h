@@ -72,7 +72,8 @@ bool ob_holddb_next_release(ob_pgconn *p, const ob_config *cfg, bool *found, ob_
 bool ob_holddb_read_events(ob_pgconn *p, const ob_config *cfg, const char *topic,
 			   const char *key_hex, const char *after_unit, const char *after_index,
 			   int limit, ob_pgres **res);
-/* Delete the held events of (topic, key) up to (unit, index); *deleted. */
+/* Delete the held events of (topic, key) up to (unit, index); *deleted:
+ * the held ones among them (not the failed ones). */
 bool ob_holddb_delete_events(ob_pgconn *p, const ob_config *cfg, const char *topic,
 			     const char *key_hex, const char *unit, const char *index,
 			     long long *deleted);

@@ -1,0 +1,164 @@
+"""outbox.on_bad_event = hold_key (deploy/README.md, "Held keys and dead
+letters"): once an event of a key is dead-lettered, the key's later events
+go to the dead-letter topic too, held behind it, until `outboxd dlq
+release` publishes them to their topic in commit order; other keys flow.
+The held set lives in the outbox database and survives restarts, kill -9
+and promotions."""
+
+import json
+import os
+import time
+
+import harness
+from harness import free_port, header, wait_until
+from test_faults import make_topic, nullable_outbox, scrape, wait_streaming
+
+DECODERS = ("wal2json", "pgoutput")
+
+
+class Keys:
+    """Rows of one aggregate type into a nullable outbox table, each with
+    an id telling its key and its place: "<key>-<n>"."""
+
+    def __init__(self, pg, table, agg):
+        self.pg = pg
+        self.table = table
+        self.agg = agg
+        self.n = {}
+
+    def row(self, key, bad=False, payload=None):
+        """Commits one row of key; bad: headers that are not an object (a
+        bad event with a key and a topic). Returns its id."""
+        self.n[key] = self.n.get(key, 0) + 1
+        eid = "%s-%d" % (key, self.n[key])
+        self.pg.sql("INSERT INTO %s (id, aggregate_type, aggregate_id, "
+                    "event_type, payload, headers) VALUES (%%s, %%s, %%s, "
+                    "'held.x', %%s::jsonb, %%s::jsonb)" % self.table,
+                    (eid, self.agg, key,
+                     payload if payload is not None else json.dumps({"n": eid}),
+                     "[1, 2]" if bad else None))
+        return eid
+
+    def many(self, key, n):
+        """Commits n rows of key in one transaction; returns their ids."""
+        ids = []
+        rows = []
+        for _ in range(n):
+            self.n[key] = self.n.get(key, 0) + 1
+            eid = "%s-%d" % (key, self.n[key])
+            ids.append(eid)
+            rows.append((eid, self.agg, key, json.dumps({"n": eid})))
+        conn = self.pg.connect()
+        with conn, conn.cursor() as cur:
+            import psycopg2.extras
+            psycopg2.extras.execute_values(
+                cur, "INSERT INTO %s (id, aggregate_type, aggregate_id, "
+                "event_type, payload) VALUES %%s" % self.table,
+                [(e, a, k, "held.x", p) for e, a, k, p in rows],
+                template="(%s, %s, %s, %s, %s::jsonb)")
+        conn.close()
+        return ids
+
+
+def ids_by_key(records):
+    """{key: [ids in the order they arrived]}."""
+    out = {}
+    for r in records:
+        out.setdefault(r["key"], []).append(header(r, "id").decode())
+    return out
+
+
+def first_occurrences_in_order(got, expected):
+    """Every expected id arrived, and their first arrivals are in
+    expected's order (a release replayed after a crash may repeat a
+    suffix, never put a later event first)."""
+    firsts = []
+    for eid in got:
+        if eid not in firsts:
+            firsts.append(eid)
+    assert firsts == expected, (firsts, expected)
+
+
+def hold_config(table, port=None, **outbox):
+    o = {"table": table, "on_bad_event": "hold_key"}
+    o.update(outbox)
+    cfg = {"outbox": o}
+    if port is not None:
+        cfg["http"] = {"listen": "127.0.0.1:%d" % port}
+    return cfg
+
+
+def held_rows(pg, slot):
+    return pg.sql("SELECT count(*) FROM public.outboxd_held_events WHERE "
+                  "slot_name = %s", (slot,))[0][0]
+
+
+def test_bad_event_holds_its_key_until_released(pg, broker, consumer,
+                                                outboxd_factory, slot_name,
+                                                test_id):
+    """Key A's third event is bad: A's fourth and fifth go to the
+    dead-letter topic held behind it (header held_behind = its id), key B's
+    five flow; the hold survives a restart (A's sixth is held too); `dlq
+    list` shows it; `dlq release A` publishes A's fourth to sixth to A's
+    topic after its second, skipping the bad one, and A's next event
+    follows them; the tables are empty then."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "hold_%s" % test_id
+    topic = make_topic(broker, agg)
+    port = free_port()
+    d = outboxd_factory(hold_config(table, port))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 4)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a, b = "A-%s" % test_id, "B-%s" % test_id
+    for i in range(5):
+        k.row(a, bad=(i == 2))
+        k.row(b)
+
+    got = ids_by_key(consumer.collect([topic], 7, timeout=30))
+    assert got == {a: [a + "-1", a + "-2"],
+                   b: ["%s-%d" % (b, i) for i in range(1, 6)]}, got
+    dead = consumer.collect([dlq], 3, timeout=30)
+    assert [header(r, "id").decode() for r in dead] == \
+        [a + "-3", a + "-4", a + "-5"], dead
+    assert header(dead[0], "held_behind") is None
+    assert header(dead[0], "original-topic") == topic.encode()
+    for r in dead[1:]:
+        assert header(r, "held_behind") == (a + "-3").encode(), r["headers"]
+        assert r["key"] == a and header(r, "original-topic") == topic.encode()
+    wait_until(lambda: scrape(port).get("outboxd_held_keys") == 1 and
+               scrape(port).get("outboxd_held_events") == 2, 10, 0.2,
+               "held gauges")
+    rc, out, err = d.run_cmd(["dlq", "list"])
+    assert rc == 0, out + err
+    assert "held keys: 1" in out and a in out and "held events  2" in out, out
+
+    d.stop()
+    d = outboxd_factory(hold_config(table, port))
+    wait_streaming(pg, slot_name)
+    k.row(a)
+    k.row(b)
+    more = consumer.collect([dlq], 4, timeout=30)
+    assert [header(r, "id").decode() for r in more][-1] == a + "-6", more
+    assert [header(r, "id").decode() for r in
+            consumer.collect([topic], 8, timeout=30)][-1] == b + "-6"
+
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    k.row(a)
+    got = ids_by_key(consumer.collect([topic], 12, timeout=30))
+    assert got == {a: [a + "-%d" % i for i in (1, 2, 4, 5, 6, 7)],
+                   b: ["%s-%d" % (b, i) for i in range(1, 7)]}, got
+    wait_until(lambda: scrape(port).get("outboxd_held_keys") == 0, 10, 0.2)
+    assert held_rows(pg, slot_name) == 0
+    assert d.running(), d.log_tail()
+
+
+def test_release_of_a_key_not_held_exits_1(pg, broker, outboxd_factory,
+                                           slot_name, test_id):
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    d = outboxd_factory(hold_config(table))
+    wait_streaming(pg, slot_name)
+    rc, out, err = d.run_cmd(["dlq", "release", "nobody"])
+    assert rc == 1 and "is not held" in out + err, out + err
