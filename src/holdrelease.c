@@ -211,13 +211,19 @@ ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool 
 		*drained = true;
 	} else if (!publish_chunk(r, res)) {
 		refuse(r, p, cfg);
-	} else if (ob_holddb_delete_events(p, cfg, r->topic, r->key_hex,
-					   ob_pgres_value(res, last, 0),
-					   ob_pgres_value(res, last, 1), deleted)) {
-		snprintf(r->after_unit, sizeof(r->after_unit), "%s", ob_pgres_value(res, last, 0));
-		snprintf(r->after_index, sizeof(r->after_index), "%s",
-			 ob_pgres_value(res, last, 1));
-		r->released += *deleted;
+	} else {
+		/* Published, not yet deleted: a crash here publishes the chunk
+		 * again, after what it published. */
+		ob_runtime_crash_point("release-published");
+		if (ob_holddb_delete_events(p, cfg, r->topic, r->key_hex,
+					    ob_pgres_value(res, last, 0),
+					    ob_pgres_value(res, last, 1), deleted)) {
+			snprintf(r->after_unit, sizeof(r->after_unit), "%s",
+				 ob_pgres_value(res, last, 0));
+			snprintf(r->after_index, sizeof(r->after_index), "%s",
+				 ob_pgres_value(res, last, 1));
+			r->released += *deleted;
+		}
 	}
 	ob_pgres_free(res);
 	return true;

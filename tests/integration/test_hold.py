@@ -6,8 +6,7 @@ The held set lives in the outbox database and survives restarts, kill -9
 and promotions."""
 
 import json
-import os
-import time
+import subprocess
 
 import harness
 from harness import free_port, header, wait_until
@@ -141,8 +140,8 @@ def test_bad_event_holds_its_key_until_released(pg, broker, consumer,
     k.row(b)
     more = consumer.collect([dlq], 4, timeout=30)
     assert [header(r, "id").decode() for r in more][-1] == a + "-6", more
-    assert [header(r, "id").decode() for r in
-            consumer.collect([topic], 8, timeout=30)][-1] == b + "-6"
+    assert ids_by_key(consumer.collect([topic], 8, timeout=30))[b][-1] == \
+        b + "-6"
 
     rc, out, err = d.run_cmd(["dlq", "release", a])
     assert rc == 0, out + err
@@ -162,3 +161,102 @@ def test_release_of_a_key_not_held_exits_1(pg, broker, outboxd_factory,
     wait_streaming(pg, slot_name)
     rc, out, err = d.run_cmd(["dlq", "release", "nobody"])
     assert rc == 1 and "is not held" in out + err, out + err
+
+
+def test_refused_record_holds_its_key_and_a_failed_release_keeps_it(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A record the client refuses (3 MB, past message.max.bytes) holds its
+    key too. A release that includes it is refused again: the key stays
+    held, `dlq list` says why, the command exits 1. Released without it,
+    the held events follow in order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "big_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 4)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    k.row(a)
+    k.row(a, payload=json.dumps({"blob": "x" * (3 * 1024 * 1024)}))
+    k.row(a)
+    k.row(a)
+    dead = consumer.collect([dlq], 3, timeout=30)
+    assert [header(r, "id").decode() for r in dead] == \
+        [a + "-2", a + "-3", a + "-4"], dead
+    assert header(dead[0], "payload-size") is not None
+    assert header(dead[1], "held_behind") == (a + "-2").encode()
+
+    rc, out, err = d.run_cmd(["dlq", "release", "--include-failed", a])
+    assert rc == 1 and "could not release" in out + err, out + err
+    rc, out, _ = d.run_cmd(["dlq", "list"])
+    assert "held keys: 1" in out and "release      failed" in out, out
+    assert d.running(), d.log_tail()
+
+    rc, out, err = d.run_cmd(["dlq", "release", a, "--topic", topic])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 3, timeout=30))
+    assert got == {a: [a + "-1", a + "-3", a + "-4"]}, got
+
+
+def test_kill9_during_a_release_loses_and_reorders_nothing(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """2,500 events held behind a bad one (three chunks of a release), then
+    the release: killed right after its first chunk was acknowledged and
+    before it was deleted. Started again, the release goes on by itself:
+    every held event reaches the topic, their first arrivals in commit
+    order (the chunk in flight may come twice), and the key's next event
+    after them."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "kill_%s" % test_id
+    topic = make_topic(broker, agg)
+    env = {"OUTBOXD_TEST_CRASH_AT": "release-published"}
+    d = outboxd_factory(hold_config(table), env=env)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    first = k.row(a)
+    k.row(a, bad=True)
+    held = k.many(a, 2500)
+    wait_until(lambda: held_rows(pg, slot_name) == 2501, 60, 0.2,
+               "the held events written")
+    asking = subprocess.Popen([d.binary, "dlq", "release", a, "-c",
+                               d.config_path], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        assert d.wait(30) == -9, d.log_tail()  # right after the first chunk
+    finally:
+        asking.kill()
+        asking.wait()
+    # Its first chunk (the bad event and 999 held ones) was published, not
+    # deleted.
+    assert held_rows(pg, slot_name) == 2501
+    assert len(consumer.collect([topic], 1000, timeout=30, settle=0.5)) == 1000
+    d = outboxd_factory(hold_config(table))
+    wait_until(lambda: held_rows(pg, slot_name) == 0, 60, 0.2,
+               "the release finished")
+    last = k.row(a)
+    got = ids_by_key(consumer.collect([topic], 2503, timeout=60))[a]
+    assert got[0] == first and got[-1] == last, (got[:3], got[-3:])
+    first_occurrences_in_order(got, [first] + held + [last])
+    assert len(got) <= 2502 + 1000, len(got)
+    assert d.running(), d.log_tail()
+
+
+def test_past_hold_max_keys_it_halts(pg, broker, consumer, outboxd_factory,
+                                    slot_name, test_id):
+    """outbox.hold_max_keys = 1: a second key's bad event stops outboxd
+    (exit 1) without confirming it; started again it stops again there."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "max_%s" % test_id
+    make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table, hold_max_keys=1))
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    k.row("A", bad=True)
+    k.row("B", bad=True)
+    assert d.wait(30) == 1, d.log_tail()
+    assert "outbox.hold_max_keys (1) keys are held" in d.log_text()
+    d = outboxd_factory(hold_config(table, hold_max_keys=1))
+    assert d.wait(30) == 1, d.log_tail()
