@@ -7,9 +7,13 @@ and promotions."""
 
 import json
 import subprocess
+import time
 
-import harness
+import pytest
+
+from conftest import UNSET
 from harness import free_port, header, wait_until
+from test_failover import both_hosts, pair  # noqa: F401 (a fixture)
 from test_faults import make_topic, nullable_outbox, scrape, wait_streaming
 
 DECODERS = ("wal2json", "pgoutput")
@@ -260,3 +264,88 @@ def test_past_hold_max_keys_it_halts(pg, broker, consumer, outboxd_factory,
     assert "outbox.hold_max_keys (1) keys are held" in d.log_text()
     d = outboxd_factory(hold_config(table, hold_max_keys=1))
     assert d.wait(30) == 1, d.log_tail()
+
+
+def test_broker_refusal_holds_its_key_and_release_can_include_it(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker refuses A's first record (INVALID_TIMESTAMP, twice: with
+    its batch, then alone): it is dead-lettered and A held; A's next two
+    are held, B flows. Once the cause is gone, `dlq release
+    --include-failed A` publishes the refused record first, then the held
+    ones, in commit order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "brk_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a, b = "A-%s" % test_id, "B-%s" % test_id
+    assert broker.cmd("error 0 INVALID_TIMESTAMP 2") == "ok"
+    k.row(a)
+    dead = consumer.collect([dlq], 1, timeout=30, settle=0.5)
+    assert [header(r, "id").decode() for r in dead] == [a + "-1"], dead
+    k.row(a)
+    k.row(b)
+    k.row(a)
+    dead = consumer.collect([dlq], 3, timeout=30)
+    assert [(header(r, "id").decode(), header(r, "held_behind"))
+            for r in dead] == [(a + "-1", None),
+                               (a + "-2", (a + "-1").encode()),
+                               (a + "-3", (a + "-1").encode())], dead
+    assert ids_by_key(consumer.collect([topic], 1, timeout=30)) == \
+        {b: [b + "-1"]}
+    rc, out, err = d.run_cmd(["dlq", "release", "--include-failed", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 4, timeout=30))
+    assert got == {a: [a + "-1", a + "-2", a + "-3"], b: [b + "-1"]}, got
+
+
+@pytest.mark.decoders("wal2json")
+def test_held_keys_survive_a_promotion(pair, broker, consumer,
+                                       outboxd_factory, test_id, slot_name):
+    """A key held on the primary is held on its promoted standby: the held
+    tables travel with physical replication. After the primary's kill -9
+    and the promotion, the same outboxd recovers its slot there (15 and
+    16: from the outbox table), A's next event is held too, and a release
+    on the new primary publishes A's held events after A's first, in
+    commit order."""
+    primary, standby = pair
+    agg = "pro_%s" % test_id
+    topic = make_topic(broker, agg)
+    table = nullable_outbox(primary, "obx_%s" % test_id)
+    d = outboxd_factory({"postgres": {"conninfo": both_hosts(primary,
+                                                             standby)},
+                         "outbox": {"table": table,
+                                    "on_bad_event": "hold_key",
+                                    "message_prefix": UNSET}},
+                        env={"OUTBOXD_TEST_RECPOINT_MS": "1000"})
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)
+    d.wait_log(r"streaming from slot", 40)
+    k = Keys(primary, table, agg)
+    a = "A-%s" % test_id
+    first = k.row(a)
+    k.row(a, bad=True)
+    held = [k.row(a)]
+    dead = consumer.collect([dlq], 2, timeout=30)
+    assert [header(r, "id").decode() for r in dead] == \
+        [a + "-2", a + "-3"], dead
+    wait_until(lambda: held_rows(standby, slot_name) == 2, 30, 0.2,
+               "the held events on the standby")
+    time.sleep(2)  # a recovery point past them
+    primary.kill9()
+    standby.promote()
+    k.pg = standby
+    wait_until(lambda: k.pg.sql("SELECT NOT pg_is_in_recovery()")[0][0],
+               30, 0.2, "the promotion")
+    held.append(k.row(a))
+    wait_until(lambda: held_rows(standby, slot_name) >= 3, 90, 0.5,
+               "A's next event held on the new primary")
+    assert d.running(), d.log_tail()
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 3, timeout=30))[a]
+    first_occurrences_in_order(got, [first] + held)
+    assert held_rows(standby, slot_name) == 0
