@@ -155,3 +155,35 @@ ALTER TABLE public.outboxd_slots
     ADD COLUMN IF NOT EXISTS deletes_own bigint,
     ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz,
     ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz;
+
+-- The keys outbox.on_bad_event = hold_key holds behind a dead letter, and
+-- their held events (deploy/README.md, "Held keys and dead letters").
+-- outboxd creates these itself when its role may; `outboxd dlq release`
+-- marks a key's row (release_requested_at) and the running outboxd
+-- publishes its held events, then deletes both.
+CREATE TABLE IF NOT EXISTS public.outboxd_held_keys (
+    slot_name text NOT NULL,
+    topic text NOT NULL,
+    key bytea NOT NULL,
+    held_behind text NOT NULL,
+    reason text NOT NULL,
+    error text NOT NULL,
+    held_at timestamptz NOT NULL DEFAULT now(),
+    release_requested_at timestamptz,
+    release_include_failed boolean NOT NULL DEFAULT false,
+    release_error text,
+    PRIMARY KEY (slot_name, topic, key)
+);
+CREATE TABLE IF NOT EXISTS public.outboxd_held_events (
+    slot_name text NOT NULL,
+    topic text NOT NULL,
+    key bytea NOT NULL,
+    unit numeric NOT NULL,
+    event_index bigint NOT NULL,
+    failed boolean NOT NULL,
+    event_id text NOT NULL,
+    lsn pg_lsn NOT NULL,
+    record bytea,
+    held_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot_name, topic, key, unit, event_index)
+);

@@ -34,6 +34,13 @@
 --                from a slot lost in a failover (deploy/README.md, "Failover"),
 --                and keeps the slot's recovery point (updated every few
 --                seconds while outboxd streams; "The recovery point").
+--   SELECT, INSERT, UPDATE, DELETE on public.outboxd_held_keys and
+--                public.outboxd_held_events
+--                with outbox.on_bad_event = hold_key: the held keys and
+--                their events (deploy/README.md, "Held keys and dead
+--                letters"). An operator's role that runs `outboxd dlq
+--                release` needs SELECT and UPDATE on outboxd_held_keys and
+--                SELECT on outboxd_held_events.
 --   CONNECT on the database
 --                granted to PUBLIC by default; granted explicitly below in
 --                case it was revoked.
@@ -83,6 +90,8 @@ $$;
 GRANT USAGE ON SCHEMA public TO outboxd;
 GRANT SELECT ON TABLE public.outbox TO outboxd;
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.outboxd_slots TO outboxd;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.outboxd_held_keys,
+    public.outboxd_held_events TO outboxd;
 
 COMMENT ON ROLE outboxd IS
     'outboxd: streams public.outbox inserts to Kafka (REPLICATION, SELECT on the outbox, its slot marker rows)';
