@@ -14,6 +14,9 @@
 
 /* How long after a failed write the next is tried. */
 #define RETRY_MS 1000
+/* Rows that wait at most before a held event is handed over: the backlog
+ * and a huge transaction write as they go, not at the next loop turn. */
+#define PENDING_MAX 1000
 
 void
 ob_hold_init(ob_hold *h, const ob_config *cfg)
@@ -236,6 +239,8 @@ ob_hold_divert(ob_hold *h, const ob_event *ev, ob_pos unit, uint64_t index, ob_l
 	ob_event_build_dlq(&h->held_ev, h->cfg->outbox.dlq_topic, "held", error, lsn, &view, false);
 	(void)ob_event_add_header(&h->held_ev, OB_DLQ_HELD_BEHIND, behind, strlen(behind));
 	*held = true;
+	if (h->pending_len >= PENDING_MAX)
+		(void)write_pending(h); /* a failure is tried again later */
 	publish_gauges(h);
 	return true;
 }
