@@ -259,12 +259,8 @@ assignor_safe(rd_kafka_conf_t *conf)
 	return false;
 }
 
-/* The consumer's configuration: outboxd's defaults, the user's [kafka]
- * but for the producer's pinned properties (which mean nothing to a
- * consumer), the consumer's pinned properties, group.id = group. NULL
- * (logged) when a property is rejected. */
-static rd_kafka_conf_t *
-build_conf(const ob_config *cfg, const char *group)
+rd_kafka_conf_t *
+ob_consumer_conf_build(const ob_config *cfg, const char *group)
 {
 	rd_kafka_conf_t *conf = ob_kafka_conf_build(
 	    cfg, consumer_defaults, OB_ARRAY_LEN(consumer_defaults), ob_kafka_pinned,
@@ -282,18 +278,18 @@ build_conf(const ob_config *cfg, const char *group)
 bool
 ob_consumer_check_config(const ob_config *cfg)
 {
-	rd_kafka_conf_t *conf = build_conf(cfg, "outboxd-inbox");
+	rd_kafka_conf_t *conf = ob_consumer_conf_build(cfg, "outboxd-inbox");
 
 	if (conf != NULL)
 		rd_kafka_conf_destroy(conf);
 	return conf != NULL;
 }
 
-/* build_conf() with the consumer's callbacks. */
+/* ob_consumer_conf_build() with the consumer's callbacks. */
 static rd_kafka_conf_t *
 consumer_conf(ob_consumer *c)
 {
-	rd_kafka_conf_t *conf = build_conf(c->cfg, c->group);
+	rd_kafka_conf_t *conf = ob_consumer_conf_build(c->cfg, c->group);
 
 	if (conf == NULL)
 		return NULL;

@@ -127,6 +127,18 @@ ob_event_view(const ob_event *ev, ob_record_view *view)
 }
 
 void
+ob_event_put_record(ob_event *ev, const ob_record_view *v)
+{
+	ev->has_key = v->has_key;
+	if (v->has_key)
+		ev->key = ob_event_put(ev, v->key, v->key_len);
+	ev->has_value = v->has_value;
+	if (v->has_value)
+		ev->value = ob_event_put(ev, v->value, v->value_len);
+	ev->timestamp_ms = v->timestamp_ms;
+}
+
+void
 ob_event_build_dlq(ob_event *out, const char *dlq_topic, const char *reason, const char *error,
 		   ob_lsn source_lsn, const ob_record_view *orig, bool value_too_large)
 {

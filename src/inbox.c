@@ -237,13 +237,7 @@ dead_letter(ob_inbox *ib, const ob_consumer_record *m, const ob_record_view *v, 
 	(void)ob_event_add_header(ev, "source-offset", number, strlen(number));
 	add_original_headers(ev, m, ib->cfg->inbox.id_header, true);
 	add_original_headers(ev, m, ib->cfg->inbox.id_header, false);
-	ev->has_key = v->has_key;
-	if (v->has_key)
-		ev->key = ob_event_put(ev, v->key, v->key_len);
-	ev->has_value = v->has_value;
-	if (v->has_value)
-		ev->value = ob_event_put(ev, v->value, v->value_len);
-	ev->timestamp_ms = v->timestamp_ms;
+	ob_event_put_record(ev, v);
 	ob_warn("dead-lettering %s [%d] offset %lld to %s: %s", v->topic, (int)m->partition,
 		(long long)m->offset, ib->cfg->outbox.dlq_topic, error);
 	for (;;) {

@@ -77,6 +77,10 @@ typedef struct ob_record_view {
 /* Resolve an event into a view; valid until the event is next changed. */
 void ob_event_view(const ob_event *ev, ob_record_view *view);
 
+/* Put v's key and value (has_key and has_value as v's) and its timestamp
+ * into ev. v must not point into ev's buffer. */
+void ob_event_put_record(ob_event *ev, const ob_record_view *v);
+
 /* The dead-letter record's header naming the topic its record was for;
  * and, on_bad_event = hold_key, the header of a held record naming the id
  * of the dead letter it is held behind. */

@@ -1,10 +1,11 @@
 /*
  * kafka.h: what the Kafka layer's two clients share (librdkafka).
  *
- * The Kafka layer is kafka.c, kafkaauth.c, producer.c and consumer.c, and only they
- * include this header, the one that brings in librdkafka's types (with
- * topicids.h, the consumer's topic ids): every other module speaks to
- * Kafka through producer.h and consumer.h.
+ * The Kafka layer is kafka.c, kafkaauth.c, producer.c, consumer.c and
+ * dlqtopic.c, and only they include this header, the one that brings in
+ * librdkafka's types (with topicids.h, the consumer's topic ids): every
+ * other module speaks to Kafka through producer.h, consumer.h and
+ * dlqtopic.h.
  *
  * A client's configuration is built in one order: outboxd's defaults for
  * that client, the user's [kafka] properties, then the properties the
@@ -44,6 +45,14 @@ rd_kafka_t *ob_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *err,
 bool ob_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value) OB_MUST_CHECK;
 /* A numeric property of conf (0 when unset or unreadable). */
 long long ob_kafka_conf_number(const rd_kafka_conf_t *conf, const char *key);
+
+/* consumer.c: the configuration of a client that reads topics (the inbox
+ * consumer's, dlqtopic.c's reader): outboxd's consumer defaults, the
+ * user's [kafka] but for the producer's pinned properties (which mean
+ * nothing to a consumer), the consumer's pinned properties (no auto
+ * commit or offset store, auto.offset.reset = error), group.id = group.
+ * NULL (logged) when a property is rejected. */
+rd_kafka_conf_t *ob_consumer_conf_build(const ob_config *cfg, const char *group);
 
 /* kafkaauth.c: set conf up for cfg's [kafka_auth] (nothing with method = none). */
 void ob_kafkaauth_conf(rd_kafka_conf_t *conf, const ob_config *cfg);
