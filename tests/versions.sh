@@ -65,6 +65,8 @@ TESTS=(
     "$IT/test_slot_recovery.py::test_an_invalidated_slot_is_recovered"
     "$IT/test_slot_recovery.py::test_dropped_under_a_running_outboxd"
     "$IT/test_retention.py::test_retention_on_a_partitioned_table"
+    "$IT/test_hold.py::test_bad_event_holds_its_key_until_released"
+    "$IT/test_hold.py::test_held_keys_survive_a_promotion"
 )
 # Left out: the two tests that need wal2json (a wal2json slot; both
 # decoders side by side; these servers have no wal2json), and, for time,
