@@ -15,6 +15,7 @@
 #include "outboxd/backlog.h"
 #include "outboxd/backlogsql.h"
 #include "outboxd/colmap.h"
+#include "outboxd/holddb.h"
 #include "outboxd/inboxdb.h"
 #include "outboxd/kafkaauth.h"
 #include "outboxd/kafkaprobe.h"
@@ -564,6 +565,22 @@ check_pg_auth(ob_checker *c)
 			  detail);
 }
 
+/* With on_bad_event = hold_key, the held keys' tables (holddb.h). */
+static void
+check_held(ob_checker *c)
+{
+	char line[1024];
+	bool ok;
+
+	if (c->cfg->outbox.on_bad_event != OB_BAD_EVENT_HOLD_KEY)
+		return;
+	if (ob_holddb_describe(c->pg, c->cfg, &ok, line, sizeof(line)))
+		ob_checker_report(c, "held keys", ok, "%s", line);
+	else
+		ob_checker_report(c, "held keys", false,
+				  "could not read the held keys' tables" OB_CHECK_SEE_THE_LOG);
+}
+
 /* The inbox's database and tables, when inbox.topics says the inbox is
  * used (sql/README.md, "The inbox tables"). */
 static void
@@ -633,6 +650,7 @@ ob_check_run(const ob_config *cfg, FILE *out)
 		ob_checker_slot(&c);
 		check_message_prefix(&c);
 		check_backlog(&c);
+		check_held(&c);
 		ob_pgrepl_close(c.pg, false);
 	}
 	if (kafka_ok) /* else no client can be made: the line above says why */

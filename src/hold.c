@@ -13,7 +13,7 @@
 #include "outboxd/pgsql.h"
 
 /* How long after a failed write the next is tried. */
-#define RETRY_MS 1000
+#define RETRY_MS    1000
 /* Rows that wait at most before a held event is handed over: the backlog
  * and a huge transaction write as they go, not at the next loop turn. */
 #define PENDING_MAX 1000

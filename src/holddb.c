@@ -103,6 +103,42 @@ ob_holddb_ready(ob_pgconn *p, const ob_config *cfg)
 }
 
 bool
+ob_holddb_describe(ob_pgconn *p, const ob_config *cfg, bool *ok, char *line, size_t size)
+{
+	ob_pgres *res = NULL;
+	bool usable, may_create;
+	char *fix;
+
+	if (!tables_usable(p, cfg, &usable) ||
+	    !ob_pgsql_query_true(p, &may_create, "SELECT has_schema_privilege(%L, 'CREATE')",
+				 cfg->outbox.schema))
+		return false;
+	*ok = usable || may_create;
+	if (!usable) {
+		fix = ob_holddb_setup_sql(cfg, "<outboxd's role>");
+		snprintf(line, size,
+			 may_create ? "tables missing: outboxd creates them at start"
+				    : "tables missing or not writable: have the "
+				      "schema's owner run %s",
+			 fix);
+		free(fix);
+		return true;
+	}
+	if (!ob_pgsql_query_row(p, OB_LOG_ERROR, "count the held keys", 2, &res,
+				"SELECT (SELECT count(*) FROM " KEYS_SQL
+				" WHERE slot_name = %L), (SELECT count(*) FROM " EVENTS_SQL
+				" WHERE slot_name = %L AND NOT failed)",
+				cfg->outbox.schema, cfg->pg.slot, cfg->outbox.schema, cfg->pg.slot))
+		return false;
+	snprintf(line, size, "%s keys held, %s events behind them%s", ob_pgres_value(res, 0, 0),
+		 ob_pgres_value(res, 0, 1),
+		 strcmp(ob_pgres_value(res, 0, 0), "0") != 0 ? " (outboxd dlq list shows them)"
+							     : "");
+	ob_pgres_free(res);
+	return true;
+}
+
+bool
 ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *events)
 {
 	ob_pgres *count = NULL;
@@ -202,7 +238,7 @@ insert_sql(ob_pgconn *c, const ob_config *cfg, const ob_hold_row *rows, size_t f
 		   " (slot_name, topic, key, held_behind, reason, error) VALUES %s "
 		   "ON CONFLICT DO NOTHING"
 		 : "INSERT INTO " EVENTS_SQL " (slot_name, topic, key, unit, event_index, failed, "
-					     "event_id, lsn, record) VALUES "
+		   "event_id, lsn, record) VALUES "
 		   "%s ON CONFLICT DO NOTHING RETURNING failed",
 	    cfg->outbox.schema, values);
 	free(values);
@@ -266,7 +302,7 @@ ob_holddb_read_events(ob_pgconn *p, const ob_config *cfg, const char *topic, con
 	    p, OB_LOG_ERROR, "read the held events", 5, res,
 	    "SELECT unit::text, event_index, failed, encode(record, 'hex'), event_id "
 	    "FROM " EVENTS_SQL " WHERE slot_name = %L AND topic = %L AND key = decode(%L, 'hex') "
-			       "AND (unit, event_index) > "
+	    "AND (unit, event_index) > "
 	    "(%L::numeric, %L::bigint) ORDER BY unit, event_index LIMIT %s",
 	    cfg->outbox.schema, cfg->pg.slot, topic, key_hex, after_unit, after_index, lim);
 }
@@ -279,7 +315,8 @@ ob_holddb_delete_events(ob_pgconn *p, const ob_config *cfg, const char *topic, c
 	bool ok = ob_pgsql_query_rows(
 	    p, OB_LOG_ERROR, "delete released events", 1, &res,
 	    "DELETE FROM " EVENTS_SQL " WHERE slot_name = %L AND topic = %L AND key = "
-	    "decode(%L, 'hex') AND (unit, event_index) <= (%L::numeric, %L::bigint) RETURNING failed",
+	    "decode(%L, 'hex') AND (unit, event_index) <= (%L::numeric, %L::bigint) RETURNING "
+	    "failed",
 	    cfg->outbox.schema, cfg->pg.slot, topic, key_hex, unit, index);
 
 	*deleted = 0;

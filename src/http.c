@@ -192,8 +192,8 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		if (held > 0)
 			snprintf(held_line, sizeof(held_line), "held-keys %llu\n",
 				 (unsigned long long)held);
-		body = ob_xasprintf("%s\n%s%s%s", ob_metrics_ready_word(st), failover ? failover : "",
-				    failover ? "\n" : "", held_line);
+		body = ob_xasprintf("%s\n%s%s%s", ob_metrics_ready_word(st),
+				    failover ? failover : "", failover ? "\n" : "", held_line);
 
 		return respond(
 		    conn, st == OB_READY_STREAMING ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,

@@ -107,6 +107,8 @@ static const struct command_help {
      "  wal retention                         warn: max_slot_wal_keep_size = -1\n"
      "  message prefix                        warn: another slot publishes the same\n"
      "                                        logical messages\n"
+     "  held keys                             with on_bad_event = hold_key: its tables,\n"
+     "                                        the keys and events held\n"
      "  kafka, dead-letter topic              the brokers and outbox.dlq_topic\n"
      "  inbox tables                          with inbox.topics set: the inbox's tables\n"
      "                                        and the grants its role needs\n"

@@ -51,7 +51,7 @@ static struct {
 	atomic_uint_fast64_t slot_recoveries[OB_SLOT_LOSS_KINDS];
 	atomic_uint_fast64_t rows_deleted;
 	atomic_uint_fast64_t inflight;
-	atomic_uint_fast64_t held_keys;   /* on_bad_event = hold_key (hold.h) */
+	atomic_uint_fast64_t held_keys; /* on_bad_event = hold_key (hold.h) */
 	atomic_uint_fast64_t held_events;
 	atomic_uint_fast64_t confirmed_lsn;
 	atomic_uint_fast64_t received_lsn;

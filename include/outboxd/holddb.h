@@ -56,6 +56,11 @@ ob_pg_status ob_holddb_ready(ob_pgconn *p, const ob_config *cfg);
  * frees. */
 char *ob_holddb_setup_sql(const ob_config *cfg, const char *role);
 
+/* `check`'s held keys line into line: the keys and events held, or the
+ * tables missing (*ok unless outboxd cannot create them: the line names
+ * the statements). False (logged) on a failed query. */
+bool ob_holddb_describe(ob_pgconn *p, const ob_config *cfg, bool *ok, char *line, size_t size);
+
 /* The slot's held keys: *res has a row per key (topic, key as hex,
  * held_behind), the caller frees it; *events the count of held events. */
 bool ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *events);

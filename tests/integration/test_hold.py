@@ -137,6 +137,8 @@ def test_bad_event_holds_its_key_until_released(pg, broker, consumer,
     rc, out, err = d.run_cmd(["dlq", "list"])
     assert rc == 0, out + err
     assert "held keys: 1" in out and a in out and "held events  2" in out, out
+    rc, out, err = d.run_cmd(["check"])
+    assert "1 keys held, 2 events behind them" in out, out + err
 
     d.stop()
     d = outboxd_factory(hold_config(table, port))
