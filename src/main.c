@@ -408,6 +408,11 @@ parse_args(int argc, char **argv, cli *c)
 		print_help(c);
 		return 0;
 	}
+	if ((c->dlq.topic != NULL || c->dlq.include_failed || c->dlq.ids_len > 0 ||
+	     c->dlq.since != NULL) &&
+	    strcmp(c->command, "dlq") != 0)
+		return usage_error("--topic, --include-failed, --id and --since belong to \"dlq\"",
+				   NULL);
 	if ((c->if_not_exists || c->accept_gap) &&
 	    (c->subcommand == NULL || strcmp(c->subcommand, "create") != 0))
 		return usage_error(c->if_not_exists ? "--if-not-exists belongs to \"slot create\""

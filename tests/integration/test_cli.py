@@ -149,7 +149,8 @@ def test_help_shows_usage_of_every_command():
         assert re.search(r"(?i)usage", text), describe(r)
         for word in ("run", "check", "slot", "create", "drop", "status",
                      "--config", "--set", "--version", "OUTBOXD_CONFIG",
-                     "--if-not-exists", "--accept-gap"):
+                     "--if-not-exists", "--accept-gap", "dlq", "release",
+                     "redrive", "--include-failed"):
             assert word in text, "%r missing from --help; %s" % (word,
                                                                 describe(r))
 
@@ -164,6 +165,15 @@ def test_usage_errors_exit_2_naming_the_culprit(tmp_path):
         (["slot", "rename", "-c", cfg], r"rename"),
         (["check", "extra-arg", "-c", cfg], r"extra-arg"),
         (["-c"], r"-c\b|'c'|--config"),
+        (["dlq", "-c", cfg], r"list, release or redrive"),
+        (["dlq", "purge", "-c", cfg], r"purge"),
+        (["dlq", "release", "-c", cfg], r"at least one key"),
+        (["dlq", "redrive", "-c", cfg], r"--id ID\.\.\. or --since"),
+        (["dlq", "redrive", "--id", "x", "--since", "2026-11-29T00:00:00Z",
+          "-c", cfg], r"--id ID\.\.\. or --since"),
+        (["dlq", "list", "--topic", "t", "-c", cfg], r"--topic"),
+        (["dlq", "release", "k", "--id", "x", "-c", cfg], r"--id"),
+        (["slot", "status", "--include-failed", "-c", cfg], r"--include-failed"),
     ]
     for args, named in cases:
         r = run_outboxd(args, timeout=30)
