@@ -67,7 +67,7 @@ hex_of(const void *data, size_t len)
 static void
 publish_gauges(const ob_hold *h)
 {
-	ob_metrics_set_held(json_object_size(h->keys), (uint64_t)h->events + h->pending_len);
+	ob_metrics_set_held(json_object_size(h->keys), (uint64_t)h->events + h->pending_held);
 }
 
 /* A connection of the hold's own, made when missing. */
@@ -104,7 +104,7 @@ write_pending(ob_hold *h)
 	h->failing = false;
 	for (size_t i = 0; i < h->pending_len; i++)
 		ob_hold_row_free(&h->pending[i]);
-	h->pending_len = 0;
+	h->pending_len = h->pending_held = 0;
 	h->events += inserted;
 	publish_gauges(h);
 	return true;
@@ -204,7 +204,7 @@ event_id(const ob_event *ev)
 static bool
 room_for_event(const ob_hold *h, ob_outcome *out)
 {
-	if (h->events + (long long)h->pending_len < h->cfg->outbox.hold_max_events)
+	if (h->events + (long long)h->pending_held < h->cfg->outbox.hold_max_events)
 		return true;
 	ob_error("outbox.hold_max_events (%d) events are held: stopping without confirming "
 		 "further; release keys (outboxd dlq list, outboxd dlq release) or raise the limit",
@@ -234,6 +234,7 @@ ob_hold_divert(ob_hold *h, const ob_event *ev, ob_pos unit, uint64_t index, ob_l
 	r = new_row(h, topic, ev->topic.len, key, ev->key.len, unit, index, lsn);
 	r->event_id = event_id(ev);
 	keep_record(r, &view);
+	h->pending_held++;
 	snprintf(error, sizeof(error), "held behind dead letter %s: key held since it failed",
 		 behind);
 	ob_event_build_dlq(&h->held_ev, h->cfg->outbox.dlq_topic, "held", error, lsn, &view, false);
@@ -268,8 +269,6 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 		*out = OB_OUTCOME_HALT;
 		return false;
 	}
-	if (!room_for_event(h, out))
-		return false;
 	r = new_row(h, topic, topic_len, key, dlq->key.len, unit, index, lsn);
 	r->failed = true;
 	r->event_id = event_id(dlq);

@@ -49,6 +49,7 @@ typedef struct ob_hold {
 	long long events;     /* held events written */
 	ob_hold_row *pending; /* rows not written yet, in stream order */
 	size_t pending_len, pending_cap;
+	size_t pending_held; /* of them, held events (not failed ones) */
 	bool failing;        /* the last write failed (logged once) */
 	int64_t next_try_ms; /* no write before (after a failure) */
 	ob_event held_ev;    /* a held record being built, reused */

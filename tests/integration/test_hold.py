@@ -15,6 +15,7 @@ from conftest import UNSET
 from harness import free_port, header, wait_until
 from test_failover import both_hosts, pair  # noqa: F401 (a fixture)
 from test_faults import make_topic, nullable_outbox, scrape, wait_streaming
+from test_ops import http_get
 
 DECODERS = ("wal2json",)
 
@@ -134,6 +135,7 @@ def test_bad_event_holds_its_key_until_released(pg, broker, consumer,
     wait_until(lambda: scrape(port).get("outboxd_held_keys") == 1 and
                scrape(port).get("outboxd_held_events") == 2, 10, 0.2,
                "held gauges")
+    assert http_get(port, "/readyz") == (200, "ready\nheld-keys 1\n")
     rc, out, err = d.run_cmd(["dlq", "list"])
     assert rc == 0, out + err
     assert "held keys: 1" in out and a in out and "held events  2" in out, out
@@ -351,3 +353,25 @@ def test_held_keys_survive_a_promotion(pair, broker, consumer,
     got = ids_by_key(consumer.collect([topic], 3, timeout=30))[a]
     first_occurrences_in_order(got, [first] + held)
     assert held_rows(standby, slot_name) == 0
+
+
+def test_past_hold_max_events_it_halts(pg, broker, consumer, outboxd_factory,
+                                      slot_name, test_id):
+    """outbox.hold_max_events = 2: the third event held behind A's bad one
+    stops outboxd (exit 1) without confirming it; the two held before it
+    stay held."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "maxe_%s" % test_id
+    make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table, hold_max_events=2))
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    k.row("A", bad=True)
+    k.row("A")
+    k.row("A")
+    wait_until(lambda: held_rows(pg, slot_name) == 3, 30, 0.2,
+               "two events held")
+    k.row("A")
+    assert d.wait(30) == 1, d.log_tail()
+    assert "outbox.hold_max_events (2) events are held" in d.log_text()
+    assert held_rows(pg, slot_name) == 3
