@@ -10,6 +10,7 @@
 #include "outboxd/holdrec.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/pgrepl.h"
 #include "outboxd/pgsql.h"
 
 /* How long after a failed write the next is tried. */
@@ -115,10 +116,22 @@ ob_hold_load(ob_hold *h)
 {
 	ob_pgres *res = NULL;
 	ob_pg_status st;
+	bool standby;
 
 	if (!h->on)
 		return OB_PG_OK;
-	if ((st = connection(h)) != OB_PG_OK || (st = ob_holddb_ready(h->conn, h->cfg)) != OB_PG_OK)
+	if ((st = connection(h)) != OB_PG_OK)
+		return st;
+	if (!ob_pgrepl_in_recovery(h->conn, &standby))
+		return OB_PG_RETRY;
+	if (standby) {
+		ob_error(
+		    "outbox.on_bad_event = hold_key keeps the held keys in the outbox database, "
+		    "and this server is a hot standby, which cannot write them: decode on the "
+		    "primary, or choose on_bad_event = dlq or halt");
+		return OB_PG_FATAL;
+	}
+	if ((st = ob_holddb_ready(h->conn, h->cfg)) != OB_PG_OK)
 		return st;
 	h->next_try_ms = 0;
 	if (!write_pending(h) || !ob_holddb_load(h->conn, h->cfg, &res, &h->events))

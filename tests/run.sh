@@ -459,6 +459,7 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
         --deselect tests/integration/test_hold.py::test_held_keys_survive_a_promotion \
         --deselect tests/integration/test_hold.py::test_past_hold_max_keys_it_halts \
         --deselect tests/integration/test_hold.py::test_past_hold_max_events_it_halts \
+        --deselect tests/integration/test_hold.py::test_hold_key_on_a_hot_standby_exits_1 \
         --deselect tests/integration/test_slot_recovery.py::test_an_invalidated_slot_is_recovered \
         --deselect tests/integration/test_slot_recovery.py::test_dropped_under_a_running_outboxd \
         --deselect tests/integration/test_slot_recovery.py::test_a_late_commit_with_a_low_id_is_recovered \

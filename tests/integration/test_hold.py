@@ -375,3 +375,19 @@ def test_past_hold_max_events_it_halts(pg, broker, consumer, outboxd_factory,
     assert d.wait(30) == 1, d.log_tail()
     assert "outbox.hold_max_events (2) events are held" in d.log_text()
     assert held_rows(pg, slot_name) == 3
+
+
+def test_hold_key_on_a_hot_standby_exits_1(pair, broker, outboxd_factory,
+                                          test_id):
+    """A hot standby cannot write the held keys: with hold_key, outboxd
+    pointed at one exits 1 naming the choices, before making a slot."""
+    primary, standby = pair
+    table = nullable_outbox(primary, "obx_%s" % test_id)
+    wait_until(lambda: standby.sql(
+        "SELECT to_regclass(%s) IS NOT NULL", (table,))[0][0], 30, 0.2,
+        "the table on the standby")
+    d = outboxd_factory({"postgres": {"conninfo": standby.conninfo()},
+                         "outbox": {"table": table,
+                                    "on_bad_event": "hold_key"}})
+    assert d.wait(30) == 1, d.log_tail()
+    assert "this server is a hot standby" in d.log_text(), d.log_tail()
