@@ -111,15 +111,14 @@ write_pending(ob_hold *h)
 	return true;
 }
 
-ob_pg_status
-ob_hold_load(ob_hold *h)
+/* ob_hold_load() as a status: OB_PG_FATAL (logged) or OB_PG_RETRY. */
+static ob_pg_status
+load(ob_hold *h)
 {
 	ob_pgres *res = NULL;
 	ob_pg_status st;
 	bool standby;
 
-	if (!h->on)
-		return OB_PG_OK;
 	if ((st = connection(h)) != OB_PG_OK)
 		return st;
 	if (!ob_pgrepl_in_recovery(h->conn, &standby))
@@ -151,6 +150,16 @@ ob_hold_load(ob_hold *h)
 	h->loaded = true;
 	publish_gauges(h);
 	return OB_PG_OK;
+}
+
+bool
+ob_hold_load(ob_hold *h, ob_outcome *out)
+{
+	ob_pg_status st = h->on ? load(h) : OB_PG_OK;
+
+	if (st != OB_PG_OK)
+		*out = st == OB_PG_FATAL ? OB_OUTCOME_HALT : OB_OUTCOME_RETRY;
+	return st == OB_PG_OK;
 }
 
 /* The held-behind id of (topic, key) when it is held, else NULL. */

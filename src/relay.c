@@ -555,14 +555,8 @@ run_connection(relay *r)
 	ob_outcome out;
 	bool created;
 
-	switch (ob_hold_load(&r->d.hold)) {
-	case OB_PG_OK:
-		break;
-	case OB_PG_FATAL:
-		return OB_OUTCOME_HALT;
-	default:
-		return OB_OUTCOME_RETRY;
-	}
+	if (!ob_hold_load(&r->d.hold, &out))
+		return out;
 	if (!r->streamed && (r->cfg->outbox.backlog_where[0] != '\0' || r->cutover.create_only)) {
 		if (!ob_cutover_run(&r->cutover, &created, &out))
 			return recover_or(r, out);
@@ -588,6 +582,11 @@ run_connection(relay *r)
 	r->streaming = true;
 	out = stream(r);
 	r->streaming = false;
+	/* A stop cancels the reads of the stream's tables: shut_down() reads
+	 * them once more, connected, before the last confirmation (else the
+	 * next start publishes again what was acknowledged since). */
+	if (out == OB_OUTCOME_RETRY && ob_runtime_stop_requested())
+		out = OB_OUTCOME_STOP;
 	if (out == OB_OUTCOME_REFILTER) {
 		/* Confirm what may be before the next stream reads more. */
 		if (!send_status(r, true))

@@ -61,9 +61,10 @@ void ob_hold_free(ob_hold *h);
 
 /* With hold_key on, before each stream (and the backlog): make sure of the
  * tables, write what waits, and read the held set again (another process
- * may have held keys while this one waited as a standby). OB_PG_FATAL
- * (logged) when the tables cannot be had, OB_PG_RETRY on a failed query. */
-ob_pg_status ob_hold_load(ob_hold *h);
+ * may have held keys while this one waited as a standby). False with *out
+ * HALT (logged) when the tables cannot be had or the server is a hot
+ * standby, RETRY on a failed query. */
+bool ob_hold_load(ob_hold *h, ob_outcome *out) OB_MUST_CHECK;
 
 /* When ev (a mapped event, not a dead letter) is of a held key: build its
  * held record into h->held_ev, note the held event (at pos, lsn) to be
