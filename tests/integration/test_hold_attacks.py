@@ -249,3 +249,281 @@ def test_release_does_not_overtake_the_keys_earlier_event_in_flight(
     first_occurrences_in_order(ids_by_key(got)[a], [first, third])
     assert held_keys(pg, slot_name) == 0, "A is held again after its release"
     assert d.running(), d.log_tail()
+
+
+def fail_held_writes(pg, slot, on):
+    """A trigger making every write of slot's held events fail (the
+    session cluster's role is a superuser: REVOKE would not bite)."""
+    if on:
+        pg.sql("CREATE OR REPLACE FUNCTION public.attack_fail_held() "
+               "RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+               "IF NEW.slot_name = TG_ARGV[0] THEN "
+               "RAISE EXCEPTION 'attack: held events refused'; END IF; "
+               "RETURN NEW; END $$")
+        pg.sql("CREATE TRIGGER attack_fail_held BEFORE INSERT ON "
+               "public.outboxd_held_events FOR EACH ROW EXECUTE FUNCTION "
+               "public.attack_fail_held('%s')" % slot)
+    else:
+        pg.sql("DROP TRIGGER IF EXISTS attack_fail_held ON "
+               "public.outboxd_held_events")
+
+
+def test_failing_held_writes_keep_the_slot_behind_them_across_kill9(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The held events' table refuses A's rows (a trigger): A's next
+    events are dead-lettered as held but cannot be written. B's events
+    flow, yet the slot is never confirmed past A's first unwritten held
+    event. outboxd is killed (kill -9) meanwhile and started again with the
+    writes working: A's held events are written, A is still held, and a
+    release publishes them in order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "fw_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a, b = "A-%s" % test_id, "B-%s" % test_id
+    first = k.row(a)
+    k.row(a, bad=True)
+    wait_until(lambda: held_keys(pg, slot_name) == 1, 10, 0.1)
+    try:
+        fail_held_writes(pg, slot_name, True)
+        held = [k.row(a)]
+        # At most the commit start of A's held transaction may be
+        # confirmed (a stream started there sends it again): never its end.
+        end = pg.wal_lsn()
+        bs = [k.row(b) for _ in range(5)]
+        held.append(k.row(a))
+        got = ids_by_key(consumer.collect([topic], 6, timeout=30))
+        assert got[b] == bs and got[a] == [first], got
+        time.sleep(2)  # two status intervals
+        assert pg.slot(slot_name)["confirmed_flush_lsn_int"] < end, \
+            "the slot was confirmed past A's unwritten held event"
+        assert held_rows(pg, slot_name) == 1
+        d.kill9()
+    finally:
+        fail_held_writes(pg, slot_name, False)
+    d = outboxd_factory(hold_config(table))
+    wait_until(lambda: held_rows(pg, slot_name) == 3, 30, 0.2,
+               "A's held events written after the restart")
+    held.append(k.row(a))
+    wait_until(lambda: held_rows(pg, slot_name) == 4, 30, 0.2)
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 10, timeout=30))[a]
+    first_occurrences_in_order(got, [first] + held)
+    assert d.running(), d.log_tail()
+
+
+def test_hold_connection_terminated_while_held_rows_wait(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """pg_terminate_backend of every plain connection of outboxd (the
+    hold's own among them) right after A's bad event, and again between
+    A's held events: the held rows are written on a new connection, none
+    lost, the walsender untouched; a release publishes them in order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "tc_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+
+    def cut():
+        return pg.sql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> "
+            "pg_backend_pid() AND application_name LIKE 'outboxd%%'")[0][0]
+
+    first = k.row(a)
+    k.row(a, bad=True)
+    held = []
+    for _ in range(3):
+        cut()
+        held.append(k.row(a))
+        held += k.many(a, 50)
+    cut()
+    wait_until(lambda: held_rows(pg, slot_name) == len(held) + 1, 30, 0.2,
+               "the held events written")
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], len(held) + 1, timeout=30))[a]
+    first_occurrences_in_order(got, [first] + held)
+    assert d.running(), d.log_tail()
+
+
+def test_release_with_topic_and_an_unusual_key(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """Key K (non-ASCII, a quote, a control character) is held in two
+    topics; `dlq release K --topic T1` releases T1's hold only: T2's held
+    event stays held and K's next event of T2 is held too; releasing T2
+    then publishes them in order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    aggs = ["t1_%s" % test_id, "t2_%s" % test_id]
+    topics = [make_topic(broker, g) for g in aggs]
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(pg, slot_name)
+    k1, k2 = Keys(pg, table, aggs[0]), Keys(pg, table, aggs[1])
+    key = "Ключ'\x01%s" % test_id
+    k1.row(key, bad=True)
+    k2.row(key, bad=True)
+    h1 = [k1.row(key)]
+    h2 = [k2.row(key)]
+    wait_until(lambda: held_rows(pg, slot_name) == 4, 30, 0.2)
+    rc, out, err = d.run_cmd(["dlq", "release", key, "--topic", topics[0]])
+    assert rc == 0, out + err
+    assert held_keys(pg, slot_name) == 1
+    h1.append(k1.row(key))
+    h2.append(k2.row(key))
+    got1 = consumer.collect([topics[0]], 2, timeout=30)
+    assert [header(r, "id").decode() for r in got1] == h1, got1
+    wait_until(lambda: held_rows(pg, slot_name) == 3, 30, 0.2,
+               "T2's held events")
+    assert consumer.collect([topics[1]], 0, timeout=3, settle=1) == []
+    rc, out, err = d.run_cmd(["dlq", "release", key])
+    assert rc == 0, out + err
+    got2 = consumer.collect([topics[1]], 2, timeout=30)
+    assert [header(r, "id").decode() for r in got2] == h2, got2
+    assert [r["key"] for r in got2] == [key, key]
+    assert d.running(), d.log_tail()
+
+
+def test_past_hold_max_events_it_halts_and_resumes_in_order(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """outbox.hold_max_events = 5: A's sixth held event stops outboxd
+    (exit 1) without confirming it, and B's events after it wait. Started
+    again with the limit raised, A's held events are all held (none lost,
+    none twice in the table), B's flow, and a release publishes A's in
+    order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "hme_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table, hold_max_events=5))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a, b = "A-%s" % test_id, "B-%s" % test_id
+    k.row(a, bad=True)
+    held = [k.row(a) for _ in range(4)]
+    wait_until(lambda: held_rows(pg, slot_name) == 5, 30, 0.2)
+    held += [k.row(a), k.row(a)]
+    bs = [k.row(b)]
+    assert d.wait(30) == 1, d.log_tail()
+    assert "outbox.hold_max_events (5) events are held" in d.log_text()
+    d = outboxd_factory(hold_config(table, hold_max_events=100))
+    wait_until(lambda: held_rows(pg, slot_name) == 7, 30, 0.2)
+    got = ids_by_key(consumer.collect([topic], 1, timeout=30))
+    assert got == {b: bs}, got
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 7, timeout=30))[a]
+    first_occurrences_in_order(got, held)
+    assert d.running(), d.log_tail()
+
+
+def test_two_keys_fail_in_one_transaction(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """One transaction: A's event, B's bad event, A's bad event, C's, B's,
+    A's. A and B are held (each behind its own), C flows; released one at
+    a time, each key's held events arrive in order, A's first before."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "two_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)
+    wait_streaming(pg, slot_name)
+    a, b, c = ("%s-%s" % (x, test_id) for x in "ABC")
+    rows = [(a, None), (b, "[1]"), (a, "[2]"), (c, None), (b, None),
+            (a, None)]
+    conn = pg.connect()
+    with conn, conn.cursor() as cur:
+        for i, (key, bad) in enumerate(rows):
+            cur.execute("INSERT INTO %s (id, aggregate_type, aggregate_id, "
+                        "event_type, payload, headers) VALUES (%%s, %%s, %%s, "
+                        "'x', '{}', %%s::jsonb)" % table,
+                        ("%s-%d" % (key, i), agg, key, bad))
+    conn.close()
+    dead = consumer.collect([dlq], 4, timeout=30)
+    assert [(header(r, "id").decode(), header(r, "held_behind"))
+            for r in dead] == [
+        (b + "-1", None), (a + "-2", None), (b + "-4", (b + "-1").encode()),
+        (a + "-5", (a + "-2").encode())], dead
+    for key in (b, a):
+        rc, out, err = d.run_cmd(["dlq", "release", key])
+        assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 4, timeout=30))
+    assert got == {a: [a + "-0", a + "-5"], c: [c + "-3"], b: [b + "-4"]}, got
+    assert d.running(), d.log_tail()
+
+
+def test_huge_transaction_of_a_held_key(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """30,000 events of a held key in one transaction (held rows written a
+    thousand at a time, before the commit is read): all are held, then
+    released in order, and the slot moves past them."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "huge_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    k.row(a, bad=True)
+    held = k.many(a, 30000)
+    wait_until(lambda: held_rows(pg, slot_name) == 30001, 60, 0.5,
+               "the held events written")
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 30000, timeout=60))[a]
+    assert got == held
+    assert held_rows(pg, slot_name) == 0
+    assert d.running(), d.log_tail()
+
+
+def test_kill9_right_after_a_release_does_not_hold_the_key_again(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The dead-letter topic's leader answers in 2 s, so A's dead letter
+    and held record are not yet confirmed when A is released (asked at
+    once). outboxd is killed (kill -9) as soon as the release is done, and
+    started again: the slot sends A's transactions again. Promise: the
+    release holds, A's next event reaches A's topic after A's released
+    ones, and A is not held again."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "krel_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)  # partition 0 led by broker 1
+    for p in range(4):
+        assert broker.cmd("leader %s %d 2" % (topic, p)) == "ok"
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    first = k.row(a)
+    assert ids_by_key(consumer.collect([topic], 1, timeout=30)) == {a: [first]}
+    try:
+        assert broker.cmd("rtt 1 2000") == "ok"
+        k.row(a, bad=True)
+        held = [k.row(a)]
+        wait_until(lambda: held_rows(pg, slot_name) == 2, 10, 0.05)
+        asking = release_async(d, a)
+        d.wait_log(r"released key", 20)
+        d.kill9()
+        asking.kill()
+        asking.wait()
+    finally:
+        broker.cmd("rtt all 0")
+    d = outboxd_factory(hold_config(table))
+    wait_streaming(pg, slot_name)
+    time.sleep(1)
+    after = k.row(a)
+    got = ids_by_key(consumer.collect([topic], 3, timeout=10))
+    assert held_keys(pg, slot_name) == 0, \
+        ("A is held again after its release", got)
+    first_occurrences_in_order(got[a], [first] + held + [after])
+    assert d.running(), d.log_tail()
