@@ -349,3 +349,10 @@ ob_hold_flush(ob_hold *h)
 	h->next_try_ms = 0;
 	(void)write_pending(h);
 }
+
+bool
+ob_hold_write(ob_hold *h)
+{
+	h->next_try_ms = 0;
+	return write_pending(h);
+}

@@ -87,5 +87,10 @@ void ob_hold_tick(ob_hold *h);
 /* At a stop: write the waiting rows, so that the last confirmation goes
  * as far as it can. */
 void ob_hold_flush(ob_hold *h);
+/* Write the waiting rows now, whatever the last failure: the backlog's,
+ * before its slot is made (once it exists nothing sends the backlog again,
+ * so ob_hold_cap() cannot keep it). False (logged once while failing)
+ * when they could not be written. */
+bool ob_hold_write(ob_hold *h) OB_MUST_CHECK;
 
 #endif
