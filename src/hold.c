@@ -314,8 +314,19 @@ end_release(ob_hold *h)
 	bool done = false;
 	char *name;
 
-	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, &done) || !done)
+	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, &done))
 		return;
+	if (!done) {
+		/* Rows behind the last one released (read again, written
+		 * again): the release starts over, publishing them again
+		 * rather than holding the key for ever. */
+		ob_debug("releasing key %s of topic %s: held events are left behind the last one "
+			 "released; publishing them again",
+			 r->key_hex, r->topic);
+		snprintf(r->after_unit, sizeof(r->after_unit), "-1");
+		snprintf(r->after_index, sizeof(r->after_index), "-1");
+		return;
+	}
 	name = set_name(r->topic, strlen(r->topic), r->key_hex);
 	json_object_del(h->keys, name);
 	free(name);
@@ -324,7 +335,7 @@ end_release(ob_hold *h)
 }
 
 void
-ob_hold_tick(ob_hold *h)
+ob_hold_tick(ob_hold *h, ob_lsn confirmed)
 {
 	long long deleted = 0;
 	bool drained = false;
@@ -335,7 +346,8 @@ ob_hold_tick(ob_hold *h)
 	if (!write_pending(h) && h->pending_len > 0)
 		return;
 	if (connection(h) != OB_PG_OK ||
-	    !ob_holdrelease_step(&h->release, h->conn, h->cfg, &drained, &deleted))
+	    !ob_holdrelease_step(&h->release, h->conn, h->cfg, ob_pos_bound(confirmed), &drained,
+				 &deleted))
 		return;
 	h->events -= deleted;
 	if (drained)

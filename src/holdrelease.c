@@ -131,17 +131,18 @@ send_one(ob_holdrelease *r, uint64_t tag)
 	}
 }
 
-/* Publish the rows of res that the release publishes and wait for them;
- * false with r->error set when one was refused or the wait ran out. */
+/* Publish those of the first n rows of res that the release publishes and
+ * wait for them; false with r->error set when one was refused or the wait
+ * ran out. */
 static bool
-publish_chunk(ob_holdrelease *r, const ob_pgres *res)
+publish_chunk(ob_holdrelease *r, const ob_pgres *res, int n)
 {
 	size_t sent = 0;
 	int64_t deadline;
 
 	r->acked = 0;
 	r->error[0] = '\0';
-	for (int i = 0; i < ob_pgres_rows(res) && r->error[0] == '\0'; i++) {
+	for (int i = 0; i < n && r->error[0] == '\0'; i++) {
 		bool failed = ob_pgres_true(res, i, 2);
 
 		if (failed && !r->include_failed)
@@ -189,9 +190,20 @@ refuse(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg)
 	ob_holdrelease_end(r, false);
 }
 
+/* How many rows of res, from the first, are at or before position upto. */
+static int
+rows_upto(const ob_pgres *res, ob_pos upto)
+{
+	int n = 0;
+
+	while (n < ob_pgres_rows(res) && strtoull(ob_pgres_value(res, n, 0), NULL, 10) <= upto)
+		n++;
+	return n;
+}
+
 bool
-ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool *drained,
-		    long long *deleted)
+ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, ob_pos upto,
+		    bool *drained, long long *deleted)
 {
 	ob_pgres *res = NULL;
 	int last;
@@ -206,10 +218,12 @@ ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool 
 	if (!ob_holddb_read_events(p, cfg, r->topic, r->key_hex, r->after_unit, r->after_index,
 				   OB_HOLDRELEASE_CHUNK, &res))
 		return false;
-	last = ob_pgres_rows(res) - 1;
-	if (last < 0) {
+	last = rows_upto(res, upto) - 1;
+	if (ob_pgres_rows(res) == 0) {
 		*drained = true;
-	} else if (!publish_chunk(r, res)) {
+	} else if (last < 0) {
+		/* The next held event is not confirmed yet: wait for it. */
+	} else if (!publish_chunk(r, res, last + 1)) {
 		refuse(r, p, cfg);
 	} else {
 		/* Published, not yet deleted: a crash here publishes the chunk

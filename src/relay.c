@@ -394,7 +394,7 @@ stream(relay *r)
 		}
 		if (!ob_delivery_serve(&r->d, 0, &out))
 			return out;
-		ob_hold_tick(&r->d.hold);
+		ob_hold_tick(&r->d.hold, r->sent_flush);
 		if (!send_status(r, false))
 			return OB_OUTCOME_LOST;
 

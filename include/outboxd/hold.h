@@ -82,8 +82,10 @@ bool ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *
 ob_lsn ob_hold_cap(const ob_hold *h);
 
 /* Once per loop turn: write the waiting rows (a failure is logged once and
- * tried again a second later), then move a release on. */
-void ob_hold_tick(ob_hold *h);
+ * tried again a second later), then move a release on. confirmed is the
+ * position last confirmed to the slot: a release publishes only held
+ * events the slot will not send again (holdrelease.h). */
+void ob_hold_tick(ob_hold *h, ob_lsn confirmed);
 /* At a stop: write the waiting rows, so that the last confirmation goes
  * as far as it can. */
 void ob_hold_flush(ob_hold *h);

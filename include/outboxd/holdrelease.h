@@ -11,6 +11,12 @@
  * event that never was one is skipped, with a warning). A record refused
  * ends the release: the key stays held, the mark is cleared and the error
  * kept in release_error for `outboxd dlq list` to show.
+ *
+ * A held event is published only once the slot was confirmed past its
+ * transaction: until then the slot may send it again, with the key's
+ * events before it (still in flight in the stream's producer, so a release
+ * would overtake them) and the dead letter it is held behind (which would
+ * hold the key again once released).
  */
 #ifndef OUTBOXD_HOLDRELEASE_H
 #define OUTBOXD_HOLDRELEASE_H
@@ -19,6 +25,7 @@
 #include "outboxd/config.h"
 #include "outboxd/event.h"
 #include "outboxd/pgsql.h"
+#include "outboxd/position.h"
 #include "outboxd/producer.h"
 
 #define OB_HOLDRELEASE_CHUNK 1000
@@ -43,14 +50,16 @@ void ob_holdrelease_init(ob_holdrelease *r);
 void ob_holdrelease_free(ob_holdrelease *r);
 
 /* One step on p: look for a mark when none is active and it is time, or
- * publish the active release's next chunk (*deleted: its held events
- * deleted once acknowledged). *drained is set when the active release
+ * publish the active release's next chunk, of the held events at or before
+ * position upto (ob_pos_bound() of the confirmed position), waiting while
+ * the next is past it (*deleted: its held events deleted once
+ * acknowledged). *drained is set when the active release
  * found no held event left: the caller ends it (the key's row and its
  * place in the held set go together) with ob_holdrelease_end(). False
  * (logged) on a failed query or a producer that could not be made; the
  * step is tried again later. */
-bool ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool *drained,
-			 long long *deleted);
+bool ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, ob_pos upto,
+			 bool *drained, long long *deleted);
 /* The active release is over (done: the key was released). */
 void ob_holdrelease_end(ob_holdrelease *r, bool done);
 
