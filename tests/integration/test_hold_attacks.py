@@ -527,3 +527,138 @@ def test_kill9_right_after_a_release_does_not_hold_the_key_again(
         ("A is held again after its release", got)
     first_occurrences_in_order(got[a], [first] + held + [after])
     assert d.running(), d.log_tail()
+
+
+def test_other_keys_flow_while_a_release_cannot_reach_its_topic(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A's topic is led by broker 2, which is down when A is released; B's
+    topic is led by broker 3. Promise: other keys are untouched, so B's
+    events committed during the release reach B's topic within seconds
+    (the release must not stop the stream while it waits for its
+    broker)."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg_a, agg_b = "da_%s" % test_id, "db_%s" % test_id
+    ta, tb = make_topic(broker, agg_a), make_topic(broker, agg_b)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)  # broker 1
+    for p in range(4):
+        assert broker.cmd("leader %s %d 2" % (ta, p)) == "ok"
+        assert broker.cmd("leader %s %d 3" % (tb, p)) == "ok"
+    wait_streaming(pg, slot_name)
+    ka, kb = Keys(pg, table, agg_a), Keys(pg, table, agg_b)
+    a, b = "A-%s" % test_id, "B-%s" % test_id
+    ka.row(a, bad=True)
+    held = [ka.row(a)]
+    bs = [kb.row(b)]
+    assert ids_by_key(consumer.collect([tb], 1, timeout=30)) == {b: bs}
+    wait_until(lambda: held_rows(pg, slot_name) == 2, 10, 0.1)
+    time.sleep(1.5)  # confirmed past A's held event
+    try:
+        assert broker.cmd("down 2") == "ok"
+        asking = release_async(d, a)
+        d.wait_log(r"releasing key", 10)
+        time.sleep(0.5)
+        bs.append(kb.row(b))
+        started = time.monotonic()
+        got = consumer.collect([tb], 2, timeout=10, settle=0.2)
+        took = time.monotonic() - started
+        assert ids_by_key(got) == {b: bs}, (ids_by_key(got), took)
+        assert took < 5, "B's event waited %.1f s for A's release" % took
+    finally:
+        broker.cmd("up all")
+        asking.kill()
+        asking.wait()
+    assert d.running(), d.log_tail()
+
+
+def test_batch_refused_with_the_keys_failed_and_later_events(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker refuses (INVALID_RECORD) the one ProduceRequest carrying
+    A's first three events (one transaction, queued while the brokers were
+    down), then A's first alone: A's first is a dead letter (refused), and
+    A's second and third, suspects read again after the producer was
+    recreated, are held behind it, not published; B's next event arrives.
+    Released with --include-failed (the cause gone), A's three arrive in
+    order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "bat_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a, b = "A-%s" % test_id, "B-%s" % test_id
+    bs = [k.row(b), k.row(a)]
+    got = ids_by_key(consumer.collect([topic], 2, timeout=30))
+    assert got == {b: bs[:1], a: bs[1:]}, got
+    assert broker.cmd("error 0 INVALID_RECORD 2") == "ok"
+    assert broker.cmd("down all") == "ok"
+    try:
+        ids = k.many(a, 3)
+        time.sleep(1)
+    finally:
+        assert broker.cmd("up all") == "ok"
+    dead = consumer.collect([dlq], 3, timeout=30)
+    assert [(header(r, "id").decode(), header(r, "held_behind"))
+            for r in dead] == [(ids[0], None),
+                               (ids[1], ids[0].encode()),
+                               (ids[2], ids[0].encode())], dead
+    bs.append(k.row(b))
+    got = ids_by_key(consumer.collect([topic], 3, timeout=30, settle=2))
+    assert got == {b: [bs[0], bs[2]], a: [bs[1]]}, got
+    rc, out, err = d.run_cmd(["dlq", "release", "--include-failed", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 6, timeout=30))
+    first_occurrences_in_order(got[a], [bs[1]] + ids)
+    assert d.running(), d.log_tail()
+
+
+def test_stream_cut_while_held_rows_cannot_be_written(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A's held rows cannot be written (a trigger) when the walsender is
+    terminated, twice; A's events keep coming. B's events, committed after
+    each cut, reach B's topic meanwhile (other keys are untouched; the slot
+    stays behind A's unwritten rows). Once the writes work again, each
+    held event is in the table exactly once, and a release publishes them
+    in order."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "cut_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    pid = wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    first = k.row(a)
+    k.row(a, bad=True)
+    wait_until(lambda: held_keys(pg, slot_name) == 1, 10, 0.1)
+    held, bs = [], []
+    b = "B-%s" % test_id
+    try:
+        fail_held_writes(pg, slot_name, True)
+        for _ in range(2):
+            held.append(k.row(a))
+            held += k.many(a, 20)
+            time.sleep(0.5)
+            pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+            # Other keys are untouched: B flows on the new stream.
+            bs.append(k.row(b))
+            got = ids_by_key(consumer.collect([topic], len(bs) + 1,
+                                              timeout=10, settle=0.2))
+            assert got.get(b) == bs, (
+                "B's event waits behind A's unwritable held rows", got)
+            pid = wait_streaming(pg, slot_name, other_than=pid)
+        held.append(k.row(a))
+        time.sleep(0.5)
+    finally:
+        fail_held_writes(pg, slot_name, False)
+    wait_until(lambda: held_rows(pg, slot_name) == len(held) + 1, 30, 0.2,
+               "the held rows written (%d of %d)"
+               % (held_rows(pg, slot_name), len(held) + 1))
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], len(held) + len(bs) + 1,
+                                      timeout=30))[a]
+    assert got == [first] + held, got
+    assert d.running(), d.log_tail()
