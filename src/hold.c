@@ -121,7 +121,11 @@ ob_hold_load(ob_hold *h)
 	if ((st = connection(h)) != OB_PG_OK || (st = ob_holddb_ready(h->conn, h->cfg)) != OB_PG_OK)
 		return st;
 	h->next_try_ms = 0;
-	if (!write_pending(h) || !ob_holddb_load(h->conn, h->cfg, &res, &h->events))
+	/* Rows that cannot be written now are tried again at each loop turn:
+	 * ob_hold_cap() keeps the slot behind them, so the stream (every
+	 * other key) goes on meanwhile. */
+	(void)write_pending(h);
+	if (!ob_holddb_load(h->conn, h->cfg, &res, &h->events))
 		return OB_PG_RETRY;
 	json_object_clear(h->keys);
 	for (int i = 0; i < ob_pgres_rows(res); i++) {
@@ -132,6 +136,19 @@ ob_hold_load(ob_hold *h)
 		free(name);
 	}
 	ob_pgres_free(res);
+	/* The keys of rows still waiting are held all the same. */
+	for (size_t i = 0; i < h->pending_len; i++) {
+		const ob_hold_row *r = &h->pending[i];
+		char *hex, *name;
+
+		if (!r->new_key)
+			continue;
+		hex = hex_of(r->key, r->key_len);
+		name = set_name(r->topic, strlen(r->topic), hex);
+		json_object_set_new(h->keys, name, json_string(r->behind));
+		free(name);
+		free(hex);
+	}
 	if (!h->loaded && json_object_size(h->keys) > 0)
 		ob_warn("%zu keys are held (%lld events): outboxd dlq list shows them",
 			json_object_size(h->keys), h->events);

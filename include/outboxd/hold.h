@@ -59,9 +59,10 @@ void ob_hold_init(ob_hold *h, const ob_config *cfg);
 void ob_hold_free(ob_hold *h);
 
 /* With hold_key on, before each stream (and the backlog): make sure of the
- * tables, write what waits, and read the held set again (another process
- * may have held keys while this one waited as a standby). OB_PG_FATAL
- * (logged) when the tables cannot be had, OB_PG_RETRY on a failed query. */
+ * tables, write what waits (rows that cannot be written now wait on, their
+ * keys held), and read the held set again (another process may have held
+ * keys while this one waited as a standby). OB_PG_FATAL (logged) when the
+ * tables cannot be had, OB_PG_RETRY on a failed query. */
 ob_pg_status ob_hold_load(ob_hold *h);
 
 /* When ev (a mapped event, not a dead letter) is of a held key: build its
