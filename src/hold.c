@@ -372,6 +372,12 @@ ob_hold_tick(ob_hold *h, ob_lsn confirmed)
 	publish_gauges(h);
 }
 
+int
+ob_hold_wake_fd(const ob_hold *h)
+{
+	return ob_holdrelease_wake_fd(&h->release);
+}
+
 void
 ob_hold_flush(ob_hold *h)
 {

@@ -87,6 +87,9 @@ ob_lsn ob_hold_cap(const ob_hold *h);
  * position last confirmed to the slot: a release publishes only held
  * events the slot will not send again (holdrelease.h). */
 void ob_hold_tick(ob_hold *h, ob_lsn confirmed);
+/* The descriptor that turns readable when a release's reports wait, -1
+ * when none waits (holdrelease.h). */
+int ob_hold_wake_fd(const ob_hold *h);
 /* At a stop: write the waiting rows, so that the last confirmation goes
  * as far as it can. */
 void ob_hold_flush(ob_hold *h);
