@@ -662,3 +662,46 @@ def test_stream_cut_while_held_rows_cannot_be_written(
                                       timeout=30))[a]
     assert got == [first] + held, got
     assert d.running(), d.log_tail()
+
+
+def test_postgres_crash_after_a_release_does_not_hold_the_key_again(
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A is held, released, and A's next event flows. Then outboxd is
+    killed (kill -9) and Postgres crashes (immediate stop) before a
+    checkpoint saved the slot's confirmed position, so the slot sends A's
+    transactions again, the dead letter among them. Promise: the release
+    holds (A is not held again) and A's next event reaches A's topic after
+    the released ones."""
+    c = own_cluster()
+    table = nullable_outbox(c, "obx_%s" % test_id)
+    agg = "pgc_%s" % test_id
+    topic = make_topic(broker, agg)
+    cfg = hold_config(table)
+    cfg["postgres"] = {"conninfo": c.conninfo()}
+    d = outboxd_factory(cfg)
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(c, slot_name)
+    c.sql("CHECKPOINT")
+    k = Keys(c, table, agg)
+    a = "A-%s" % test_id
+    first = k.row(a)
+    k.row(a, bad=True)
+    held = [k.row(a)]
+    wait_until(lambda: held_rows(c, slot_name) == 2, 10, 0.1)
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    held.append(k.row(a))
+    assert ids_by_key(consumer.collect([topic], 3, timeout=30))[a] == \
+        [first] + held
+    time.sleep(1)
+    d.kill9()
+    c.restart(mode="immediate")
+    d = outboxd_factory(cfg)
+    wait_streaming(c, slot_name)
+    time.sleep(1)
+    after = k.row(a)
+    got = ids_by_key(consumer.collect([topic], 4, timeout=10))[a]
+    assert held_keys(c, slot_name) == 0, \
+        ("A is held again after its release", got)
+    first_occurrences_in_order(got, [first] + held + [after])
+    assert d.running(), d.log_tail()
