@@ -10,9 +10,10 @@ is a dead letter, every later event of (T, K) is held until released,
 then published to T in commit order, never overtaken by K's new events,
 never lost, other keys untouched."""
 
-import json
 import threading
 import time
+
+import pytest
 
 from harness import header, wait_until
 from test_faults import make_topic, nullable_outbox, wait_streaming
@@ -27,6 +28,7 @@ def held_keys(pg, slot):
                   "slot_name = %s", (slot,))[0][0]
 
 
+@pytest.mark.decoders("wal2json", "pgoutput")
 def test_crash_after_a_backlog_with_a_bad_event_keeps_the_hold(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """The backlog (slot created fresh, outbox.backlog_where) holds A's bad
@@ -485,6 +487,7 @@ def test_huge_transaction_of_a_held_key(
     assert d.running(), d.log_tail()
 
 
+@pytest.mark.decoders("wal2json", "pgoutput")
 def test_kill9_right_after_a_release_does_not_hold_the_key_again(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """The dead-letter topic's leader answers in 2 s, so A's dead letter
@@ -571,6 +574,7 @@ def test_other_keys_flow_while_a_release_cannot_reach_its_topic(
     assert d.running(), d.log_tail()
 
 
+@pytest.mark.decoders("wal2json", "pgoutput")
 def test_batch_refused_with_the_keys_failed_and_later_events(
         pg, broker, consumer, outboxd_factory, slot_name, test_id):
     """The broker refuses (INVALID_RECORD) the one ProduceRequest carrying
@@ -704,4 +708,39 @@ def test_postgres_crash_after_a_release_does_not_hold_the_key_again(
     assert held_keys(c, slot_name) == 0, \
         ("A is held again after its release", got)
     first_occurrences_in_order(got, [first] + held + [after])
+    assert d.running(), d.log_tail()
+
+
+def test_release_while_a_transaction_of_the_key_is_open(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A transaction inserts A's events and stays open while A is
+    released; it commits after the release. Its events come after the
+    released ones (commit order), published to A's topic, not held."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "open_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    first = k.row(a)
+    k.row(a, bad=True)
+    conn = pg.connect()
+    conn.autocommit = False
+    cur = conn.cursor()
+    opened = ["%s-open-%d" % (a, i) for i in range(3)]
+    for eid in opened:
+        cur.execute("INSERT INTO %s (id, aggregate_type, aggregate_id, "
+                    "event_type, payload) VALUES (%%s, %%s, %%s, 'x', '{}')"
+                    % table, (eid, agg, a))
+    held = [k.row(a)]
+    wait_until(lambda: held_rows(pg, slot_name) == 2, 10, 0.1)
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    conn.commit()
+    conn.close()
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 5, timeout=30))[a]
+    assert got == [first] + held + opened, got
+    assert held_keys(pg, slot_name) == 0
     assert d.running(), d.log_tail()
