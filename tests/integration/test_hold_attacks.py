@@ -744,3 +744,43 @@ def test_release_while_a_transaction_of_the_key_is_open(
     assert got == [first] + held + opened, got
     assert held_keys(pg, slot_name) == 0
     assert d.running(), d.log_tail()
+
+
+def test_hold_connection_cut_while_a_release_chunk_is_in_flight(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A's topic answers in 1.5 s; while the release's first chunk waits
+    for its acknowledgements, outboxd's plain connections (the hold's
+    among them) are terminated: the chunk's rows are deleted on a new
+    connection, the release ends, every held event arrives once, in
+    order, and A's next event after them."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "rc_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    broker.create_topic(d.config["outbox"]["dlq_topic"], 1)  # broker 1
+    for p in range(4):
+        assert broker.cmd("leader %s %d 2" % (topic, p)) == "ok"
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    first, held = hold_key_with_events(pg, k, a, slot_name, 1500)
+    time.sleep(1.5)  # confirmed past them
+    try:
+        assert broker.cmd("rtt 2 1500") == "ok"
+        asking = release_async(d, a)
+        d.wait_log(r"releasing key", 10)
+        time.sleep(0.5)
+        pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+               "WHERE backend_type = 'client backend' AND pid <> "
+               "pg_backend_pid() AND application_name LIKE 'outboxd%%'")
+    finally:
+        broker.cmd("rtt all 0")
+    asking.communicate(timeout=70)  # its own connection was cut too
+    wait_until(lambda: held_keys(pg, slot_name) == 0, 30, 0.2,
+               "the release ended (%d held rows left)"
+               % held_rows(pg, slot_name))
+    last = k.row(a)
+    got = ids_by_key(consumer.collect([topic], len(held) + 2, timeout=30))[a]
+    assert got == [first] + held + [last], (len(got), got[:3], got[-3:])
+    assert held_rows(pg, slot_name) == 0
+    assert d.running(), d.log_tail()
