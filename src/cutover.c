@@ -20,6 +20,8 @@
 #define COPY_BACKOFF_FIRST_MS   100
 /* How often the backlog's progress is logged. */
 #define BACKLOG_LOG_INTERVAL_MS 5000
+/* How long to wait before writing the backlog's held events again. */
+#define HOLD_RETRY_MS           1000
 
 void
 ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool create_only)
@@ -135,6 +137,15 @@ publish_rows(ob_cutover *c, ob_backlog *b, ob_lsn consistent, ob_outcome *out)
 		ok = backlog_failed(b, st, out);
 	else
 		ok = ob_delivery_settle(d, out);
+	/* The backlog's held events (hold.h) are written before its slot is
+	 * made: the slot starts after the backlog, which no stream sends
+	 * again. The temporary slot waits meanwhile. */
+	while (ok && !ob_hold_write(&d->hold)) {
+		if (!ob_delivery_pause(d, HOLD_RETRY_MS, busy_state(c))) {
+			*out = OB_OUTCOME_STOP;
+			ok = false;
+		}
+	}
 	c->published = ok ? rows : 0;
 	if (ok) {
 		ob_runtime_crash_point("cutover-published");

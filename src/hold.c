@@ -133,7 +133,11 @@ load(ob_hold *h)
 	if ((st = ob_holddb_ready(h->conn, h->cfg)) != OB_PG_OK)
 		return st;
 	h->next_try_ms = 0;
-	if (!write_pending(h) || !ob_holddb_load(h->conn, h->cfg, &res, &h->events))
+	/* Rows that cannot be written now are tried again at each loop turn:
+	 * ob_hold_cap() keeps the slot behind them, so the stream (every
+	 * other key) goes on meanwhile. */
+	(void)write_pending(h);
+	if (!ob_holddb_load(h->conn, h->cfg, &res, &h->events))
 		return OB_PG_RETRY;
 	json_object_clear(h->keys);
 	for (int i = 0; i < ob_pgres_rows(res); i++) {
@@ -144,6 +148,19 @@ load(ob_hold *h)
 		free(name);
 	}
 	ob_pgres_free(res);
+	/* The keys of rows still waiting are held all the same. */
+	for (size_t i = 0; i < h->pending_len; i++) {
+		const ob_hold_row *r = &h->pending[i];
+		char *hex, *name;
+
+		if (!r->new_key)
+			continue;
+		hex = hex_of(r->key, r->key_len);
+		name = set_name(r->topic, strlen(r->topic), hex);
+		json_object_set_new(h->keys, name, json_string(r->behind));
+		free(name);
+		free(hex);
+	}
 	if (!h->loaded && json_object_size(h->keys) > 0)
 		ob_warn("%zu keys are held (%lld events): outboxd dlq list shows them",
 			json_object_size(h->keys), h->events);
@@ -335,8 +352,19 @@ end_release(ob_hold *h)
 	bool done = false;
 	char *name;
 
-	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, &done) || !done)
+	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, &done))
 		return;
+	if (!done) {
+		/* Rows behind the last one released (read again, written
+		 * again): the release starts over, publishing them again
+		 * rather than holding the key for ever. */
+		ob_debug("releasing key %s of topic %s: held events are left behind the last one "
+			 "released; publishing them again",
+			 r->key_hex, r->topic);
+		snprintf(r->after_unit, sizeof(r->after_unit), "-1");
+		snprintf(r->after_index, sizeof(r->after_index), "-1");
+		return;
+	}
 	name = set_name(r->topic, strlen(r->topic), r->key_hex);
 	json_object_del(h->keys, name);
 	free(name);
@@ -345,7 +373,7 @@ end_release(ob_hold *h)
 }
 
 void
-ob_hold_tick(ob_hold *h)
+ob_hold_tick(ob_hold *h, ob_lsn confirmed)
 {
 	long long deleted = 0;
 	bool drained = false;
@@ -356,7 +384,8 @@ ob_hold_tick(ob_hold *h)
 	if (!write_pending(h) && h->pending_len > 0)
 		return;
 	if (connection(h) != OB_PG_OK ||
-	    !ob_holdrelease_step(&h->release, h->conn, h->cfg, &drained, &deleted))
+	    !ob_holdrelease_step(&h->release, h->conn, h->cfg, ob_pos_bound(confirmed), &drained,
+				 &deleted))
 		return;
 	h->events -= deleted;
 	if (drained)
@@ -364,9 +393,22 @@ ob_hold_tick(ob_hold *h)
 	publish_gauges(h);
 }
 
+int
+ob_hold_wake_fd(const ob_hold *h)
+{
+	return ob_holdrelease_wake_fd(&h->release);
+}
+
 void
 ob_hold_flush(ob_hold *h)
 {
 	h->next_try_ms = 0;
 	(void)write_pending(h);
+}
+
+bool
+ob_hold_write(ob_hold *h)
+{
+	h->next_try_ms = 0;
+	return write_pending(h);
 }

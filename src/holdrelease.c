@@ -34,6 +34,7 @@ ob_holdrelease_end(ob_holdrelease *r, bool done)
 	free(r->key_hex);
 	r->topic = r->key_hex = NULL;
 	r->active = false;
+	r->in_flight = false;
 	r->next_look_ms = 0;
 }
 
@@ -131,17 +132,18 @@ send_one(ob_holdrelease *r, uint64_t tag)
 	}
 }
 
-/* Publish the rows of res that the release publishes and wait for them;
- * false with r->error set when one was refused or the wait ran out. */
+/* Hand those of the first n rows of res that the release publishes over,
+ * the nth last; their acknowledgements are waited for by the steps after.
+ * False with r->error set when one was refused. */
 static bool
-publish_chunk(ob_holdrelease *r, const ob_pgres *res)
+publish_chunk(ob_holdrelease *r, const ob_pgres *res, int n)
 {
-	size_t sent = 0;
-	int64_t deadline;
-
 	r->acked = 0;
+	r->sent = 0;
 	r->error[0] = '\0';
-	for (int i = 0; i < ob_pgres_rows(res) && r->error[0] == '\0'; i++) {
+	snprintf(r->last_unit, sizeof(r->last_unit), "%s", ob_pgres_value(res, n - 1, 0));
+	snprintf(r->last_index, sizeof(r->last_index), "%s", ob_pgres_value(res, n - 1, 1));
+	for (int i = 0; i < n && r->error[0] == '\0'; i++) {
 		bool failed = ob_pgres_true(res, i, 2);
 
 		if (failed && !r->include_failed)
@@ -161,17 +163,17 @@ publish_chunk(ob_holdrelease *r, const ob_pgres *res)
 			break;
 		}
 		if (send_one(r, (uint64_t)i))
-			sent++;
+			r->sent++;
 	}
-	deadline = ob_mono_ms() + CHUNK_WAIT_MS;
-	while (r->error[0] == '\0' && r->acked < sent && ob_mono_ms() < deadline &&
-	       !ob_runtime_stop_requested())
-		ob_producer_flush(r->producer, 100);
-	if (r->error[0] == '\0' && r->acked < sent)
-		snprintf(r->error, sizeof(r->error),
-			 "%zu released records were not acknowledged within %d s", sent - r->acked,
-			 CHUNK_WAIT_MS / 1000);
-	return r->error[0] == '\0';
+	r->in_flight = r->error[0] == '\0';
+	r->deadline_ms = ob_mono_ms() + CHUNK_WAIT_MS;
+	return r->in_flight;
+}
+
+int
+ob_holdrelease_wake_fd(const ob_holdrelease *r)
+{
+	return r->in_flight ? ob_producer_wake_fd(r->producer) : -1;
 }
 
 /* The chunk was refused: the key stays held, the mark goes, the error
@@ -186,12 +188,55 @@ refuse(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg)
 	(void)ob_holddb_refuse_release(p, cfg, r->topic, r->key_hex, r->error);
 	ob_producer_free(r->producer);
 	r->producer = NULL;
+	r->in_flight = false;
 	ob_holdrelease_end(r, false);
 }
 
+/* The chunk in flight: once every record of it is acknowledged, delete
+ * its rows and move past them; refuse the release when one was refused or
+ * the wait ran out; else wait on (the caller's next step). */
+static bool
+settle_chunk(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, long long *deleted)
+{
+	ob_producer_poll(r->producer, 0);
+	if (r->error[0] == '\0' && r->acked < r->sent) {
+		if (ob_mono_ms() < r->deadline_ms)
+			return true;
+		snprintf(r->error, sizeof(r->error),
+			 "%zu released records were not acknowledged within %d s",
+			 r->sent - r->acked, CHUNK_WAIT_MS / 1000);
+	}
+	if (r->error[0] != '\0') {
+		refuse(r, p, cfg);
+		return true;
+	}
+	/* Published, not yet deleted: a crash here publishes the chunk again,
+	 * after what it published. */
+	ob_runtime_crash_point("release-published");
+	if (!ob_holddb_delete_events(p, cfg, r->topic, r->key_hex, r->last_unit, r->last_index,
+				     deleted))
+		return false; /* deleted at the next step */
+	r->in_flight = false;
+	snprintf(r->after_unit, sizeof(r->after_unit), "%s", r->last_unit);
+	snprintf(r->after_index, sizeof(r->after_index), "%s", r->last_index);
+	r->released += *deleted;
+	return true;
+}
+
+/* How many rows of res, from the first, are at or before position upto. */
+static int
+rows_upto(const ob_pgres *res, ob_pos upto)
+{
+	int n = 0;
+
+	while (n < ob_pgres_rows(res) && strtoull(ob_pgres_value(res, n, 0), NULL, 10) <= upto)
+		n++;
+	return n;
+}
+
 bool
-ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool *drained,
-		    long long *deleted)
+ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, ob_pos upto,
+		    bool *drained, long long *deleted)
 {
 	ob_pgres *res = NULL;
 	int last;
@@ -200,30 +245,21 @@ ob_holdrelease_step(ob_holdrelease *r, ob_pgconn *p, const ob_config *cfg, bool 
 	*deleted = 0;
 	if (!r->active)
 		return ob_mono_ms() < r->next_look_ms || look(r, p, cfg);
+	if (r->in_flight)
+		return settle_chunk(r, p, cfg, deleted);
 	if (r->producer == NULL &&
 	    !ob_producer_new(cfg, OB_PRODUCER_PIPELINED, on_report, r, &r->producer))
 		return false;
 	if (!ob_holddb_read_events(p, cfg, r->topic, r->key_hex, r->after_unit, r->after_index,
 				   OB_HOLDRELEASE_CHUNK, &res))
 		return false;
-	last = ob_pgres_rows(res) - 1;
-	if (last < 0) {
+	last = rows_upto(res, upto) - 1;
+	if (ob_pgres_rows(res) == 0) {
 		*drained = true;
-	} else if (!publish_chunk(r, res)) {
+	} else if (last < 0) {
+		/* The next held event is not confirmed yet: wait for it. */
+	} else if (!publish_chunk(r, res, last + 1)) {
 		refuse(r, p, cfg);
-	} else {
-		/* Published, not yet deleted: a crash here publishes the chunk
-		 * again, after what it published. */
-		ob_runtime_crash_point("release-published");
-		if (ob_holddb_delete_events(p, cfg, r->topic, r->key_hex,
-					    ob_pgres_value(res, last, 0),
-					    ob_pgres_value(res, last, 1), deleted)) {
-			snprintf(r->after_unit, sizeof(r->after_unit), "%s",
-				 ob_pgres_value(res, last, 0));
-			snprintf(r->after_index, sizeof(r->after_index), "%s",
-				 ob_pgres_value(res, last, 1));
-			r->released += *deleted;
-		}
 	}
 	ob_pgres_free(res);
 	return true;

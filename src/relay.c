@@ -356,7 +356,7 @@ stream(relay *r)
 	ob_outcome out = OB_OUTCOME_STOP;
 
 	for (;;) {
-		struct pollfd fds[2];
+		struct pollfd fds[3];
 		int64_t wait_ms;
 
 		ob_delivery_alive(&r->d, true);
@@ -394,12 +394,13 @@ stream(relay *r)
 		}
 		if (!ob_delivery_serve(&r->d, 0, &out))
 			return out;
-		ob_hold_tick(&r->d.hold);
+		ob_hold_tick(&r->d.hold, r->sent_flush);
 		if (!send_status(r, false))
 			return OB_OUTCOME_LOST;
 
 		fds[0] = (struct pollfd){ob_pgrepl_socket(r->pg), POLLIN, 0};
 		fds[1] = (struct pollfd){ob_producer_wake_fd(r->d.producer), POLLIN, 0};
+		fds[2] = (struct pollfd){ob_hold_wake_fd(&r->d.hold), POLLIN, 0};
 		wait_ms = ob_status_wait_ms(ob_tableset_confirmable(&r->tableset) != r->sent_flush,
 					    ob_mono_ms() - r->last_status_ms,
 					    r->cfg->pg.status_interval_ms);
@@ -418,7 +419,7 @@ stream(relay *r)
 		nap = drained && n > 0 && r->d.behind;
 		if (nap && wait_ms > BACKLOG_NAP_MS)
 			wait_ms = BACKLOG_NAP_MS;
-		if (poll(fds, nap ? 0 : 2, (int)wait_ms) < 0 && errno != EINTR) {
+		if (poll(fds, nap ? 0 : 3, (int)wait_ms) < 0 && errno != EINTR) {
 			ob_error("could not poll: %s", strerror(errno));
 			return OB_OUTCOME_LOST;
 		}

@@ -60,10 +60,11 @@ void ob_hold_init(ob_hold *h, const ob_config *cfg);
 void ob_hold_free(ob_hold *h);
 
 /* With hold_key on, before each stream (and the backlog): make sure of the
- * tables, write what waits, and read the held set again (another process
- * may have held keys while this one waited as a standby). False with *out
- * HALT (logged) when the tables cannot be had or the server is a hot
- * standby, RETRY on a failed query. */
+ * tables, write what waits (rows that cannot be written now wait on, their
+ * keys held), and read the held set again (another process may have held
+ * keys while this one waited as a standby). False with *out HALT (logged)
+ * when the tables cannot be had or the server is a hot standby, RETRY on
+ * a failed query. */
 bool ob_hold_load(ob_hold *h, ob_outcome *out) OB_MUST_CHECK;
 
 /* When ev (a mapped event, not a dead letter) is of a held key: build its
@@ -84,10 +85,20 @@ bool ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *
 ob_lsn ob_hold_cap(const ob_hold *h);
 
 /* Once per loop turn: write the waiting rows (a failure is logged once and
- * tried again a second later), then move a release on. */
-void ob_hold_tick(ob_hold *h);
+ * tried again a second later), then move a release on. confirmed is the
+ * position last confirmed to the slot: a release publishes only held
+ * events the slot will not send again (holdrelease.h). */
+void ob_hold_tick(ob_hold *h, ob_lsn confirmed);
+/* The descriptor that turns readable when a release's reports wait, -1
+ * when none waits (holdrelease.h). */
+int ob_hold_wake_fd(const ob_hold *h);
 /* At a stop: write the waiting rows, so that the last confirmation goes
  * as far as it can. */
 void ob_hold_flush(ob_hold *h);
+/* Write the waiting rows now, whatever the last failure: the backlog's,
+ * before its slot is made (once it exists nothing sends the backlog again,
+ * so ob_hold_cap() cannot keep it). False (logged once while failing)
+ * when they could not be written. */
+bool ob_hold_write(ob_hold *h) OB_MUST_CHECK;
 
 #endif
