@@ -234,12 +234,15 @@ insert_sql(ob_pgconn *c, const ob_config *cfg, const ob_hold_row *rows, size_t f
 	}
 	sql = ob_pgsql_format(
 	    c,
-	    keys ? "INSERT INTO " KEYS_SQL
-		   " (slot_name, topic, key, held_behind, reason, error) VALUES %s "
-		   "ON CONFLICT DO NOTHING"
-		 : "INSERT INTO " EVENTS_SQL " (slot_name, topic, key, unit, event_index, failed, "
-		   "event_id, lsn, record) VALUES "
-		   "%s ON CONFLICT DO NOTHING RETURNING failed",
+	    keys
+		? "INSERT INTO " KEYS_SQL
+		  " (slot_name, topic, key, held_behind, reason, error) VALUES %s "
+		  "ON CONFLICT DO NOTHING"
+		: "INSERT INTO " EVENTS_SQL
+		  " AS e (slot_name, topic, key, unit, event_index, failed, "
+		  "event_id, lsn, record) VALUES %s ON CONFLICT (slot_name, topic, key, unit, "
+		  "event_index) DO UPDATE SET failed = false, record = EXCLUDED.record, event_id = "
+		  "EXCLUDED.event_id WHERE e.failed AND NOT EXCLUDED.failed RETURNING failed",
 	    cfg->outbox.schema, values);
 	free(values);
 	return sql;

@@ -62,10 +62,14 @@ char *ob_holddb_setup_sql(const ob_config *cfg, const char *role);
 bool ob_holddb_describe(ob_pgconn *p, const ob_config *cfg, bool *ok, char *line, size_t size);
 
 /* The slot's held keys: *res has a row per key (topic, key as hex,
- * held_behind), the caller frees it; *events the count of held events. */
+ * held_behind), the caller frees it; *events the count of held events
+ * (not the failed ones they are held behind). */
 bool ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *events);
-/* Write rows in one transaction; *inserted: the event rows not there
- * before. False (logged at level) on failure, nothing written. */
+/* Write rows in one transaction; *inserted: the held (not failed) event
+ * rows not held before. A place held as failed and now as a held event
+ * becomes the held event (a record refused, then taken on the next start:
+ * a release publishes it). False (logged at level) on failure, nothing
+ * written. */
 bool ob_holddb_write(ob_pgconn *p, const ob_config *cfg, const ob_hold_row *rows, size_t n,
 		     ob_log_level level, long long *inserted);
 

@@ -391,3 +391,36 @@ def test_hold_key_on_a_hot_standby_exits_1(pair, broker, outboxd_factory,
                                     "on_bad_event": "hold_key"}})
     assert d.wait(30) == 1, d.log_tail()
     assert "this server is a hot standby" in d.log_text(), d.log_tail()
+
+
+def test_refused_then_taken_after_a_halt_is_released(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """The broker refuses A's first record with its batch, alone, and then
+    its dead letter too: A's hold is written, and outboxd exits 1 without
+    confirming. Started again, the broker takes the record, which goes to
+    the dead-letter topic held behind itself; the release publishes it
+    (fault checker seed 3000010: its row kept the failed mark and the
+    release skipped it, in neither topic)."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "ref_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)
+    wait_streaming(pg, slot_name)
+    k = Keys(pg, table, agg)
+    a = "A-%s" % test_id
+    assert broker.cmd("error 0 INVALID_RECORD 3") == "ok"
+    first = k.row(a)
+    assert d.wait(60) == 1, d.log_tail()
+    assert "could not publish dead-letter record" in d.log_text(), d.log_tail()
+    d = outboxd_factory(hold_config(table))
+    wait_streaming(pg, slot_name)
+    second = k.row(a)
+    dead = consumer.collect([dlq], 2, timeout=30)
+    assert [header(r, "id").decode() for r in dead][-2:] == [first, second], \
+        dead
+    rc, out, err = d.run_cmd(["dlq", "release", a])
+    assert rc == 0, out + err
+    got = ids_by_key(consumer.collect([topic], 2, timeout=30))
+    assert got == {a: [first, second]}, got
