@@ -160,7 +160,9 @@ ALTER TABLE public.outboxd_slots
 -- their held events (deploy/README.md, "Held keys and dead letters").
 -- outboxd creates these itself when its role may; `outboxd dlq release`
 -- marks a key's row (release_requested_at) and the running outboxd
--- publishes its held events, then deletes both.
+-- publishes its held events, deletes them and marks the row released
+-- (released_through: a dead letter read again at or before it, after a
+-- crash of PostgreSQL, holds nothing; the row goes a day later).
 CREATE TABLE IF NOT EXISTS public.outboxd_held_keys (
     slot_name text NOT NULL,
     topic text NOT NULL,
@@ -172,6 +174,8 @@ CREATE TABLE IF NOT EXISTS public.outboxd_held_keys (
     release_requested_at timestamptz,
     release_include_failed boolean NOT NULL DEFAULT false,
     release_error text,
+    released_through numeric,
+    released_at timestamptz,
     PRIMARY KEY (slot_name, topic, key)
 );
 CREATE TABLE IF NOT EXISTS public.outboxd_held_events (

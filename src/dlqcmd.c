@@ -33,7 +33,8 @@ list_held(ob_pgconn *p, const ob_config *cfg)
 		"k.held_at::text, (SELECT count(*) FROM " EVENTS_SQL " e WHERE e.slot_name = "
 		"k.slot_name AND e.topic = k.topic AND e.key = k.key AND NOT e.failed), "
 		"coalesce(k.release_requested_at::text, ''), coalesce(k.release_error, '') "
-		"FROM " KEYS_SQL " k WHERE k.slot_name = %L ORDER BY k.held_at",
+		"FROM " KEYS_SQL
+		" k WHERE k.slot_name = %L AND k.released_through IS NULL ORDER BY k.held_at",
 		cfg->outbox.schema, cfg->outbox.schema, cfg->pg.slot))
 		return false;
 	n = ob_pgres_rows(res);
@@ -67,7 +68,8 @@ mark(ob_pgconn *p, const ob_config *cfg, const ob_dlq_args *a, long long *marked
 			"UPDATE " KEYS_SQL
 			" SET release_requested_at = now(), release_include_failed "
 			"= %s, release_error = NULL WHERE slot_name = %L AND key = "
-			"convert_to(%L, 'UTF8') AND (%L = '' OR topic = %L)",
+			"convert_to(%L, 'UTF8') AND (%L = '' OR topic = %L) AND released_through "
+			"IS NULL",
 			cfg->outbox.schema, a->include_failed ? "true" : "false", cfg->pg.slot,
 			a->keys[i], a->topic ? a->topic : "", a->topic ? a->topic : ""))
 			return false;

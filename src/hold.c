@@ -3,6 +3,7 @@
  */
 #include "outboxd/hold.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +15,12 @@
 #include "outboxd/pgsql.h"
 
 /* How long after a failed write the next is tried. */
-#define RETRY_MS    1000
+#define RETRY_MS           1000
 /* Rows that wait at most before a held event is handed over: the backlog
  * and a huge transaction write as they go, not at the next loop turn. */
-#define PENDING_MAX 1000
+#define PENDING_MAX        1000
+/* How often the rows of keys released long ago are deleted. */
+#define FORGET_INTERVAL_MS 60000
 
 void
 ob_hold_init(ob_hold *h, const ob_config *cfg)
@@ -26,6 +29,7 @@ ob_hold_init(ob_hold *h, const ob_config *cfg)
 	h->cfg = cfg;
 	h->on = cfg->outbox.on_bad_event == OB_BAD_EVENT_HOLD_KEY;
 	h->keys = json_object();
+	h->released = json_object();
 	ob_event_init(&h->held_ev);
 	ob_holdrelease_init(&h->release);
 }
@@ -37,6 +41,7 @@ ob_hold_free(ob_hold *h)
 		ob_hold_row_free(&h->pending[i]);
 	free(h->pending);
 	json_decref(h->keys);
+	json_decref(h->released);
 	ob_event_free(&h->held_ev);
 	ob_holdrelease_free(&h->release);
 	ob_pgsql_close(h->conn);
@@ -140,11 +145,16 @@ load(ob_hold *h)
 	if (!ob_holddb_load(h->conn, h->cfg, &res, &h->events))
 		return OB_PG_RETRY;
 	json_object_clear(h->keys);
+	json_object_clear(h->released);
 	for (int i = 0; i < ob_pgres_rows(res); i++) {
 		const char *topic = ob_pgres_value(res, i, 0);
+		const char *through = ob_pgres_value(res, i, 3);
 		char *name = set_name(topic, strlen(topic), ob_pgres_value(res, i, 1));
 
-		json_object_set_new(h->keys, name, json_string(ob_pgres_value(res, i, 2)));
+		if (through[0] == '\0')
+			json_object_set_new(h->keys, name, json_string(ob_pgres_value(res, i, 2)));
+		else
+			json_object_set_new(h->released, name, json_string(through));
 		free(name);
 	}
 	ob_pgres_free(res);
@@ -194,6 +204,26 @@ held_behind(const ob_hold *h, const char *topic, size_t topic_len, const void *k
 	free(name);
 	free(hex);
 	return v != NULL ? json_string_value(v) : NULL;
+}
+
+/* Whether (topic, key) was released through unit or later: its dead
+ * letter at unit, read again (the slot sent back by a crash of
+ * PostgreSQL), was released already and holds nothing. */
+static bool
+released_before(const ob_hold *h, const char *topic, size_t topic_len, const void *key,
+		size_t key_len, ob_pos unit)
+{
+	char *hex, *name;
+	json_t *v;
+
+	if (json_object_size(h->released) == 0)
+		return false;
+	hex = hex_of(key, key_len);
+	name = set_name(topic, topic_len, hex);
+	v = json_object_get(h->released, name);
+	free(name);
+	free(hex);
+	return v != NULL && strtoull(json_string_value(v), NULL, 10) >= unit;
 }
 
 /* A new row to write, zeroed; its place in the stream set. */
@@ -297,7 +327,8 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 	ob_hold_row *r;
 	char *hex;
 
-	if (!h->on || topic == NULL || !dlq->has_key)
+	if (!h->on || topic == NULL || !dlq->has_key ||
+	    released_before(h, topic, topic_len, key, dlq->key.len, unit))
 		return true;
 	new_key = held_behind(h, topic, topic_len, key, dlq->key.len) == NULL;
 	if (new_key && json_object_size(h->keys) >= (size_t)h->cfg->outbox.hold_max_keys) {
@@ -325,6 +356,7 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 		r->reason = ob_xstrdup(dlq->dlq_reason ? dlq->dlq_reason : "");
 		r->error = ob_xstrndup(error ? error : "", error ? error_len : 0);
 		json_object_set_new(h->keys, name, json_string(r->behind));
+		json_object_del(h->released, name);
 		ob_warn("holding key %s of topic %.*s behind dead letter %s (%s): its later events "
 			"go to the dead-letter topic until it is released",
 			hex, (int)topic_len, topic, r->behind, r->reason);
@@ -343,16 +375,17 @@ ob_hold_cap(const ob_hold *h)
 	return h->pending_len == 0 ? UINT64_MAX : (h->pending[0].unit - 1) / 2;
 }
 
-/* The active release found nothing left: the key's row and its place in
- * the held set go together. */
+/* The active release found nothing left: the key's row is marked
+ * released through upto (the last position confirmed, past every event it
+ * released) and the key leaves the held set, together. */
 static void
-end_release(ob_hold *h)
+end_release(ob_hold *h, ob_pos upto)
 {
 	ob_holdrelease *r = &h->release;
 	bool done = false;
-	char *name;
+	char *name, through[24];
 
-	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, &done))
+	if (!ob_holddb_finish_release(h->conn, h->cfg, r->topic, r->key_hex, upto, &done))
 		return;
 	if (!done) {
 		/* Rows behind the last one released (read again, written
@@ -367,6 +400,8 @@ end_release(ob_hold *h)
 	}
 	name = set_name(r->topic, strlen(r->topic), r->key_hex);
 	json_object_del(h->keys, name);
+	snprintf(through, sizeof(through), "%" PRIu64, upto);
+	json_object_set_new(h->released, name, json_string(through));
 	free(name);
 	ob_holdrelease_end(r, true);
 	publish_gauges(h);
@@ -389,7 +424,14 @@ ob_hold_tick(ob_hold *h, ob_lsn confirmed)
 		return;
 	h->events -= deleted;
 	if (drained)
-		end_release(h);
+		end_release(h, ob_pos_bound(confirmed));
+	if (ob_mono_ms() >= h->next_forget_ms) {
+		h->next_forget_ms = ob_mono_ms() + FORGET_INTERVAL_MS;
+		(void)ob_holddb_forget_released(h->conn, h->cfg);
+		/* Bounded like the held set; the next start reads what is left. */
+		if (json_object_size(h->released) > (size_t)h->cfg->outbox.hold_max_keys)
+			json_object_clear(h->released);
+	}
 	publish_gauges(h);
 }
 

@@ -21,7 +21,7 @@
 	"held_behind text NOT NULL, reason text NOT NULL, error text NOT NULL, "                   \
 	"held_at timestamptz NOT NULL DEFAULT now(), release_requested_at timestamptz, "           \
 	"release_include_failed boolean NOT NULL DEFAULT false, release_error text, "              \
-	"PRIMARY KEY (slot_name, topic, key)"
+	"released_through numeric, released_at timestamptz, PRIMARY KEY (slot_name, topic, key)"
 #define EVENTS_COLUMNS                                                                             \
 	"slot_name text NOT NULL, topic text NOT NULL, key bytea NOT NULL, "                       \
 	"unit numeric NOT NULL, event_index bigint NOT NULL, failed boolean NOT NULL, "            \
@@ -126,8 +126,8 @@ ob_holddb_describe(ob_pgconn *p, const ob_config *cfg, bool *ok, char *line, siz
 	}
 	if (!ob_pgsql_query_row(p, OB_LOG_ERROR, "count the held keys", 2, &res,
 				"SELECT (SELECT count(*) FROM " KEYS_SQL
-				" WHERE slot_name = %L), (SELECT count(*) FROM " EVENTS_SQL
-				" WHERE slot_name = %L AND NOT failed)",
+				" WHERE slot_name = %L AND released_through IS NULL), (SELECT "
+				"count(*) FROM " EVENTS_SQL " WHERE slot_name = %L AND NOT failed)",
 				cfg->outbox.schema, cfg->pg.slot, cfg->outbox.schema, cfg->pg.slot))
 		return false;
 	snprintf(line, size, "%s keys held, %s events behind them%s", ob_pgres_value(res, 0, 0),
@@ -151,11 +151,11 @@ ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *ev
 	if (ok)
 		*events = strtoll(ob_pgres_value(count, 0, 0), NULL, 10);
 	ob_pgres_free(count);
-	return ok &&
-	       ob_pgsql_query_rows(p, OB_LOG_ERROR, "read the held keys", 3, res,
-				   "SELECT topic, encode(key, 'hex'), held_behind FROM " KEYS_SQL
-				   " WHERE slot_name = %L",
-				   cfg->outbox.schema, cfg->pg.slot);
+	return ok && ob_pgsql_query_rows(p, OB_LOG_ERROR, "read the held keys", 4, res,
+					 "SELECT topic, encode(key, 'hex'), held_behind, "
+					 "coalesce(released_through::text, '') FROM " KEYS_SQL
+					 " WHERE slot_name = %L",
+					 cfg->outbox.schema, cfg->pg.slot);
 }
 
 /* Run sql with p's parameters; false (logged at level as "could not
@@ -236,8 +236,13 @@ insert_sql(ob_pgconn *c, const ob_config *cfg, const ob_hold_row *rows, size_t f
 	    c,
 	    keys
 		? "INSERT INTO " KEYS_SQL
-		  " (slot_name, topic, key, held_behind, reason, error) VALUES %s "
-		  "ON CONFLICT DO NOTHING"
+		  " AS k (slot_name, topic, key, held_behind, reason, error) VALUES %s "
+		  "ON CONFLICT (slot_name, topic, key) DO UPDATE SET held_behind = "
+		  "EXCLUDED.held_behind, reason = EXCLUDED.reason, error = EXCLUDED.error, held_at "
+		  "= "
+		  "now(), release_requested_at = NULL, release_error = NULL, released_through = "
+		  "NULL, "
+		  "released_at = NULL WHERE k.released_through IS NOT NULL"
 		: "INSERT INTO " EVENTS_SQL
 		  " AS e (slot_name, topic, key, unit, event_index, failed, "
 		  "event_id, lsn, record) VALUES %s ON CONFLICT (slot_name, topic, key, unit, "
@@ -331,18 +336,32 @@ ob_holddb_delete_events(ob_pgconn *p, const ob_config *cfg, const char *topic, c
 
 bool
 ob_holddb_finish_release(ob_pgconn *p, const ob_config *cfg, const char *topic, const char *key_hex,
-			 bool *done)
+			 ob_pos through, bool *done)
 {
+	char upto[24];
 	long long n = 0;
-	bool ok = ob_pgsql_command_count(
-	    p, OB_LOG_ERROR, "end the release", &n,
-	    "DELETE FROM " KEYS_SQL " k WHERE slot_name = %L AND topic = %L AND key = "
-	    "decode(%L, 'hex') AND NOT EXISTS (SELECT 1 FROM " EVENTS_SQL
-	    " e WHERE e.slot_name = k.slot_name AND e.topic = k.topic AND e.key = k.key)",
-	    cfg->outbox.schema, cfg->pg.slot, topic, key_hex, cfg->outbox.schema);
+	bool ok;
 
+	snprintf(upto, sizeof(upto), "%" PRIu64, through);
+	ok = ob_pgsql_command_count(
+	    p, OB_LOG_ERROR, "end the release", &n,
+	    "UPDATE " KEYS_SQL " k SET released_through = %L::numeric, released_at = now(), "
+	    "release_requested_at = NULL WHERE slot_name = %L AND topic = %L AND key = "
+	    "decode(%L, 'hex') AND released_through IS NULL AND NOT EXISTS (SELECT 1 "
+	    "FROM " EVENTS_SQL
+	    " e WHERE e.slot_name = k.slot_name AND e.topic = k.topic AND e.key = k.key)",
+	    cfg->outbox.schema, upto, cfg->pg.slot, topic, key_hex, cfg->outbox.schema);
 	*done = ok && n == 1;
 	return ok;
+}
+
+bool
+ob_holddb_forget_released(ob_pgconn *p, const ob_config *cfg)
+{
+	return ob_pgsql_command(p, OB_LOG_WARNING, "forget the keys released a day ago",
+				"DELETE FROM " KEYS_SQL " WHERE slot_name = %L AND released_at < "
+				"now() - interval '" OB_HOLD_RELEASED_KEPT "'",
+				cfg->outbox.schema, cfg->pg.slot);
 }
 
 bool

@@ -45,9 +45,11 @@ typedef struct ob_hold {
 	bool on;     /* on_bad_event = hold_key */
 	bool loaded; /* the held set was read from the database */
 	ob_pgconn *conn;
-	json_t *keys;         /* "<topic>\x1f<key in hex>" -> the held-behind id */
-	long long events;     /* held events written */
-	ob_hold_row *pending; /* rows not written yet, in stream order */
+	json_t *keys;           /* "<topic>\x1f<key in hex>" -> the held-behind id */
+	json_t *released;       /* the same names -> the position released through */
+	int64_t next_forget_ms; /* when to forget released keys again */
+	long long events;       /* held events written */
+	ob_hold_row *pending;   /* rows not written yet, in stream order */
 	size_t pending_len, pending_cap;
 	size_t pending_held; /* of them, held events (not failed ones) */
 	bool failing;        /* the last write failed (logged once) */

@@ -7,7 +7,9 @@
  *                        of the dead letter it is held behind, its reason
  *                        and error, when; and a release asked for
  *                        (release_requested_at, release_include_failed)
- *                        or refused (release_error)
+ *                        or refused (release_error); once released, the
+ *                        position released through (released_through,
+ *                        released_at), kept a day
  *   outboxd_held_events  one row per held event, placed by its unit and
  *                        index in the stream (position.h; unique, so an
  *                        event read again is kept once): whether it is the
@@ -24,8 +26,10 @@
 #include "outboxd/pgsql.h"
 #include "outboxd/position.h"
 
-#define OB_HOLD_KEYS_TABLE   "outboxd_held_keys"
-#define OB_HOLD_EVENTS_TABLE "outboxd_held_events"
+#define OB_HOLD_KEYS_TABLE    "outboxd_held_keys"
+#define OB_HOLD_EVENTS_TABLE  "outboxd_held_events"
+/* How long the row of a released key is kept. */
+#define OB_HOLD_RELEASED_KEPT "1 day"
 
 /* One held event to write; with new_key, also its key's row. */
 typedef struct ob_hold_row {
@@ -62,8 +66,8 @@ char *ob_holddb_setup_sql(const ob_config *cfg, const char *role);
 bool ob_holddb_describe(ob_pgconn *p, const ob_config *cfg, bool *ok, char *line, size_t size);
 
 /* The slot's held keys: *res has a row per key (topic, key as hex,
- * held_behind), the caller frees it; *events the count of held events
- * (not the failed ones they are held behind). */
+ * held_behind, released_through: "" while held), the caller frees it; *events the count of held
+ * events (not the failed ones they are held behind). */
 bool ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *events);
 /* Write rows in one transaction; *inserted: the held (not failed) event
  * rows not held before. A place held as failed and now as a held event
@@ -86,9 +90,15 @@ bool ob_holddb_read_events(ob_pgconn *p, const ob_config *cfg, const char *topic
 bool ob_holddb_delete_events(ob_pgconn *p, const ob_config *cfg, const char *topic,
 			     const char *key_hex, const char *unit, const char *index,
 			     long long *deleted);
-/* Delete the key's row when it has no held event left: *done when it did. */
+/* When the key has no held event left, mark its row released through
+ * position through (*done when it did): a dead letter read again at or
+ * before it (the slot sent back by a crash of PostgreSQL) holds nothing.
+ * A later dead letter of the key holds it again, in the same row. */
 bool ob_holddb_finish_release(ob_pgconn *p, const ob_config *cfg, const char *topic,
-			      const char *key_hex, bool *done);
+			      const char *key_hex, ob_pos through, bool *done);
+/* Delete the rows of keys released more than OB_HOLD_RELEASED_KEPT ago: no
+ * crash sends the slot back that far. */
+bool ob_holddb_forget_released(ob_pgconn *p, const ob_config *cfg);
 /* The release of (topic, key) failed: keep the key held, the request
  * cleared and error in release_error. */
 bool ob_holddb_refuse_release(ob_pgconn *p, const ob_config *cfg, const char *topic,
