@@ -363,16 +363,25 @@ def held_keys(pg):
         "slot_name = 'chaos' ORDER BY topic, key")]
 
 
-def release_holds(pg, broker, daemon, driver, topic, hrng, log, clock):
+def release_plan(hrng):
+    """(crash, delay) of a hold_key run's releases, drawn before its
+    workload (whose bad rows take the generator's later draws): crash
+    'none' (one in two), 'crash_at' or 'kill9'; delay (s) from the release
+    commands to the kill -9 of 'kill9'."""
+    return (hrng.choice(["none", "none", "crash_at", "kill9"]),
+            hrng.uniform(0.2, 1.5))
+
+
+def release_holds(pg, broker, daemon, driver, topic, plan, log, clock):
     """At drain time (outboxd running, the slot confirmed to the end):
     reads the event topic's high watermarks and the held keys, releases
     each with `outboxd dlq release KEY --topic T` (as an operator would,
     all at once), commits the released keys' next events meanwhile, and,
-    as hrng draws, has outboxd killed (-9) inside a release and started
-    again (its marks stay; it goes on by itself). Returns a HoldRun."""
+    as plan (release_plan) says, has outboxd killed (-9) inside a release
+    and started again (its marks stay; it goes on by itself). Returns a
+    HoldRun."""
     hr = HoldRun()
-    hr.crash = hrng.choice(["none", "none", "crash_at", "kill9"])
-    delay = hrng.uniform(0.2, 1.5)
+    hr.crash, delay = plan
     hr.hw = {p: hi for p, (lo, hi) in watermarks(broker.bootstraps,
                                                  topic).items()}
     hr.held = held_keys(pg)
@@ -455,6 +464,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     # The bad rows and the releases' draws: a generator of their own.
     hrng = random.Random("hold-%d" % seed)
     hrng.randrange(HOLD_ONE_IN)
+    plan = release_plan(hrng)
     # The inbox's draws come from a generator of their own, so a seed's
     # workload and publisher faults are the same with and without it.
     irng = random.Random("inbox-%d" % seed)
@@ -592,7 +602,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
             # Release every held key as an operator would, then drain
             # again (the tail transaction) until no key is held.
             released = release_holds(pg, broker, daemon, driver, topic,
-                                     hrng, injector.log, clock)
+                                     plan, injector.log, clock)
             end = driver.fence()
             confirmed = drain(pg, "chaos", end, injector)
             deadline = time.monotonic() + DRAIN_TIMEOUT
@@ -694,6 +704,8 @@ def print_result(res, fault_log=False):
     if res.passed:
         if fault_log:
             print("\n".join(res.faults.lines()))
+            for n in res.report.notes:
+                print("  note: %s" % n)
         return
     for f in res.report.findings:
         print(f.render())

@@ -372,13 +372,19 @@ def _check_holds(rep, ctx, delivered, refused):
         ctx.committed[i].key) is not None and ctx.committed[i].seq <
         first[ctx.committed[i].key].seq}
     if early and rereads:
+        e = min((ctx.committed[i] for i in early),
+                key=lambda e: ctx.txns[e.txn].commit_no)
         rep.notes.append("%d events before their key's first failed event "
                          "held too (%d of them not published before the "
-                         "releases), after %s" % (
+                         "releases), after %s; e.g. %r of %s (committed "
+                         "#%d) held behind %r of %s (#%d)" % (
                              len(early), sum(
                                  1 for i in early if i not in before[
                                      ctx.committed[i].key]),
-                             ", ".join(rereads)))
+                             ", ".join(rereads), e, e.txn,
+                             ctx.txns[e.txn].commit_no, first[e.key],
+                             first[e.key].txn,
+                             ctx.txns[first[e.key].txn].commit_no))
     rep.stats["held_early"] = len(early)
     rep.stats["held_early_late"] = sum(
         1 for i in early if i not in before[ctx.committed[i].key])
@@ -456,7 +462,9 @@ def _reread_reasons(ctx):
     """What read the slot again in the run (crashes, a Postgres crash, a
     recreated producer, a re-read for new partitions)."""
     reasons = [k for k in CRASHES + ("pg_immediate",)
-               if ctx.faults.count(k)]
+               if ctx.faults.count(k)
+               # (a crash inside a release reads only what came after it)
+               and not k.startswith("release_")]
     if RECREATED in ctx.log:
         reasons.append("producer recreated")
     if NEW_PARTITIONS in ctx.log:
