@@ -27,6 +27,7 @@ import collections
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +56,14 @@ SEEDS_FILE = HERE / "seeds.txt"
 LATIN1_ONE_IN = 6
 # The chance, at each workload step, of an UPDATE moving committed rows.
 MOVE_CHANCE = 0.03
+# Of the seeds from walfaults.SLOT_FROM on that draw no slot fault (56 in
+# 100), one in HOLD_ONE_IN (a generator of its own, seeded with "hold-N")
+# runs outboxd with outbox.on_bad_event = hold_key: about one seed in four
+# of a soak, and every lower seed, the fixed ones included, keeps the
+# history it had. Such a run gets no promote (HOLD_WITHOUT).
+HOLD_ONE_IN = 2
+HOLD_WITHOUT = frozenset({"promote"})
+RELEASE_TIMEOUT = 120
 
 
 def encoding_of(seed):
@@ -62,6 +71,15 @@ def encoding_of(seed):
     seed in LATIN1_ONE_IN, else UTF8."""
     return "LATIN1" if random.Random("encoding-%d" % seed).randrange(
         LATIN1_ONE_IN) == 0 else "UTF8"
+
+
+def hold_of(seed):
+    """Whether seed's run draws on_bad_event = hold_key: from
+    walfaults.SLOT_FROM on, one in HOLD_ONE_IN of the seeds without slot
+    faults (their runs write no bad events)."""
+    return seed >= walfaults.SLOT_FROM and \
+        random.Random("hold-%d" % seed).randrange(HOLD_ONE_IN) == 0 \
+        and not walfaults.slot_plan(seed, 10)[0]
 
 
 def dims(seed):
@@ -120,6 +138,8 @@ class Result:
         self.wal = set()    # the walfaults.KINDS the run drew
         self.without = frozenset()
         self.wall0 = None   # the wall clock (UTC) at run time 0
+        self.hold = False   # on_bad_event = hold_key
+        self.forced = False  # hold_key asked for (--only hold), not drawn
 
     @property
     def passed(self):
@@ -310,6 +330,109 @@ def read_topic(bootstraps, topic):
         c.close()
 
 
+class HoldRun:
+    """A hold_key run's releases: hw {partition: high watermark} of the
+    event topic before them, held [(topic, key)] (outboxd_held_keys
+    then), events (held events then, failed ones left out), crash
+    ('none', 'crash_at': outboxd restarted with
+    OUTBOXD_TEST_CRASH_AT=release-published, 'kill9': killed while the
+    releases run; started again), results [(key, exit code, output)] of
+    each `outboxd dlq release KEY --topic T`, tail (the Txn committed
+    while they ran: the released keys' next events), left (held keys
+    still there once drained again), seconds (how long the releases
+    took)."""
+
+    def __init__(self):
+        self.hw = {}
+        self.held = []
+        self.events = 0
+        self.crash = "none"
+        self.results = []
+        self.tail = None
+        self.left = None
+        self.seconds = 0.0
+
+
+def held_keys(pg):
+    """[(topic, key)] of outboxd_held_keys (the run's slot; none while
+    outboxd has not made the table)."""
+    if pg.sql("SELECT to_regclass('public.outboxd_held_keys')")[0][0] is None:
+        return []
+    return [(t, bytes(k).decode("utf-8")) for t, k in pg.sql(
+        "SELECT topic, key FROM public.outboxd_held_keys WHERE "
+        "slot_name = 'chaos' ORDER BY topic, key")]
+
+
+def release_plan(hrng):
+    """(crash, delay) of a hold_key run's releases, drawn before its
+    workload (whose bad rows take the generator's later draws): crash
+    'none' (one in two), 'crash_at' or 'kill9'; delay (s) from the release
+    commands to the kill -9 of 'kill9'."""
+    return (hrng.choice(["none", "none", "crash_at", "kill9"]),
+            hrng.uniform(0.2, 1.5))
+
+
+def release_holds(pg, broker, daemon, driver, topic, plan, log, clock):
+    """At drain time (outboxd running, the slot confirmed to the end):
+    reads the event topic's high watermarks and the held keys, releases
+    each with `outboxd dlq release KEY --topic T` (as an operator would,
+    all at once), commits the released keys' next events meanwhile, and,
+    as plan (release_plan) says, has outboxd killed (-9) inside a release
+    and started again (its marks stay; it goes on by itself). Returns a
+    HoldRun."""
+    hr = HoldRun()
+    hr.crash, delay = plan
+    hr.hw = {p: hi for p, (lo, hi) in watermarks(broker.bootstraps,
+                                                 topic).items()}
+    hr.held = held_keys(pg)
+    if not hr.held:
+        hr.crash = "none"
+        return hr
+    hr.events = pg.sql("SELECT count(*) FROM public.outboxd_held_events "
+                       "WHERE slot_name = 'chaos' AND NOT failed")[0][0]
+    t0, started = clock(), time.monotonic()
+    base_env = dict(daemon.env or {})
+    if hr.crash == "crash_at":
+        daemon.stop(60)
+        daemon.env = dict(base_env,
+                          OUTBOXD_TEST_CRASH_AT="release-published")
+        daemon.start()
+    env = dict(os.environ)
+    env.pop("OUTBOXD_TEST_CRASH_AT", None)
+    procs = [(key, subprocess.Popen(
+        [daemon.binary, "dlq", "release", key, "--topic", t, "-c",
+         daemon.config_path], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env=env))
+        for t, key in hr.held]
+    hr.tail = driver.tail(sorted({k for _, k in hr.held}))
+    if hr.crash == "crash_at":
+        try:
+            rc = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = "not killed within 30 s"
+            daemon.stop(60)
+        daemon.env = base_env
+        log.add(t0, clock(), "release_crash", "rc=%s" % rc)
+        daemon.start()
+    elif hr.crash == "kill9":
+        time.sleep(delay)
+        t = clock()
+        daemon.kill9()
+        log.add(t, clock(), "release_kill9", "%.2f s after the releases"
+                % delay)
+        time.sleep(0.3)
+        daemon.start()
+    for key, p in procs:
+        try:
+            out, _ = p.communicate(timeout=RELEASE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        hr.results.append((key, p.returncode, out.strip()))
+    hr.seconds = time.monotonic() - started
+    return hr
+
+
 def drain(pg, slot, end, injector):
     """Waits (restarting an outboxd that exits) until the slot is
     confirmed to end; returns the confirmed position reached."""
@@ -324,14 +447,24 @@ def drain(pg, slot, end, injector):
 
 
 def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
-             broker_faults=True):
+             broker_faults=True, hold=None):
     """Runs one seed end to end (its workload lacking the features in
     without, and its WAL faults the walfaults.KINDS in without; with
     `outboxd inbox` unless inbox is False; with the broker-side faults
-    unless broker_faults is False); returns its Result."""
+    unless broker_faults is False; with on_bad_event = hold_key when
+    hold, as drawn (hold_of) when None, never with "hold" in without);
+    returns its Result."""
     res = Result(seed)
     res.inbox = inbox
     res.without = frozenset(without)
+    res.forced = bool(hold) and not hold_of(seed)
+    hold = (hold_of(seed) if hold is None else hold) and \
+        "hold" not in without
+    res.hold = hold
+    # The bad rows and the releases' draws: a generator of their own.
+    hrng = random.Random("hold-%d" % seed)
+    hrng.randrange(HOLD_ONE_IN)
+    plan = release_plan(hrng)
     # The inbox's draws come from a generator of their own, so a seed's
     # workload and publisher faults are the same with and without it.
     irng = random.Random("inbox-%d" % seed)
@@ -344,6 +477,9 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
     slot_kinds, slot_schedule = walfaults.slot_plan(seed, seconds, without)
     if slot_kinds:
         without = frozenset(without) | walfaults.SLOT_WITHOUT
+    hold = res.hold = hold and not slot_kinds
+    if hold:
+        without = frozenset(without) | HOLD_WITHOUT
     wal_kinds, wal_schedule, timeout_ms = walfaults.wal_plan(
         wrng, seconds, without)
     res.wal = wal_kinds | slot_kinds
@@ -384,6 +520,8 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
                              timeout_ms, "seq" if slot_kinds and
                              table == "partitioned" else None)
         broker.create_topic(cfg["outbox"]["dlq_topic"], 2)
+        if hold:
+            cfg["outbox"]["on_bad_event"] = "hold_key"
         # With slot faults, a recovery point every second (test builds):
         # the fault waits for one; and retention on, deleting published
         # rows older than 2 s every half second, so a recovery must find
@@ -418,7 +556,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         rtt = rng.choice([0, 0, 5, 20, 100])
         broker.cmd("rtt all %d" % rtt)
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
-                        without, key_prefix)
+                        without, key_prefix, hrng if hold else None)
         clock.start()
         schedule = sorted(faults.plan(rng, seconds) + wal_schedule
                           + slot_schedule)
@@ -458,8 +596,23 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         injector.heal()
         driver.finish()
         end = driver.fence()
-        driver.close()
         confirmed = drain(pg, "chaos", end, injector)
+        released = None
+        if hold:
+            # Release every held key as an operator would, then drain
+            # again (the tail transaction) until no key is held.
+            released = release_holds(pg, broker, daemon, driver, topic,
+                                     plan, injector.log, clock)
+            end = driver.fence()
+            confirmed = drain(pg, "chaos", end, injector)
+            deadline = time.monotonic() + DRAIN_TIMEOUT
+            while True:
+                released.left = held_keys(pg)
+                if not released.left or time.monotonic() > deadline:
+                    break
+                injector.watch()
+                time.sleep(0.2)
+        driver.close()
         pg.forget(driver.history)
         final_rc = daemon.stop(60)
         records = read_topic(broker.bootstraps, topic)
@@ -471,7 +624,7 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         res.report = checker.check(driver.history, records, dead,
                                    injector.log, daemon.log_text(),
                                    PARTITIONS, (end, confirmed, final_rc),
-                                   state)
+                                   state, released)
     except Exception:
         res.error = traceback.format_exc()
     finally:
@@ -511,10 +664,11 @@ def print_result(res, fault_log=False):
     """One line per seed; a failure adds its findings, fault log and the
     command that replays it; a pass its fault log when fault_log."""
     decoder, table = dims(res.seed)
-    head = "seed %d (%s, %s%s%s)" % (
+    head = "seed %d (%s, %s%s%s%s)" % (
         res.seed, decoder, table,
         ", LATIN1" if encoding_of(res.seed) != "UTF8" else "",
-        "".join(", " + k for k in sorted(res.wal)))
+        "".join(", " + k for k in sorted(res.wal)),
+        ", hold" if res.hold else "")
     if res.error is not None:
         print("%s: ERROR in %.1f s\n%s" % (head, res.seconds, res.error))
         if res.faults is not None:
@@ -524,10 +678,18 @@ def print_result(res, fault_log=False):
     s = res.report.stats
     kinds = collections.Counter(res.faults.kinds())
     print("%s: %s in %.1f s: %d events in %d txns, %d records, %d dup, "
-          "%d dead letters, %s%s%s; faults %s" % (
+          "%d dead letters, %s%s%s%s; faults %s" % (
               head, "PASS" if res.passed else "FAIL", res.seconds,
               s["events"], s["committed_txns"], s["records"],
               s["duplicated_events"], s["dead_letters"],
+              "%d keys held (%d bad rows, %d refused), %d events held%s, "
+              "released in %.1f s, " % (
+                  s["held_keys"], s["bad_rows"], s["refused_alone"],
+                  s["held_events"], " (and %d before their key's failure, "
+                  "after a re-read, %d of them not published before)" % (
+                      s["held_early"], s["held_early_late"])
+                  if s["held_early"] else "", s["release_seconds"])
+              if res.hold else "",
               "%d events past a switch point (%d published), " % (
                   s["forked_events"], s["beyond_fork_published"])
               if s["forked_events"] else "",
@@ -542,6 +704,8 @@ def print_result(res, fault_log=False):
     if res.passed:
         if fault_log:
             print("\n".join(res.faults.lines()))
+            for n in res.report.notes:
+                print("  note: %s" % n)
         return
     for f in res.report.findings:
         print(f.render())
@@ -554,9 +718,9 @@ def print_result(res, fault_log=False):
     for n in res.report.notes:
         print("  note: %s" % n)
     print("  logs: %s" % res.dir)
-    print("  replay: python3 tests/chaos/chaos.py --seed %d%s" % (
+    print("  replay: python3 tests/chaos/chaos.py --seed %d%s%s" % (
         res.seed, " --without " + ",".join(sorted(res.without))
-        if res.without else ""))
+        if res.without else "", " --only hold" if res.forced else ""))
 
 
 def fixed_seeds():
@@ -660,12 +824,13 @@ def main(argv=None):
     ap.add_argument("--only", default="",
                     help="soak: only seeds of these dimensions and WAL "
                     "faults, e.g. wal2json or pgoutput,partitioned or "
-                    "promote (%s)" % ", ".join(walfaults.KINDS
-                                                + walfaults.SLOT_KINDS))
+                    "promote (%s, hold: on_bad_event = hold_key); with "
+                    "--seed, `hold` runs those seeds with hold_key"
+                    % ", ".join(walfaults.KINDS + walfaults.SLOT_KINDS))
     ap.add_argument("--without", default="",
                     help="workload features and WAL faults to leave out, "
-                    "comma-separated (%s): steers around a known defect "
-                    "while it is being fixed" % ", ".join(
+                    "comma-separated (%s, hold): steers around a known "
+                    "defect while it is being fixed" % ", ".join(
                         sorted(FEATURES) + list(walfaults.KINDS)
                         + list(walfaults.SLOT_KINDS)))
     ap.add_argument("--no-inbox", action="store_true",
@@ -694,8 +859,10 @@ def main(argv=None):
         only = set(filter(None, args.only.split(",")))
         seeds = (s for s in range(first, first + 10 ** 9)
                  if only <= set(dims(s)) | walfaults.wal_plan(
-                     random.Random("wal-%d" % s), args.seconds)[0]
-                 | walfaults.slot_plan(s, args.seconds)[0])
+                     random.Random("wal-%d" % s), args.seconds,
+                     HOLD_WITHOUT if hold_of(s) else ())[0]
+                 | walfaults.slot_plan(s, args.seconds)[0]
+                 | ({"hold"} if hold_of(s) else set()))
         if args.seeds:
             seeds = (s for _, s in zip(range(args.seeds), seeds))
     else:
@@ -704,7 +871,11 @@ def main(argv=None):
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
 
     without = set(filter(None, args.without.split(",")))
-    known = FEATURES | set(walfaults.KINDS) | set(walfaults.SLOT_KINDS)
+    known = FEATURES | set(walfaults.KINDS) | set(walfaults.SLOT_KINDS) \
+        | {"hold"}
+    # --seed N --only hold: those seeds with hold_key, drawn or not
+    force_hold = True if args.seed and "hold" in args.only.split(",") \
+        else None
     for w in [without] + list(fixed.values()):
         if not w <= known:
             ap.error("--without (or seeds.txt): unknown feature(s) %s"
@@ -726,7 +897,8 @@ def main(argv=None):
         else:
             res = run_seed(parts, seed, args.seconds, args.keep,
                            without | fixed.get(seed, frozenset()),
-                           not args.no_inbox, not args.no_broker_faults)
+                           not args.no_inbox, not args.no_broker_faults,
+                           force_hold)
         print_result(res, args.fault_log)
         sys.stdout.flush()
         results.append(res)

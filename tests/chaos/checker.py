@@ -75,7 +75,26 @@ into an inbox table), once it caught up:
   got there within the wait;
 - inbox-dead-letter: nothing is dead-lettered by the inbox (every record
   the publisher writes has an id header and a UTF-8 key);
-- inbox-exit: the inbox never exits by itself and exits 0 on SIGTERM."""
+- inbox-exit: the inbox never exits by itself and exits 0 on SIGTERM.
+
+With outbox.on_bad_event = hold_key (the workload also writes bad rows:
+headers that are not a JSON object, with a key and the event topic), per
+key, before the releases (the event topic up to its high watermarks
+then):
+
+- hold: the key's first failed event (a bad row or a record refused
+  alone) and every later one of the key is not in the event topic; every
+  earlier one is; every later committed event (bad rows left out) is in
+  the dead-letter topic as a held record (header held_behind = the first
+  failed event's id, its key, original-topic the event topic), and no
+  held record is anything else; outboxd_held_keys lists exactly the keys
+  that failed;
+- release: each `outboxd dlq release KEY --topic T` exits 0 and no key is
+  held once drained; the rules above (loss, order, duplicates allowed
+  after a kill -9 inside a release) then hold for the whole topic: the
+  held events are published after the key's earlier ones, their first
+  copies in commit order, and the key's next events (committed while the
+  releases ran) after them; the failed events never are."""
 
 import collections
 import json
@@ -96,7 +115,8 @@ SLOT_LOST = ("does not exist, but outboxd created it",
 NEW_PARTITIONS = "new partitions of"
 # The faults that end the publisher's process without its last
 # confirmation.
-CRASHES = ("kill9", "kill9_after_commit", "outage_kill9", "exit")
+CRASHES = ("kill9", "kill9_after_commit", "outage_kill9", "exit",
+           "release_crash", "release_kill9")
 NOT_TRANSACTIONAL = "logical message is not transactional"
 REFUSED = ("broker refused the record", "producer refused the record")
 RECORD_CODES = ("INVALID_RECORD", "MSG_SIZE_TOO_LARGE")
@@ -104,6 +124,7 @@ DLQ_PUBLISH_FAILED = "could not publish dead-letter record"
 BEYOND_FORK = re.compile(r"(at least )?(\d+) events handed to Kafka from "
                          r"timeline \d+ past the switch point")
 CONTEXT = 4
+HELD_BEHIND = "held_behind"
 
 
 class Finding:
@@ -156,17 +177,21 @@ class Delivered:
 
 
 def check(history, records, dead, faults, daemon_log, partitions, drained,
-          inbox=None):
+          inbox=None, hold=None):
     """Judges a drained run. records: the event topic's records, dead:
     the dead-letter topic's (harness.Consumer dicts); faults: the
     FaultLog; daemon_log: outboxd's whole log; partitions: the event
     topic's partition count; drained: (end LSN, confirmed LSN, final
     exit code); inbox: what `outboxd inbox` stored (chaos.InboxState),
-    None without an inbox. Returns a Report."""
+    None without an inbox; hold: a hold_key run's releases
+    (chaos.HoldRun), None without hold_key. Returns a Report."""
     rep = Report()
     ctx = _Context(history, faults, daemon_log)
+    ctx.hold = hold
     delivered = [Delivered(r) for r in records]
     refused = _check_dead_letters(rep, ctx, dead)
+    if hold is not None:
+        _check_holds(rep, ctx, delivered, refused)
     _check_records(rep, ctx, delivered, partitions)
     _check_loss(rep, ctx, delivered, refused)
     _check_order(rep, ctx, delivered, refused)
@@ -197,6 +222,10 @@ class _Context:
         self.forked = history.forked_events()
         self.never = history.never_events()
         self.bad = {b.id: b for b in history.bad}
+        self.bad_rows = history.bad_rows()
+        self.hold = None
+        self.held = []        # held records of the dead-letter topic
+        self.dead_rows = {}   # {bad row id: its dead-letter record}
         self.txns = history.txns
         self.order = history.committed()
         self.record_errors = faults.produce_errors(RECORD_CODES)
@@ -252,6 +281,14 @@ def _check_dead_letters(rep, ctx, dead):
         elif error.startswith(REFUSED) and (rid in ctx.committed
                                             or rid in ctx.forked):
             refused.add(rid)
+            if ctx.hold is not None and header(r, HELD_BEHIND) is None:
+                ctx.dead_rows.setdefault(rid, r)
+            continue
+        elif ctx.hold is not None and header(r, HELD_BEHIND) is not None:
+            ctx.held.append(r)
+            continue
+        elif rid in ctx.bad_rows:
+            ctx.dead_rows.setdefault(rid, r)
             continue
         rep.add("dead-letter", "a dead letter the workload did not make bad "
                 "(error %r, id %s)" % (error[:100], rid),
@@ -273,9 +310,166 @@ def _check_dead_letters(rep, ctx, dead):
         rep.add("dead-letter", "non-transactional outbox message %s (t=%.2f,"
                 " in %s) was not dead-lettered" % (b.id, b.t, b.session),
                 ctx.around(b.t - 1, b.t + 1))
+    for i, e in ctx.bad_rows.items():
+        if i not in ctx.dead_rows:
+            rep.add("dead-letter", "bad row %r was not dead-lettered" % e,
+                    ctx.txn_excerpt(e.txn, around=0))
     rep.stats["refused_alone"] = len(refused)
     ctx.dead_bad = seen_bad
     return refused
+
+
+def _check_holds(rep, ctx, delivered, refused):
+    """hold_key: per key, nothing from its first failed event on in the
+    event topic before the releases, everything committed after it held
+    in the dead-letter topic behind it; the held keys listed; every
+    release done (the order rules judge the whole topic after it)."""
+    hr = ctx.hold
+    failed = collections.defaultdict(list)
+    for i in refused:
+        e = ctx.committed.get(i)
+        if e is not None:
+            failed[e.key].append(e)
+    for e in ctx.bad_rows.values():
+        failed[e.key].append(e)
+    first = {k: min(v, key=lambda e: e.seq) for k, v in failed.items()}
+    topics = {header(r, "original-topic") for r in ctx.dead_rows.values()}
+    topic = next(iter(topics)).decode() if len(topics) == 1 else None
+    rep.stats["held_keys"] = len(first)
+    rep.stats["bad_rows"] = len(ctx.bad_rows)
+    rep.stats["release_seconds"] = hr.seconds
+    tail = set(e.id for e in hr.tail.events) \
+        if hr.tail is not None and hr.tail.fate == "committed" else set()
+    # the dead letters that hold: key and original topic
+    for i, r in ctx.dead_rows.items():
+        e = ctx.committed.get(i) or ctx.bad_rows[i]
+        if r["key"] != e.key or (topic is not None and header(
+                r, "original-topic") != topic.encode()):
+            rep.add("hold", "dead letter of %r has key %r, original-topic %r"
+                    % (e, r["key"], header(r, "original-topic")))
+    # the keys outboxd held when the releases began
+    listed = sorted(k for _, k in hr.held)
+    if listed != sorted(first) or (topic is not None and any(
+            t != topic for t, _ in hr.held)):
+        rep.add("hold", "outboxd_held_keys held %s before the releases; "
+                "the keys that failed are %s" % (
+                    hr.held, sorted((k, e.id[:8]) for k, e in first.items())))
+    # the event topic before the releases
+    before = collections.defaultdict(set)
+    for d in delivered:
+        if d.offset < hr.hw.get(d.partition, 0) and d.key is not None:
+            before[d.key].add(d.id)
+    held = collections.defaultdict(list)
+    for r in ctx.held:
+        rid = header(r, "id")
+        held[rid.decode() if rid is not None else None].append(r)
+    # A stream read again from before a key's first failed event (a
+    # crash, a recreated producer, a re-read) finds the key held, so it
+    # holds the key's earlier events of that stretch too (released later,
+    # in order: duplicates of those published before). Tolerated, noted.
+    rereads = _reread_reasons(ctx)
+    early = {i for i in held if i in ctx.committed and first.get(
+        ctx.committed[i].key) is not None and ctx.committed[i].seq <
+        first[ctx.committed[i].key].seq}
+    if early and rereads:
+        e = min((ctx.committed[i] for i in early),
+                key=lambda e: ctx.txns[e.txn].commit_no)
+        rep.notes.append("%d events before their key's first failed event "
+                         "held too (%d of them not published before the "
+                         "releases), after %s; e.g. %r of %s (committed "
+                         "#%d) held behind %r of %s (#%d)" % (
+                             len(early), sum(
+                                 1 for i in early if i not in before[
+                                     ctx.committed[i].key]),
+                             ", ".join(rereads), e, e.txn,
+                             ctx.txns[e.txn].commit_no, first[e.key],
+                             first[e.key].txn,
+                             ctx.txns[first[e.key].txn].commit_no))
+    rep.stats["held_early"] = len(early)
+    rep.stats["held_early_late"] = sum(
+        1 for i in early if i not in before[ctx.committed[i].key])
+    if not rereads:
+        early = set()
+    wrong = []
+    for e in ctx.committed.values():
+        f = first.get(e.key)
+        if f is None or e.id in tail:
+            if e.id not in before[e.key] and e.id not in refused and \
+                    e.id not in tail:
+                wrong.append((e, "not held, yet not published before the "
+                              "releases"))
+        elif e.seq < f.seq and e.id not in before[e.key] and \
+                e.id not in refused and e.id not in early:
+            wrong.append((e, "before %r, yet not published before the "
+                          "releases" % f))
+        elif e.seq > f.seq and e.id in before[e.key]:
+            wrong.append((e, "behind %r, yet published before the "
+                          "releases" % f))
+    for e, what in wrong[:3]:
+        rep.add("hold", "%r: %s" % (e, what),
+                ctx.txn_excerpt(e.txn, around=0)
+                + ["first failed events: %s" % sorted(
+                    "%r" % f for f in first.values())])
+    if len(wrong) > 3:
+        rep.add("hold", "... %d such events in all" % len(wrong))
+    # the held records
+    odd = []
+    for i, rs in held.items():
+        e = ctx.committed.get(i)
+        f = first.get(e.key) if e is not None else None
+        if e is None or f is None or (e.seq < f.seq and i not in early):
+            odd.append("held record of %s: %s" % (
+                e or i, "no failed event of its key before it"
+                if e is not None else "not a committed event"))
+            continue
+        for r in rs:
+            if header(r, HELD_BEHIND) != f.id.encode() or \
+                    r["key"] != e.key or (topic is not None and header(
+                        r, "original-topic") != topic.encode()):
+                odd.append("held record of %r: held_behind %r, key %r, "
+                           "original-topic %r (want %s, %s, %s)" % (
+                               e, header(r, HELD_BEHIND), r["key"],
+                               header(r, "original-topic"), f.id, e.key,
+                               topic))
+                break
+    for e in ctx.committed.values():
+        f = first.get(e.key)
+        if f is not None and e.seq > f.seq and e.id not in tail and \
+                e.id not in held and e.id not in refused:
+            odd.append("%r is behind %r but not held" % (e, f))
+    for line in odd[:3]:
+        rep.add("hold", line)
+    if len(odd) > 3:
+        rep.add("hold", "... %d such findings in all" % len(odd))
+    rep.stats["held_events"] = len(set(held) - early)
+    # the releases
+    for key, rc, out in hr.results:
+        if rc != 0:
+            rep.add("release", "`outboxd dlq release %s --topic ...` exited "
+                    "%s" % (key, rc), out.splitlines()[-4:])
+    if hr.left:
+        rep.add("release", "keys still held once drained after the "
+                "releases: %s" % hr.left)
+    if hr.tail is not None and hr.tail.fate != "committed":
+        rep.notes.append("the released keys' next events: %s"
+                         % hr.tail.describe())
+    rep.notes.append("hold: %d keys held, %d held events in the table, "
+                     "release crash %s, released in %.1f s"
+                     % (len(hr.held), hr.events, hr.crash, hr.seconds))
+
+
+def _reread_reasons(ctx):
+    """What read the slot again in the run (crashes, a Postgres crash, a
+    recreated producer, a re-read for new partitions)."""
+    reasons = [k for k in CRASHES + ("pg_immediate",)
+               if ctx.faults.count(k)
+               # (a crash inside a release reads only what came after it)
+               and not k.startswith("release_")]
+    if RECREATED in ctx.log:
+        reasons.append("producer recreated")
+    if NEW_PARTITIONS in ctx.log:
+        reasons.append("slot re-read for new partitions")
+    return reasons
 
 
 def _check_records(rep, ctx, delivered, partitions):
@@ -293,6 +487,9 @@ def _check_records(rep, ctx, delivered, partitions):
                 lines = ctx.txn_excerpt(ctx.never[d.id].txn)
             elif d.id in ctx.bad:
                 what, lines = "a bad (non-transactional) message", []
+            elif d.id in ctx.bad_rows:
+                what = "a bad row (its headers are not a JSON object)"
+                lines = ctx.txn_excerpt(ctx.bad_rows[d.id].txn, around=0)
             else:
                 what, lines = "never written by the workload", []
             reported["phantom"] += 1

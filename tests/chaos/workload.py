@@ -48,6 +48,10 @@ CONN_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 # last three out (walfaults.SLOT_WITHOUT): the table must hold every event.
 FEATURES = frozenset({"nontx-messages", "bad-messages", "new-partitions",
                       "outbox-messages", "outbox-deletes", "moves"})
+# The chance, after each insert of rows in a hold_key run, of one bad row
+# (headers that are not a JSON object: a bad event with a key and a
+# topic, which holds its key) of one of the transaction's keys.
+BAD_ROW_CHANCE = 0.08
 
 
 class Event:
@@ -87,6 +91,7 @@ class Txn:
         self.ops = []
         self.buckets = set()
         self.trailer = None
+        self.tail = False   # committed after the holds' releases began
 
     def describe(self):
         return "%s [%s] %s: %s" % (
@@ -127,8 +132,16 @@ class History:
                        if t.fate == "committed"), key=lambda t: t.commit_no)
 
     def committed_events(self):
-        """{id: Event} of every event of a committed txn."""
-        return {e.id: e for t in self.committed() for e in t.events}
+        """{id: Event} of every event of a committed txn (its bad rows
+        left out: bad_rows())."""
+        return {e.id: e for t in self.committed() for e in t.events
+                if e.kind != "bad"}
+
+    def bad_rows(self):
+        """{id: Event} of every bad row of a committed txn (hold_key runs:
+        each is dead-lettered and holds its key)."""
+        return {e.id: e for t in self.committed() for e in t.events
+                if e.kind == "bad"}
 
     def forked_events(self):
         """{id: Event} of every event of a transaction a promotion left
@@ -136,7 +149,7 @@ class History:
         switch point, or maybe committed there, its answer lost): it may
         or may not be published."""
         return {e.id: e for t in self.txns.values() if t.fate == "forked"
-                for e in t.events}
+                for e in t.events if e.kind != "bad"}
 
     def never_events(self):
         """{id: Event} of events that must never be published: those of
@@ -178,10 +191,12 @@ class Driver:
     says whether the outbox table is partitioned by LIST (bucket);
     slot_name is outboxd's slot (read before detaching a partition);
     clock() gives the run time; without is a subset of FEATURES to leave
-    out (the random draws stay the same)."""
+    out (the random draws stay the same); hold_rng, in a hold_key run, a
+    generator of its own that draws the bad rows (so the other draws stay
+    the same)."""
 
     def __init__(self, pg, rng, agg, partitioned, slot_name, clock,
-                 without=frozenset(), key_prefix="k"):
+                 without=frozenset(), key_prefix="k", hold_rng=None):
         self.pg = pg
         self.rng = rng
         self.agg = agg
@@ -191,6 +206,7 @@ class Driver:
         self.history = History()
         self.without = frozenset(without)
         self.on_commit = None   # called with each Txn that commits
+        self.hold_rng = hold_rng
         self.keys = keys(key_prefix)
         self.moveable = collections.deque(maxlen=500)  # committed rows' ids
         self.reserved = set()
@@ -518,6 +534,60 @@ class Driver:
             cur.execute("DELETE FROM public.outbox WHERE id = ANY(%s::uuid[])",
                         ([e.id for e in events],))
             s.txn.ops.append("delete those rows")
+        if self.hold_rng is not None and \
+                self.hold_rng.random() < BAD_ROW_CHANCE:
+            self._bad_row(cur, s, self.hold_rng.choice(sorted(s.keys)))
+
+    def _bad_row(self, cur, s, key):
+        """One outbox row of key (its seq taken) whose headers are not a
+        JSON object: a bad event with a key and a topic (hold_key runs),
+        its id and nothing else drawn from hold_rng."""
+        first = self._take_seqs(cur, {key: 1})
+        e = Event(str(uuid.UUID(int=self.hold_rng.getrandbits(128),
+                                version=4)), key, first[key], "bad",
+                  s.txn.name)
+        cur.execute("INSERT INTO public.outbox (id, aggregate_type, "
+                    "aggregate_id, event_type, payload, headers, bucket) "
+                    "VALUES (%s, %s, %s, 'chaos.bad', %s::jsonb, "
+                    "'[1, 2]'::jsonb, %s)",
+                    (e.id, self.agg, e.key, json.dumps(
+                        {"e": e.id, "k": e.key, "s": e.seq}), self.bucket))
+        s.txn.events.append(e)
+        s.txn.buckets.add(self.bucket)
+        s.txn.ops.append("bad row %s" % e)
+
+    def tail(self, keys, per_key=2):
+        """Commits one transaction of per_key rows of each of keys (after
+        the holds' releases were asked for: the released keys' next
+        events, which must follow every released one); returns its Txn
+        (tail set)."""
+        s = self._open(sorted(keys), [], "commit", None)
+        if s is None:
+            return None
+        s.txn.tail = True
+
+        def rows(cur):
+            counts = {k: per_key for k in keys}
+            first = self._take_seqs(cur, counts)
+            events = []
+            for k in sorted(keys):
+                for i in range(per_key):
+                    events.append(Event(str(uuid.uuid4()), k, first[k] + i,
+                                        "row", s.txn.name))
+            psycopg2.extras.execute_values(
+                cur, "INSERT INTO public.outbox (id, aggregate_type, "
+                "aggregate_id, event_type, payload, bucket) VALUES %s",
+                [(e.id, self.agg, e.key, "chaos.tail", json.dumps(
+                    {"e": e.id, "k": e.key, "s": e.seq}), self.bucket)
+                 for e in events],
+                template="(%s, %s, %s, %s, %s::jsonb, %s)")
+            s.txn.events += events
+            s.txn.buckets.add(self.bucket)
+            s.txn.ops.append("insert %d tail rows into bucket %d"
+                             % (len(events), self.bucket))
+        if self._run(s, rows):
+            self._end(s)
+        return s.txn
 
     def _event_message(self, cur, s):
         e = self._new_events(cur, s, 1, "msg")[0]
