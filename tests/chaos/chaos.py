@@ -355,12 +355,13 @@ class HoldRun:
 
 def held_keys(pg):
     """[(topic, key)] of outboxd_held_keys (the run's slot; none while
-    outboxd has not made the table)."""
+    outboxd has not made the table), not those released (their rows stay
+    a day, marked released_through)."""
     if pg.sql("SELECT to_regclass('public.outboxd_held_keys')")[0][0] is None:
         return []
     return [(t, bytes(k).decode("utf-8")) for t, k in pg.sql(
         "SELECT topic, key FROM public.outboxd_held_keys WHERE "
-        "slot_name = 'chaos' ORDER BY topic, key")]
+        "slot_name = 'chaos' AND released_through IS NULL ORDER BY topic, key")]
 
 
 def release_plan(hrng):
