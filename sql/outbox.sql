@@ -170,6 +170,8 @@ CREATE TABLE IF NOT EXISTS public.outboxd_held_keys (
     held_behind text NOT NULL,
     reason text NOT NULL,
     error text NOT NULL,
+    held_from numeric NOT NULL,
+    held_from_index bigint NOT NULL,
     held_at timestamptz NOT NULL DEFAULT now(),
     release_requested_at timestamptz,
     release_include_failed boolean NOT NULL DEFAULT false,

@@ -76,6 +76,15 @@ publish_gauges(const ob_hold *h)
 	ob_metrics_set_held(json_object_size(h->keys), (uint64_t)h->events + h->pending_held);
 }
 
+/* Hold name behind id behind from (unit, index). */
+static void
+hold_name(ob_hold *h, const char *name, const char *behind, const char *unit, uint64_t index)
+{
+	json_object_set_new(h->keys, name,
+			    json_pack("{s:s, s:s, s:I}", "behind", behind, "unit", unit, "index",
+				      (json_int_t)index));
+}
+
 /* A connection of the hold's own, made when missing. */
 static ob_pg_status
 connection(ob_hold *h)
@@ -152,7 +161,8 @@ load(ob_hold *h)
 		char *name = set_name(topic, strlen(topic), ob_pgres_value(res, i, 1));
 
 		if (through[0] == '\0')
-			json_object_set_new(h->keys, name, json_string(ob_pgres_value(res, i, 2)));
+			hold_name(h, name, ob_pgres_value(res, i, 2), ob_pgres_value(res, i, 4),
+				  strtoull(ob_pgres_value(res, i, 5), NULL, 10));
 		else
 			json_object_set_new(h->released, name, json_string(through));
 		free(name);
@@ -161,13 +171,14 @@ load(ob_hold *h)
 	/* The keys of rows still waiting are held all the same. */
 	for (size_t i = 0; i < h->pending_len; i++) {
 		const ob_hold_row *r = &h->pending[i];
-		char *hex, *name;
+		char *hex, *name, unit[24];
 
 		if (!r->new_key)
 			continue;
 		hex = hex_of(r->key, r->key_len);
 		name = set_name(r->topic, strlen(r->topic), hex);
-		json_object_set_new(h->keys, name, json_string(r->behind));
+		snprintf(unit, sizeof(unit), "%" PRIu64, r->unit);
+		hold_name(h, name, r->behind, unit, r->index);
 		free(name);
 		free(hex);
 	}
@@ -189,9 +200,9 @@ ob_hold_load(ob_hold *h, ob_outcome *out)
 	return st == OB_PG_OK;
 }
 
-/* The held-behind id of (topic, key) when it is held, else NULL. */
-static const char *
-held_behind(const ob_hold *h, const char *topic, size_t topic_len, const void *key, size_t key_len)
+/* The held set's entry of (topic, key) when it is held, else NULL. */
+static json_t *
+held_entry(const ob_hold *h, const char *topic, size_t topic_len, const void *key, size_t key_len)
 {
 	char *hex, *name;
 	json_t *v;
@@ -203,7 +214,25 @@ held_behind(const ob_hold *h, const char *topic, size_t topic_len, const void *k
 	v = json_object_get(h->keys, name);
 	free(name);
 	free(hex);
-	return v != NULL ? json_string_value(v) : NULL;
+	return v;
+}
+
+/* The id entry e is held behind, when the event at (unit, index) is held:
+ * at or after the place it is held from (the key's events before it,
+ * read again after a crash, had gone to their topic); else NULL. */
+static const char *
+held_behind(const json_t *e, ob_pos unit, uint64_t index)
+{
+	ob_pos from;
+	uint64_t from_index;
+
+	if (e == NULL)
+		return NULL;
+	from = strtoull(json_string_value(json_object_get(e, "unit")), NULL, 10);
+	from_index = (uint64_t)json_integer_value(json_object_get(e, "index"));
+	if (unit < from || (unit == from && index < from_index))
+		return NULL;
+	return json_string_value(json_object_get(e, "behind"));
 }
 
 /* Whether (topic, key) was released through unit or later: its dead
@@ -295,7 +324,8 @@ ob_hold_divert(ob_hold *h, const ob_event *ev, ob_pos unit, uint64_t index, ob_l
 
 	*held = false;
 	if (!h->on || !ev->has_key ||
-	    (behind = held_behind(h, topic, ev->topic.len, key, ev->key.len)) == NULL)
+	    (behind = held_behind(held_entry(h, topic, ev->topic.len, key, ev->key.len), unit,
+				  index)) == NULL)
 		return true;
 	if (!room_for_event(h, out))
 		return false;
@@ -330,7 +360,7 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 	if (!h->on || topic == NULL || !dlq->has_key ||
 	    released_before(h, topic, topic_len, key, dlq->key.len, unit))
 		return true;
-	new_key = held_behind(h, topic, topic_len, key, dlq->key.len) == NULL;
+	new_key = held_entry(h, topic, topic_len, key, dlq->key.len) == NULL;
 	if (new_key && json_object_size(h->keys) >= (size_t)h->cfg->outbox.hold_max_keys) {
 		ob_error("outbox.hold_max_keys (%d) keys are held and another event failed: "
 			 "stopping without confirming it; release keys (outboxd dlq list, outboxd "
@@ -345,7 +375,7 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 	if (orig != NULL)
 		keep_record(r, orig);
 	if (new_key) {
-		char *name;
+		char *name, from[24];
 
 		hex = hex_of(key, dlq->key.len);
 		name = set_name(topic, topic_len, hex);
@@ -355,7 +385,8 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 				: ob_xasprintf("at " OB_LSN_FMT, OB_LSN_ARGS(lsn));
 		r->reason = ob_xstrdup(dlq->dlq_reason ? dlq->dlq_reason : "");
 		r->error = ob_xstrndup(error ? error : "", error ? error_len : 0);
-		json_object_set_new(h->keys, name, json_string(r->behind));
+		snprintf(from, sizeof(from), "%" PRIu64, unit);
+		hold_name(h, name, r->behind, from, index);
 		json_object_del(h->released, name);
 		ob_warn("holding key %s of topic %.*s behind dead letter %s (%s): its later events "
 			"go to the dead-letter topic until it is released",

@@ -19,6 +19,7 @@
 #define KEYS_COLUMNS                                                                               \
 	"slot_name text NOT NULL, topic text NOT NULL, key bytea NOT NULL, "                       \
 	"held_behind text NOT NULL, reason text NOT NULL, error text NOT NULL, "                   \
+	"held_from numeric NOT NULL, held_from_index bigint NOT NULL, "                            \
 	"held_at timestamptz NOT NULL DEFAULT now(), release_requested_at timestamptz, "           \
 	"release_include_failed boolean NOT NULL DEFAULT false, release_error text, "              \
 	"released_through numeric, released_at timestamptz, PRIMARY KEY (slot_name, topic, key)"
@@ -151,10 +152,10 @@ ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *ev
 	if (ok)
 		*events = strtoll(ob_pgres_value(count, 0, 0), NULL, 10);
 	ob_pgres_free(count);
-	return ok && ob_pgsql_query_rows(p, OB_LOG_ERROR, "read the held keys", 4, res,
+	return ok && ob_pgsql_query_rows(p, OB_LOG_ERROR, "read the held keys", 6, res,
 					 "SELECT topic, encode(key, 'hex'), held_behind, "
-					 "coalesce(released_through::text, '') FROM " KEYS_SQL
-					 " WHERE slot_name = %L",
+					 "coalesce(released_through::text, ''), held_from::text, "
+					 "held_from_index FROM " KEYS_SQL " WHERE slot_name = %L",
 					 cfg->outbox.schema, cfg->pg.slot);
 }
 
@@ -199,15 +200,17 @@ insert_sql(ob_pgconn *c, const ob_config *cfg, const ob_hold_row *rows, size_t f
 		ob_pgparams_text(p, cfg->pg.slot);
 		ob_pgparams_text(p, r->topic);
 		ob_pgparams_bytes(p, r->key, r->key_len);
+		snprintf(units[i - from], sizeof(units[0]), "%" PRIu64, r->unit);
 		if (keys) {
 			ob_pgparams_text(p, r->behind);
 			ob_pgparams_text(p, r->reason);
 			ob_pgparams_text(p, r->error);
-			n = snprintf(row, sizeof(row), "%s($%d, $%d, $%d, $%d, $%d, $%d)",
+			ob_pgparams_text(p, units[i - from]);
+			ob_pgparams_int(p, (long long)r->index);
+			n = snprintf(row, sizeof(row), "%s($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)",
 				     len ? ", " : "", base + 1, base + 2, base + 3, base + 4,
-				     base + 5, base + 6);
+				     base + 5, base + 6, base + 7, base + 8);
 		} else {
-			snprintf(units[i - from], sizeof(units[0]), "%" PRIu64, r->unit);
 			snprintf(lsns[i - from], sizeof(lsns[0]), OB_LSN_FMT, OB_LSN_ARGS(r->lsn));
 			ob_pgparams_text(p, units[i - from]);
 			ob_pgparams_int(p, (long long)r->index);
@@ -236,13 +239,13 @@ insert_sql(ob_pgconn *c, const ob_config *cfg, const ob_hold_row *rows, size_t f
 	    c,
 	    keys
 		? "INSERT INTO " KEYS_SQL
-		  " AS k (slot_name, topic, key, held_behind, reason, error) VALUES %s "
-		  "ON CONFLICT (slot_name, topic, key) DO UPDATE SET held_behind = "
-		  "EXCLUDED.held_behind, reason = EXCLUDED.reason, error = EXCLUDED.error, held_at "
-		  "= "
-		  "now(), release_requested_at = NULL, release_error = NULL, released_through = "
-		  "NULL, "
-		  "released_at = NULL WHERE k.released_through IS NOT NULL"
+		  " AS k (slot_name, topic, key, held_behind, reason, error, held_from, "
+		  "held_from_index) VALUES %s ON CONFLICT (slot_name, topic, key) DO UPDATE SET "
+		  "held_behind = EXCLUDED.held_behind, reason = EXCLUDED.reason, error = "
+		  "EXCLUDED.error, held_from = EXCLUDED.held_from, held_from_index = "
+		  "EXCLUDED.held_from_index, held_at = now(), release_requested_at = NULL, "
+		  "release_error = NULL, released_through = NULL, released_at = NULL WHERE "
+		  "k.released_through IS NOT NULL"
 		: "INSERT INTO " EVENTS_SQL
 		  " AS e (slot_name, topic, key, unit, event_index, failed, "
 		  "event_id, lsn, record) VALUES %s ON CONFLICT (slot_name, topic, key, unit, "

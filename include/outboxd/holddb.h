@@ -5,7 +5,8 @@
  *
  *   outboxd_held_keys    one row per (slot_name, topic, key) held: the id
  *                        of the dead letter it is held behind, its reason
- *                        and error, when; and a release asked for
+ *                        and error, its place (held_from, held_from_index:
+ *                        the key's events before it are not held), when; and a release asked for
  *                        (release_requested_at, release_include_failed)
  *                        or refused (release_error); once released, the
  *                        position released through (released_through,
@@ -66,7 +67,8 @@ char *ob_holddb_setup_sql(const ob_config *cfg, const char *role);
 bool ob_holddb_describe(ob_pgconn *p, const ob_config *cfg, bool *ok, char *line, size_t size);
 
 /* The slot's held keys: *res has a row per key (topic, key as hex,
- * held_behind, released_through: "" while held), the caller frees it; *events the count of held
+ * held_behind, released_through: "" while held, and the place held from:
+ * held_from, held_from_index), the caller frees it; *events the count of held
  * events (not the failed ones they are held behind). */
 bool ob_holddb_load(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, long long *events);
 /* Write rows in one transaction; *inserted: the held (not failed) event

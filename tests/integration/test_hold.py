@@ -424,3 +424,39 @@ def test_refused_then_taken_after_a_halt_is_released(
     assert rc == 0, out + err
     got = ids_by_key(consumer.collect([topic], 2, timeout=30))
     assert got == {a: [first, second]}, got
+
+
+def test_events_before_the_failed_one_read_again_are_not_held(
+        pg, broker, consumer, outboxd_factory, slot_name, test_id):
+    """One transaction: A-1, A-2, A-3 (bad), A-4. The broker refuses the
+    batch of A-1 and A-2: the producer is made anew and the transaction
+    read again, with A held by then. A-1 and A-2 come before the place A is
+    held from, so they go to A's topic, not behind A-3 (the fault checker
+    saw events before a key's failure held after such a re-read)."""
+    table = nullable_outbox(pg, "obx_%s" % test_id)
+    agg = "pre_%s" % test_id
+    topic = make_topic(broker, agg)
+    d = outboxd_factory(hold_config(table))
+    dlq = d.config["outbox"]["dlq_topic"]
+    broker.create_topic(dlq, 1)
+    wait_streaming(pg, slot_name)
+    a = "A-%s" % test_id
+    assert broker.cmd("error 0 INVALID_RECORD 1") == "ok"
+    conn = pg.connect()
+    with conn, conn.cursor() as cur:
+        for i in range(1, 5):
+            cur.execute("INSERT INTO %s (id, aggregate_type, aggregate_id, "
+                        "event_type, payload, headers) VALUES (%%s, %%s, %%s, "
+                        "'held.x', '{}'::jsonb, %%s::jsonb)" % table,
+                        ("%s-%d" % (a, i), agg, a, "[1]" if i == 3 else None))
+    conn.close()
+    wait_until(lambda: "recreating the kafka producer" in d.log_text(), 30,
+               0.1, "the refused batch")
+    got = ids_by_key(consumer.collect([topic], 2, timeout=30))
+    first_occurrences_in_order(got[a], [a + "-1", a + "-2"])  # maybe twice
+    dead = consumer.collect([dlq], 2, timeout=30)
+    held = [header(r, "id").decode() for r in dead
+            if header(r, "held_behind") is not None]
+    assert set(held) == {a + "-4"}, dead
+    rc, out, _ = d.run_cmd(["dlq", "list"])
+    assert "held events  1" in out, out
