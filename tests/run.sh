@@ -428,9 +428,10 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
     # under the sanitizers in the unit suite and the awsiam fuzz target),
     # test_server_faults.py (restarts and drops of the server),
     # test_harness.py (the harness itself) and test_demo.py (the main
-    # job's script); of test_hold.py, a kill -9 inside a release, a
-    # promotion and the halts (a held key, its release and a refused release
-    # run here); and
+    # job's script); test_hold_attacks.py (kills, crashes and cut
+    # connections around held keys), and of test_hold.py a kill -9 inside a
+    # release, a promotion and the halts (a held key, its release and a
+    # refused release run here); and
     # the tests marked
     # no_sanitizers in other files: the batch-error attacks, past defects'
     # timings and the CloudEvents attack probes (the code paths they reach
@@ -455,6 +456,7 @@ if [[ -f "$BUILD_ASAN.built" ]]; then
         --deselect tests/integration/test_server_faults.py \
         --deselect tests/integration/test_harness.py \
         --deselect tests/integration/test_demo.py \
+        --deselect tests/integration/test_hold_attacks.py \
         --deselect tests/integration/test_hold.py::test_kill9_during_a_release_loses_and_reorders_nothing \
         --deselect tests/integration/test_hold.py::test_held_keys_survive_a_promotion \
         --deselect tests/integration/test_hold.py::test_past_hold_max_keys_it_halts \
