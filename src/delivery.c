@@ -486,6 +486,13 @@ ob_delivery_end_backlog(ob_deliveries *d)
 	d->behind = false;
 }
 
+void
+ob_delivery_write_holds(ob_deliveries *d)
+{
+	if (d->state != OB_DELIVERY_HALTED)
+		ob_hold_flush(&d->hold);
+}
+
 bool
 ob_delivery_connected(const ob_deliveries *d)
 {

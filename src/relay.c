@@ -640,7 +640,7 @@ shut_down(relay *r)
 		r->stopping_query_until = 0;
 		if (!final_ok)
 			out = OB_OUTCOME_HALT;
-		ob_hold_flush(&r->d.hold);
+		ob_delivery_write_holds(&r->d);
 		confirmed = send_status(r, true);
 		save = confirmed && ob_slotsave_needed(ob_pgsql_server_version(r->pg));
 		if (!confirmed)

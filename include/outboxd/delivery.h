@@ -141,6 +141,11 @@ bool ob_delivery_settle(ob_deliveries *d, ob_outcome *out) OB_MUST_CHECK;
  * fails meanwhile is noticed by the next ob_delivery_serve()). */
 void ob_delivery_poll(ob_deliveries *d, int timeout_ms);
 
+/* At a stop: write the held keys' waiting rows (hold.h), so that the last
+ * confirmation goes as far as it can; not after a halt, whose hold may
+ * stand behind a dead letter never published (refused too): the next start
+ * reads those events again and judges them anew. */
+void ob_delivery_write_holds(ob_deliveries *d);
 /* Tell /healthz, /readyz, the gauges and systemd's watchdog that the loop
  * is alive; streaming says whether the replication stream is up. */
 void ob_delivery_alive(ob_deliveries *d, bool streaming);

@@ -364,9 +364,10 @@ def _check_holds(rep, ctx, delivered, refused):
         rid = header(r, "id")
         held[rid.decode() if rid is not None else None].append(r)
     # A stream read again from before a key's first failed event (a
-    # crash, a recreated producer, a re-read) finds the key held, so it
-    # holds the key's earlier events of that stretch too (released later,
-    # in order: duplicates of those published before). Tolerated, noted.
+    # crash, a recreated producer, a re-read) finds the key held, but from
+    # the failed event's place on: the key's earlier events of that
+    # stretch go to the topic again, never behind it. One held is a
+    # finding (outboxd held them until held_from was kept with the key).
     rereads = _reread_reasons(ctx)
     early = {i for i in held if i in ctx.committed and first.get(
         ctx.committed[i].key) is not None and ctx.committed[i].seq <
@@ -388,8 +389,7 @@ def _check_holds(rep, ctx, delivered, refused):
     rep.stats["held_early"] = len(early)
     rep.stats["held_early_late"] = sum(
         1 for i in early if i not in before[ctx.committed[i].key])
-    if not rereads:
-        early = set()
+    early = set()
     wrong = []
     for e in ctx.committed.values():
         f = first.get(e.key)
