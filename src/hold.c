@@ -55,6 +55,8 @@ set_name(const char *topic, size_t topic_len, const char *key_hex)
 	return ob_xasprintf("%.*s\x1f%s", (int)topic_len, topic, key_hex);
 }
 
+/* The len bytes at data in lowercase hex, as PostgreSQL's encode(…,
+ * 'hex') writes them; the caller frees. */
 static char *
 hex_of(const void *data, size_t len)
 {
@@ -200,18 +202,19 @@ ob_hold_load(ob_hold *h, ob_outcome *out)
 	return st == OB_PG_OK;
 }
 
-/* The held set's entry of (topic, key) when it is held, else NULL. */
+/* The entry of (topic, key) in set (the held set, or the released one),
+ * else NULL. */
 static json_t *
-held_entry(const ob_hold *h, const char *topic, size_t topic_len, const void *key, size_t key_len)
+lookup(json_t *set, const char *topic, size_t topic_len, const void *key, size_t key_len)
 {
 	char *hex, *name;
 	json_t *v;
 
-	if (json_object_size(h->keys) == 0)
+	if (json_object_size(set) == 0)
 		return NULL;
 	hex = hex_of(key, key_len);
 	name = set_name(topic, topic_len, hex);
-	v = json_object_get(h->keys, name);
+	v = json_object_get(set, name);
 	free(name);
 	free(hex);
 	return v;
@@ -242,16 +245,8 @@ static bool
 released_before(const ob_hold *h, const char *topic, size_t topic_len, const void *key,
 		size_t key_len, ob_pos unit)
 {
-	char *hex, *name;
-	json_t *v;
+	json_t *v = lookup(h->released, topic, topic_len, key, key_len);
 
-	if (json_object_size(h->released) == 0)
-		return false;
-	hex = hex_of(key, key_len);
-	name = set_name(topic, topic_len, hex);
-	v = json_object_get(h->released, name);
-	free(name);
-	free(hex);
 	return v != NULL && strtoull(json_string_value(v), NULL, 10) >= unit;
 }
 
@@ -324,7 +319,7 @@ ob_hold_divert(ob_hold *h, const ob_event *ev, ob_pos unit, uint64_t index, ob_l
 
 	*held = false;
 	if (!h->on || !ev->has_key ||
-	    (behind = held_behind(held_entry(h, topic, ev->topic.len, key, ev->key.len), unit,
+	    (behind = held_behind(lookup(h->keys, topic, ev->topic.len, key, ev->key.len), unit,
 				  index)) == NULL)
 		return true;
 	if (!room_for_event(h, out))
@@ -360,7 +355,7 @@ ob_hold_dead_letter(ob_hold *h, const ob_event *dlq, const ob_record_view *orig,
 	if (!h->on || topic == NULL || !dlq->has_key ||
 	    released_before(h, topic, topic_len, key, dlq->key.len, unit))
 		return true;
-	new_key = held_entry(h, topic, topic_len, key, dlq->key.len) == NULL;
+	new_key = lookup(h->keys, topic, topic_len, key, dlq->key.len) == NULL;
 	if (new_key && json_object_size(h->keys) >= (size_t)h->cfg->outbox.hold_max_keys) {
 		ob_error("outbox.hold_max_keys (%d) keys are held and another event failed: "
 			 "stopping without confirming it; release keys (outboxd dlq list, outboxd "
