@@ -24,7 +24,7 @@ typedef struct reader {
 	rd_kafka_t *rk;
 	/* The partitions not read to their end yet, each .offset its high
 	 * watermark when the read began. */
-	rd_kafka_topic_partition_list_t *todo;
+	rd_kafka_topic_partition_list_t *unread;
 	ob_kafka_brokers brokers;
 } reader;
 
@@ -142,7 +142,7 @@ start_of(const rd_kafka_topic_partition_t *p, const rd_kafka_topic_partition_lis
 
 /* Where each of parts starts, in a new list (NULL, logged, when the broker
  * did not answer): from its low watermark, or with since_ms from its
- * offset for that time. Each also goes to r->todo with its high watermark;
+ * offset for that time. Each also goes to r->unread with its high watermark;
  * a partition with nothing to read goes to neither. */
 static rd_kafka_topic_partition_list_t *
 plan(reader *r, rd_kafka_topic_partition_list_t *parts)
@@ -158,7 +158,7 @@ plan(reader *r, rd_kafka_topic_partition_list_t *parts)
 
 		err = rd_kafka_query_watermark_offsets(r->rk, r->topic, p->partition, &low, &high,
 						       QUERY_TIMEOUT_MS);
-		rd_kafka_topic_partition_list_add(r->todo, r->topic, p->partition)->offset = high;
+		rd_kafka_topic_partition_list_add(r->unread, r->topic, p->partition)->offset = high;
 		p->offset = low;
 	}
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR && r->since_ms >= 0)
@@ -173,14 +173,14 @@ plan(reader *r, rd_kafka_topic_partition_list_t *parts)
 	for (int i = 0; i < parts->cnt; i++) {
 		const rd_kafka_topic_partition_t *p = &parts->elems[i];
 		const rd_kafka_topic_partition_t *end =
-		    rd_kafka_topic_partition_list_find(r->todo, r->topic, p->partition);
+		    rd_kafka_topic_partition_list_find(r->unread, r->topic, p->partition);
 		int64_t start = start_of(p, at, any);
 
 		if (start >= 0 && start < end->offset)
 			rd_kafka_topic_partition_list_add(from, r->topic, p->partition)->offset =
 			    start;
 		else
-			(void)rd_kafka_topic_partition_list_del(r->todo, r->topic, p->partition);
+			(void)rd_kafka_topic_partition_list_del(r->unread, r->topic, p->partition);
 	}
 done:
 	if (at != NULL)
@@ -197,12 +197,12 @@ static bool
 take(reader *r, const rd_kafka_message_t *m, ob_dlqtopic_fn fn, void *ctx)
 {
 	rd_kafka_topic_partition_t *end =
-	    rd_kafka_topic_partition_list_find(r->todo, r->topic, m->partition);
+	    rd_kafka_topic_partition_list_find(r->unread, r->topic, m->partition);
 	ob_dlqtopic_record rec;
 
 	if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
 		if (end != NULL && m->offset >= end->offset)
-			(void)rd_kafka_topic_partition_list_del(r->todo, r->topic, m->partition);
+			(void)rd_kafka_topic_partition_list_del(r->unread, r->topic, m->partition);
 		return true;
 	}
 	if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -213,7 +213,7 @@ take(reader *r, const rd_kafka_message_t *m, ob_dlqtopic_fn fn, void *ctx)
 	if (end == NULL || m->offset >= end->offset)
 		return true; /* written after the read began */
 	if (m->offset + 1 >= end->offset)
-		(void)rd_kafka_topic_partition_list_del(r->todo, r->topic, m->partition);
+		(void)rd_kafka_topic_partition_list_del(r->unread, r->topic, m->partition);
 	rec.partition = m->partition;
 	rec.offset = m->offset;
 	rec.all_headers = ob_kafka_record_view(m, true, &rec.view);
@@ -222,7 +222,7 @@ take(reader *r, const rd_kafka_message_t *m, ob_dlqtopic_fn fn, void *ctx)
 	return fn(ctx, &rec);
 }
 
-/* Read the assigned partitions until r->todo is empty. False (logged) on
+/* Read the assigned partitions until r->unread is empty. False (logged) on
  * an error, when fn stops the read, or after IDLE_TIMEOUT_MS with nothing
  * read. */
 static bool
@@ -230,7 +230,7 @@ read_all(reader *r, ob_dlqtopic_fn fn, void *ctx)
 {
 	int64_t heard_ms = ob_mono_ms();
 
-	while (r->todo->cnt > 0) {
+	while (r->unread->cnt > 0) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, POLL_MS);
 		bool ok;
 
@@ -240,7 +240,7 @@ read_all(reader *r, ob_dlqtopic_fn fn, void *ctx)
 			ob_error(
 			    "could not read %s to its end: %d partition(s) sent nothing for %d "
 			    "s",
-			    r->topic, r->todo->cnt, IDLE_TIMEOUT_MS / 1000);
+			    r->topic, r->unread->cnt, IDLE_TIMEOUT_MS / 1000);
 			return false;
 		}
 		heard_ms = ob_mono_ms();
@@ -261,7 +261,7 @@ ob_dlqtopic_read(const ob_config *cfg, const char *topic, int64_t since_ms, ob_d
 	ob_dlqtopic_result res = OB_DLQTOPIC_FAILED;
 	rd_kafka_resp_err_t err;
 
-	r.todo = rd_kafka_topic_partition_list_new(1);
+	r.unread = rd_kafka_topic_partition_list_new(1);
 	if (!start_client(&r, cfg))
 		goto done;
 	res = partitions(&r, &parts);
@@ -287,6 +287,6 @@ done:
 		(void)rd_kafka_consumer_close(r.rk);
 		rd_kafka_destroy(r.rk);
 	}
-	rd_kafka_topic_partition_list_destroy(r.todo);
+	rd_kafka_topic_partition_list_destroy(r.unread);
 	return res;
 }
