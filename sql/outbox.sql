@@ -129,8 +129,9 @@ COMMENT ON COLUMN public.outbox.seq IS
 -- restored dump has another, and its rows other transaction ids). It also
 -- notes when rows of the outbox table were seen deleted (deletes_seen_at,
 -- from the table's statistics) and when an event came as a logical message
--- (messages_seen_at): a recovery from the point cannot find either, so it
--- halts instead (deploy/README.md, "Recovering from a lost or invalidated
+-- (messages_seen_at), and the outbox table's leaves with the point
+-- (recovery_leaves: one dropped since took its rows with it): a recovery
+-- from the point cannot find those rows, so it halts instead (deploy/README.md, "Recovering from a lost or invalidated
 -- slot"); clear the column once that no longer happens.
 CREATE TABLE IF NOT EXISTS public.outboxd_slots (
     slot_name    text        PRIMARY KEY,
@@ -142,7 +143,8 @@ CREATE TABLE IF NOT EXISTS public.outboxd_slots (
     deletes_counted bigint,
     deletes_own bigint,
     deletes_seen_at timestamptz,
-    messages_seen_at timestamptz
+    messages_seen_at timestamptz,
+    recovery_leaves oid[]
 );
 -- A table made before the recovery point: outboxd adds these itself when
 -- its role owns the table; otherwise run this (and sql/role.sql's GRANT).
@@ -154,7 +156,8 @@ ALTER TABLE public.outboxd_slots
     ADD COLUMN IF NOT EXISTS deletes_counted bigint,
     ADD COLUMN IF NOT EXISTS deletes_own bigint,
     ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz,
-    ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz;
+    ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz,
+    ADD COLUMN IF NOT EXISTS recovery_leaves oid[];
 
 -- The keys outbox.on_bad_event = hold_key holds behind a dead letter, and
 -- their held events (deploy/README.md, "Held keys and dead letters").

@@ -31,6 +31,7 @@ ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool crea
 	c->create_only = create_only;
 	c->backlog_end = 0;
 	c->recovering = OB_SLOT_LOSS_NONE;
+	c->snapshot_ms = 0;
 	c->lost = OB_SLOT_LOSS_NONE;
 	c->published = 0;
 }
@@ -317,6 +318,7 @@ ob_cutover_run(ob_cutover *c, bool *created, ob_outcome *out)
 	case OB_PG_STANDBY:
 		goto close;
 	}
+	c->snapshot_ms = ob_mono_ms();
 	/* Suspects of an earlier attempt are known by its consistent point. */
 	if (c->backlog_end != 0 && c->backlog_end != consistent)
 		ob_replay_rebase(&c->deliveries->replay, ob_pos_backlog(c->backlog_end),

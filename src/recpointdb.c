@@ -24,7 +24,8 @@
 	"pg_lsn, ADD COLUMN IF NOT EXISTS recovery_at timestamptz, ADD COLUMN IF NOT EXISTS "      \
 	"recovery_system text, ADD COLUMN IF NOT EXISTS deletes_counted bigint, ADD COLUMN IF "    \
 	"NOT EXISTS deletes_own bigint, ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz, "    \
-	"ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz"
+	"ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz, ADD COLUMN IF NOT EXISTS "         \
+	"recovery_leaves oid[]"
 /* The rows deleted from the outbox table's leaves, as the cumulative
  * statistics count them (text; %L takes the schema's name, then the
  * table's). They count every DELETE, whoever ran it, and start again
@@ -61,6 +62,26 @@
 	"relid FROM pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r' AND "             \
 	"c.relfilenode <> c.oid AND (c.xmin::text::bigint - r.recovery_xid::text::bigint %% "      \
 	"4294967296 + 4294967296) %% 4294967296 < 2147483648)"
+/* The leaves of the outbox table now (pg_class rows of kind 'r': the
+ * table itself when it is not partitioned), as a subquery of their oids
+ * (%L takes the schema's name, then the table's). */
+#define LEAVES_NOW_SQL                                                                             \
+	"(SELECT c.oid FROM (SELECT to_regclass(quote_ident(%L) || '.' || quote_ident(%L)) AS "    \
+	"rel) AS o JOIN pg_class AS c ON c.oid = o.rel OR c.oid IN (SELECT relid FROM "            \
+	"pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r')"
+/* The leaves the point's candidate saw that are no longer leaves of the
+ * outbox table (as LEAVES_NOW_SQL, with the row r; %s takes "NOT" for the
+ * detached, "" for the dropped). A dropped one (no pg_class row: a
+ * partition, or the table dropped and made again) has its rows in no
+ * table a recovery reads and in no count of deleted rows: taken to hold
+ * events not yet published ("oid N, ..."). A detached one is looked at
+ * (judge_detached(): their oids, space-separated). NULL when none. */
+#define GONE_SQL(item, sep)                                                                        \
+	"(SELECT string_agg(" item ", '" sep "' ORDER BY x) FROM unnest(r.recovery_leaves) AS x "  \
+	"LEFT JOIN pg_class AS c ON c.oid = x WHERE x NOT IN " LEAVES_NOW_SQL                      \
+	" AND c.oid IS %s NULL)"
+#define DROPPED_SQL  GONE_SQL("'oid ' || x::text", ", ")
+#define DETACHED_SQL GONE_SQL("x::text", " ")
 /* When the statistics of this database were last reset (pg_stat_reset(),
  * pg_stat_reset_single_table_counters(); NULL: never since they started,
  * as after a crash): a count of deleted rows taken before a reset and one
@@ -75,6 +96,7 @@
 void
 ob_recpointdb_init(ob_recpointdb *r)
 {
+	free(r->cand_leaves);
 	memset(r, 0, sizeof(*r));
 	ob_recpoint_init(&r->rule);
 #if OB_TEST_HOOKS
@@ -83,6 +105,13 @@ ob_recpointdb_init(ob_recpointdb *r)
 	if (getenv("OUTBOXD_TEST_RECPOINT_MS") != NULL)
 		r->rule.interval_ms = atol(getenv("OUTBOXD_TEST_RECPOINT_MS"));
 #endif
+}
+
+void
+ob_recpointdb_free(ob_recpointdb *r)
+{
+	free(r->cand_leaves);
+	r->cand_leaves = NULL;
 }
 
 char *
@@ -104,7 +133,7 @@ columns_usable(ob_pgconn *p, const ob_config *cfg, bool *yes)
 	    "(SELECT count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(m.t) AND "
 	    "NOT a.attisdropped AND a.attname IN ('recovery_xid', 'recovery_lsn', "
 	    "'recovery_at', 'recovery_system', 'deletes_counted', 'deletes_own', "
-	    "'deletes_seen_at', 'messages_seen_at')) = 8 FROM " TABLE_NAME,
+	    "'deletes_seen_at', 'messages_seen_at', 'recovery_leaves')) = 9 FROM " TABLE_NAME,
 	    cfg->outbox.schema);
 }
 
@@ -150,20 +179,23 @@ check_columns(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 
 /* Take a candidate: the snapshot's xmin, then the insert position, in
  * one statement (the snapshot is taken when it starts), with the rows
- * deleted from the outbox table so far and when the statistics that
- * count them were last reset. */
+ * deleted from the outbox table so far, when the statistics that count
+ * them were last reset, and the table's leaves: a leaf there now may
+ * hold rows committed past the position, so one gone at a recovery
+ * (DROPPED_SQL) took rows of events not yet published with it. */
 static bool
 capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 {
 	ob_pgres *res = NULL;
 	ob_lsn lsn = 0;
 	unsigned long long xmin = 0;
-	bool ok = ob_pgsql_query_row(p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING,
-				     "take a recovery point candidate", 4, &res,
-				     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
-				     "pg_current_wal_insert_lsn(), " DELETES_SQL
-				     ", coalesce(" STATS_RESET_SQL "::text, '')",
-				     cfg->outbox.schema, cfg->outbox.table_name);
+	bool ok = ob_pgsql_query_row(
+	    p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, "take a recovery point candidate", 5,
+	    &res,
+	    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
+	    "pg_current_wal_insert_lsn(), " DELETES_SQL ", coalesce(" STATS_RESET_SQL
+	    "::text, ''), ARRAY" LEAVES_NOW_SQL "::text",
+	    cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->outbox.table_name);
 
 	if (ok && (sscanf(ob_pgres_value(res, 0, 0), "%llu", &xmin) != 1 ||
 		   !ob_lsn_parse(ob_pgres_value(res, 0, 1), &lsn) ||
@@ -174,6 +206,8 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	}
 	if (ok) {
 		snprintf(r->cand_reset, sizeof(r->cand_reset), "%s", ob_pgres_value(res, 0, 3));
+		free(r->cand_leaves);
+		r->cand_leaves = ob_xstrdup(ob_pgres_value(res, 0, 4));
 		ob_recpoint_captured(&r->rule, xmin, lsn, ob_mono_ms());
 	}
 	ob_pgres_free(res);
@@ -210,12 +244,12 @@ store(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 		 p, level, "store the recovery point", 2, &res,
 		 "WITH u AS (UPDATE " TABLE_SQL " SET recovery_xid = %L::xid8, "
 		 "recovery_lsn = %L::pg_lsn, recovery_at = now(), recovery_system = " SYSTEM_SQL
-		 ", " STORE_DELETES_SQL ", messages_seen_at = CASE "
+		 ", " STORE_DELETES_SQL ", recovery_leaves = %L::oid[], messages_seen_at = CASE "
 		 "WHEN %L THEN now() ELSE messages_seen_at END WHERE slot_name = %L AND "
 		 "(recovery_xid IS NULL OR recovery_xid < %L::xid8) AND coalesce(" STATS_RESET_SQL
 		 "::text, '') = %L RETURNING pg_current_xact_id()::text AS x) SELECT (SELECT x "
 		 "FROM u), coalesce(" STATS_RESET_SQL "::text, '') <> %L",
-		 cfg->outbox.schema, xid, lsn, deletes, deletes, deletes, deletes,
+		 cfg->outbox.schema, xid, lsn, deletes, deletes, deletes, deletes, r->cand_leaves,
 		 r->messages_seen ? "true" : "false", cfg->pg.slot, xid, r->cand_reset,
 		 r->cand_reset);
 	ok = ob_pgsql_end_upkeep(p, ok, level);
@@ -288,6 +322,8 @@ enum {
 	COL_MESSAGES_AT,
 	COL_STATS_RESET,
 	COL_REWRITTEN,
+	COL_DROPPED,
+	COL_DETACHED,
 	COL_COUNT
 };
 
@@ -333,10 +369,12 @@ read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_
 		"::bigint - r.deletes_counted - coalesce(r.deletes_own, 0), "
 		"r.messages_seen_at IS NOT NULL, CASE WHEN " STATS_RESET_SQL
 		" > r.recovery_at THEN date_trunc('second', " STATS_RESET_SQL
-		")::text END, " REWRITTEN_SQL " FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL
-		" AS r ON r.slot_name = %L",
+		")::text END, " REWRITTEN_SQL ", " DROPPED_SQL ", " DETACHED_SQL
+		" FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
 		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema,
-		cfg->outbox.table_name, cfg->outbox.schema, cfg->pg.slot))
+		cfg->outbox.table_name, cfg->outbox.schema, cfg->outbox.table_name, "",
+		cfg->outbox.schema, cfg->outbox.table_name, "NOT", cfg->outbox.schema,
+		cfg->pg.slot))
 		return OB_PG_OK;
 failed:
 	snprintf(line, size, "could not read it (see the log)");
@@ -366,6 +404,7 @@ facts_from(const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
 	snprintf(f->stats_reset_at, sizeof(f->stats_reset_at), "%s",
 		 ob_pgres_value(res, 0, COL_STATS_RESET));
 	snprintf(f->rewritten, sizeof(f->rewritten), "%s", ob_pgres_value(res, 0, COL_REWRITTEN));
+	snprintf(f->dropped, sizeof(f->dropped), "%s", ob_pgres_value(res, 0, COL_DROPPED));
 	snprintf(f->deletes_at, sizeof(f->deletes_at), "%s",
 		 ob_pgres_value(res, 0, COL_DELETES_AT));
 	/* A count below the stored one was started again (a crash, a
@@ -374,6 +413,69 @@ facts_from(const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
 		f->deletes_past = strtoll(ob_pgres_value(res, 0, COL_DELETES_PAST), NULL, 10);
 	if (f->deletes_past < 0)
 		f->deletes_past = -1;
+}
+
+/* Append item to the list in buf (size bytes), after a comma. */
+static void
+append_item(char *buf, size_t size, const char *item)
+{
+	size_t len = strlen(buf);
+
+	if (len < size)
+		snprintf(buf + len, size - len, "%s%s", len > 0 ? ", " : "", item);
+}
+
+/* Add to f->dropped each detached leaf of oids (space-separated, from
+ * DETACHED_SQL) that may hold rows of events not yet published: one with
+ * a row past the point, one this role may not read, or one whose reading
+ * failed (logged). A detached leaf whose rows all lie before the point
+ * held published events only: a partition rotation that keeps its tables
+ * (pg_partman's retention_keep_table, by default) halts nothing. */
+static void
+judge_detached(ob_pgconn *p, const char *oids, ob_recovery_facts *f)
+{
+	char where[128], oid[16], item[160];
+	ob_pgres *res = NULL;
+	bool readable, past;
+	int n = 0;
+
+	ob_recpoint_backlog_where(f->xid, where, sizeof(where));
+	for (; sscanf(oids, "%15s%n", oid, &n) == 1; oids += n) {
+		ob_pgres_free(res);
+		res = NULL;
+		if (!ob_pgsql_query_row(
+			p, OB_LOG_WARNING, "name a detached leaf", 2, &res,
+			"SELECT format('%%I.%%I', n.nspname, c.relname), "
+			"has_table_privilege(c.oid, 'SELECT') FROM pg_class AS c JOIN "
+			"pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = "
+			"%L::oid",
+			oid)) {
+			snprintf(item, sizeof(item), "oid %s", oid);
+			append_item(f->dropped, sizeof(f->dropped), item);
+			continue;
+		}
+		readable = ob_pgres_value(res, 0, 1)[0] == 't';
+		past = true;
+		if (readable &&
+		    !ob_pgsql_query_true(p, &past, "SELECT EXISTS (SELECT 1 FROM %s WHERE %s)",
+					 ob_pgres_value(res, 0, 0), where))
+			readable = false;
+		if (!past)
+			continue;
+		snprintf(item, sizeof(item), "%s (detached, %s)", ob_pgres_value(res, 0, 0),
+			 readable ? "with rows past the point" : "which this role could not read");
+		append_item(f->dropped, sizeof(f->dropped), item);
+	}
+	ob_pgres_free(res);
+}
+
+/* facts_from() of res read on p, with its detached leaves judged. */
+static void
+facts_read(ob_pgconn *p, const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
+{
+	facts_from(res, cfg, f);
+	if (f->has_point && !ob_pgres_null(res, 0, COL_DETACHED))
+		judge_detached(p, ob_pgres_value(res, 0, COL_DETACHED), f);
 }
 
 void
@@ -390,7 +492,7 @@ ob_recpointdb_facts(ob_pgconn *p, const ob_config *cfg, ob_recovery_facts *f)
 	ob_pg_status st = read_point(p, cfg, &res, line, sizeof(line));
 
 	if (st != OB_PG_RETRY)
-		facts_from(res, cfg, f);
+		facts_read(p, res, cfg, f);
 	ob_pgres_free(res);
 	return st == OB_PG_RETRY ? OB_PG_RETRY : OB_PG_OK;
 }
@@ -440,7 +542,7 @@ ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t si
 
 	if (res == NULL)
 		return st;
-	facts_from(res, cfg, &f);
+	facts_read(p, res, cfg, &f);
 	if (ob_pgres_value(res, 0, COL_MARKED)[0] != 't')
 		snprintf(line, size, "none: slot %s has no row in \"%s\"." OB_SLOTMARK_TABLE,
 			 cfg->pg.slot, cfg->outbox.schema);

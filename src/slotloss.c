@@ -54,6 +54,12 @@ ob_slotloss_recoverable(const ob_recovery_facts *f, char *why, size_t size)
 			 "TRUNCATE counts as no deleted row, and rows of events not yet published "
 			 "may be gone",
 			 f->rewritten);
+	else if (f->dropped[0] != '\0')
+		snprintf(why, size,
+			 "leaves of the outbox table (%s) were dropped or detached since its "
+			 "recovery point was stored, and rows of events not yet published may have "
+			 "gone with them (a dropped partition counts as no deleted row)",
+			 f->dropped);
 	else if (f->stats_reset_at[0] != '\0')
 		snprintf(why, size,
 			 "the statistics that count deleted rows of the outbox table were reset "

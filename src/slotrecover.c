@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "outboxd/delivery.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
 #include "outboxd/pgsql.h"
@@ -14,6 +15,13 @@
 #include "outboxd/recpointdb.h"
 #include "outboxd/runtime.h"
 #include "outboxd/slotmark.h"
+
+/* How long after a delete its rows reach the statistics, at most: a
+ * backend reports its counts at most once a second and holds them back
+ * meanwhile, for up to 10 s while it stays idle (PostgreSQL 15+,
+ * PGSTAT_IDLE_INTERVAL); with a margin. A session that stays inside
+ * transaction blocks reports only once it goes idle: not bounded. */
+#define STATS_SETTLE_MS 12000
 
 /* How a loss is said in the log. */
 static const char *
@@ -131,8 +139,18 @@ ob_slotrecover_run(ob_cutover *c)
 bool
 ob_slotrecover_recheck(ob_cutover *c, ob_outcome *out)
 {
+	int64_t settle = c->snapshot_ms + STATS_SETTLE_MS - ob_mono_ms();
 	ob_recovery_facts f;
 
+	if (settle > 0) {
+		ob_debug("recovery of slot %s: judging the outbox table again in %.1f s, once the "
+			 "statistics counted the deletes before the snapshot",
+			 c->cfg->pg.slot, (double)settle / 1000.0);
+		if (!ob_delivery_pause(c->deliveries, settle, OB_READY_RECOVERING)) {
+			*out = OB_OUTCOME_STOP;
+			return false;
+		}
+	}
 	switch (prepare(c->cfg, c->recovering, false,
 			" (found once its backlog was published; no slot was made)", &f)) {
 	case OB_PG_OK:

@@ -34,6 +34,7 @@ ob_tableset_free(ob_tableset *ts)
 	ob_partwatch_close(&ts->watch);
 	ob_leafset_free(&ts->tables);
 	ob_leafset_free(&ts->latest);
+	ob_recpointdb_free(&ts->recpoint);
 }
 
 ob_lsn

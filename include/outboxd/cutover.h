@@ -37,8 +37,9 @@ typedef struct ob_cutover {
 	 * not a recovery): once its rows are acknowledged, the table is
 	 * judged again (ob_slotrecover_recheck()) before the slot is made. */
 	ob_slot_loss recovering;
-	ob_slot_loss lost;  /* a lost slot to recover, found by the stream or here */
-	uint64_t published; /* rows of the latest backlog acknowledged */
+	int64_t snapshot_ms; /* when the latest attempt's snapshot was taken (monotonic) */
+	ob_slot_loss lost;   /* a lost slot to recover, found by the stream or here */
+	uint64_t published;  /* rows of the latest backlog acknowledged */
 } ob_cutover;
 
 void ob_cutover_init(ob_cutover *c, const ob_config *cfg, ob_deliveries *d, bool create_only);

@@ -26,6 +26,10 @@
  *                              once they no longer are
  *   messages_seen_at timestamptz when the stream last handed over an event
  *                              that came as a logical message (not a row)
+ *   recovery_leaves oid[]      the outbox table's leaves when the point's
+ *                              candidate was taken (the table itself when
+ *                              not partitioned): one gone since was
+ *                              dropped or detached with its rows
  *
  * ob_recpointdb_poll() runs on the stream's plain connection
  * (partitions.h), after the slot's reading (slotwatch.h): it takes a
@@ -52,11 +56,15 @@ typedef struct ob_recpointdb {
 	bool failing;           /* the latest statement failed (logged once) */
 	long long cand_deletes; /* the outbox table's deleted rows when the candidate was taken */
 	char cand_reset[64];    /* ... and when the statistics were last reset then ("": never) */
+	char *cand_leaves;      /* ... and the table's leaves then (an oid[] in text) */
 	bool messages_seen;     /* an event came as a logical message since the last store */
 } ob_recpointdb;
 
-/* For each stream: a candidate belongs to the server it was taken on. */
+/* For each stream: a candidate belongs to the server it was taken on.
+ * r is zeroed or was initialized before. */
 void ob_recpointdb_init(ob_recpointdb *r);
+/* What r holds, freed. */
+void ob_recpointdb_free(ob_recpointdb *r);
 /* Take or store the point on p when due (nothing when p is NULL);
  * confirmed is the position the stream has confirmed. A failure is
  * logged once while failures last and tried again an interval later. */

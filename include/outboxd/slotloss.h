@@ -14,7 +14,8 @@
  * unpublished events may be among them; an insert-then-delete outbox keeps
  * none), nor when the statistics that count those deletes were reset
  * (pg_stat_reset()) since the point was stored, nor when a leaf of the
- * table was truncated (or rewritten: the two look alike) since it. When
+ * table was truncated (or rewritten: the two look alike), dropped or
+ * detached since it. When
  * any of these holds, a recovery would guess: the slot is not recovered,
  * and the reason is said instead.
  *
@@ -58,6 +59,11 @@ typedef struct ob_recovery_facts {
 	 * ("": none): a TRUNCATE counts in no statistics, and a cleanup job
 	 * that truncates takes rows of events not yet published with it. */
 	char rewritten[160];
+	/* The leaves the point's candidate saw that are leaves of the table
+	 * no more ("": none): a partition dropped or detached, the table
+	 * dropped and made again; their rows are in no table a recovery
+	 * reads, and in no count of deleted rows. */
+	char dropped[256];
 } ob_recovery_facts;
 
 /* Whether a recovery from f would publish every event not yet

@@ -39,7 +39,7 @@
 	"slot_name text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), "              \
 	"recovery_xid xid8, recovery_lsn pg_lsn, recovery_at timestamptz, recovery_system text, "  \
 	"deletes_counted bigint, deletes_own bigint, deletes_seen_at timestamptz, "                \
-	"messages_seen_at timestamptz"
+	"messages_seen_at timestamptz, recovery_leaves oid[]"
 
 /* The ways out of a lost or invalidated slot, for the messages that
  * refuse one: a new slot after publishing what the loss may have

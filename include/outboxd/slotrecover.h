@@ -35,9 +35,13 @@ ob_outcome ob_slotrecover_run(ob_cutover *c);
  * completeness, judged again (rows deleted, a TRUNCATE, a reset of the
  * statistics since the point may have come while the recovery waited for
  * its snapshot, and a row deleted before the snapshot is in neither the
- * backlog nor the stream). False with *out set: OB_OUTCOME_HALT (logged,
- * as the first judgment; no slot is made), or OB_OUTCOME_RETRY on a failed
- * query. A delete after the snapshot halts too: the two look alike. */
+ * backlog nor the stream). It judges no sooner than the statistics
+ * report a delete committed before the snapshot (a backend holds its
+ * counts back for up to 10 s), waiting with the producer served.
+ * False with *out set: OB_OUTCOME_HALT (logged, as the first judgment;
+ * no slot is made), OB_OUTCOME_STOP when a stop came during the wait, or
+ * OB_OUTCOME_RETRY on a failed query. A delete after the snapshot halts
+ * too: the two look alike. */
 bool ob_slotrecover_recheck(ob_cutover *c, ob_outcome *out) OB_MUST_CHECK;
 
 #endif

@@ -193,10 +193,12 @@ class Driver:
     clock() gives the run time; without is a subset of FEATURES to leave
     out (the random draws stay the same); hold_rng, in a hold_key run, a
     generator of its own that draws the bad rows (so the other draws stay
-    the same)."""
+    the same); keep_detached, whether a detached partition is kept rather
+    than dropped."""
 
     def __init__(self, pg, rng, agg, partitioned, slot_name, clock,
-                 without=frozenset(), key_prefix="k", hold_rng=None):
+                 without=frozenset(), key_prefix="k", hold_rng=None,
+                 keep_detached=False):
         self.pg = pg
         self.rng = rng
         self.agg = agg
@@ -216,6 +218,7 @@ class Driver:
         self.bucket = 0
         self.bucket_last_lsn = {0: 0}
         self.detached = set()
+        self.keep_detached = keep_detached
         self.columns_added = 0
         self._names = 0
         self._slots = 0
@@ -890,7 +893,7 @@ class Driver:
             self.bucket = old
 
     def _detach_old(self):
-        """Detaches (and drops) the oldest bucket partition that no open
+        """Detaches (and drops, unless kept) the oldest bucket partition that no open
         transaction can write and whose last commit the slot has confirmed
         (sql/README.md "Partitioned outbox tables": detach only published
         partitions); a CHECKPOINT first so a Postgres crash cannot move
@@ -913,4 +916,5 @@ class Driver:
         if self._autocommit_ddl("ALTER TABLE public.outbox DETACH PARTITION "
                                 "%s" % part):
             self.detached.add(b)
-            self._autocommit_ddl("DROP TABLE %s" % part)
+            if not self.keep_detached:
+                self._autocommit_ddl("DROP TABLE %s" % part)

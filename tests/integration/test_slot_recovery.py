@@ -323,8 +323,10 @@ def test_kill9_at_every_step_of_a_recovery(own_cluster, broker, consumer,
 
 
 def lose_slot(c, d, slot):
-    """kill -9 outboxd d, then drop its slot on c."""
+    """kill -9 outboxd d, then drop its slot on c (once its walsender has
+    noticed the dead client and released it)."""
     d.kill9()
+    wait_until(lambda: not c.slot(slot)["active"], 30, 0.1, "slot %s released" % slot)
     c.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
