@@ -283,6 +283,15 @@ def test_partitioned_outbox_recovered(own_cluster, broker, consumer, outboxd_fac
         feed.close()
 
 
+def recovered_all(d, consumer, topic, feed, name):
+    """outboxd d recovers its slot, and every event of feed reaches the
+    broker (some twice): reported as name."""
+    d.wait_log(RECOVERED, 90)
+    recs = collect_all(consumer, topic, feed.ids, timeout=90)
+    check_delivery(recs, feed.ids, exactly_once=False)
+    report(name, feed.ids, recs)
+
+
 def unpublished_in_day0(c, d, broker, feed, slot):
     """5 events committed into the partition of day 0 while the broker is
     down, then outboxd killed (kill -9), the broker up and the slot
@@ -346,10 +355,7 @@ def test_partition_of_published_rows_detached_in_an_outage_is_no_loss(
         assert broker.cmd("up all") == "ok"
         c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
         d.start()
-        d.wait_log(RECOVERED, 90)
-        recs = collect_all(consumer, topic, feed.ids, timeout=90)
-        check_delivery(recs, feed.ids, exactly_once=False)
-        report("published partition detached in an outage", feed.ids, recs)
+        recovered_all(d, consumer, topic, feed, "published partition detached in an outage")
     finally:
         feed.close()
 
@@ -390,10 +396,7 @@ def test_partition_dropped_while_streaming_is_no_loss(own_cluster, broker, consu
         wait_point_past(c, slot_name, xid)
         drop_under(c, slot_name)
         feed.commit(5)
-        d.wait_log(RECOVERED, 90)
-        recs = collect_all(consumer, topic, feed.ids, timeout=90)
-        check_delivery(recs, feed.ids, exactly_once=False)
-        report("partition dropped while streaming", feed.ids, recs)
+        recovered_all(d, consumer, topic, feed, "partition dropped while streaming")
     finally:
         feed.close()
 
