@@ -52,7 +52,7 @@ PACKAGES=(
     "${DEMO_PACKAGES[@]}"
     # tests
     clang-format
-    python3-kafka python3-lz4 python3-pytest python3-yaml kcat
+    python3-kafka python3-lz4 python3-pytest python3-pytest-xdist python3-yaml kcat
     locales openssl
     # the RDS IAM test: PostgreSQL's pam authentication runs pam_exec
     libpam-modules

@@ -50,7 +50,9 @@
 # skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
 # of the matrix;
 # OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 60 minutes
-# on 2 cores, an hour on a loaded one) is how long each fuzz target runs.
+# on 2 cores, an hour on a loaded one) is how long each fuzz target runs;
+# OUTBOXD_IT_WORKERS (default 2; 0: pytest's own process alone) is how many
+# pytest processes share each integration pass.
 # Each pytest run gets SIGINT after 50 minutes (so its fixtures still stop
 # Postgres and the broker).
 set -uo pipefail
@@ -63,6 +65,7 @@ BUILD_ASAN="$ROOT/build-asan"
 PY=/usr/bin/python3
 FUZZ_TARGETS=(wal2json jsontext config pgoutput awsiam)
 FUZZ_SECONDS=${OUTBOXD_FUZZ_SECONDS:-10}
+IT_WORKERS=${OUTBOXD_IT_WORKERS:-2}
 
 # Starts a section, saying how long the run has taken so far.
 say() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
@@ -182,9 +185,13 @@ run_integration() {
     local dir=$1 junit="$1/integration-junit.xml" rc
     shift
     rm -f "$junit"
+    # IT_WORKERS pytest processes (pytest-xdist), a test file each at a
+    # time: the tests mostly wait on servers and timers, and each process
+    # has its own cluster, broker and temporary directory.
     # shellcheck disable=SC2086
     OUTBOXD_BUILD="$dir" timeout --signal=INT --kill-after=60 3000 \
         "$PY" -m pytest tests/integration -q -p no:cacheprovider -rfEs \
+        -n "$IT_WORKERS" --dist loadfile \
         --junitxml="$junit" "$@" ${PYTEST_ARGS:-}
     rc=$?
     read -r it_passed it_failed < <("$PY" tests/junit_count.py "$junit" "integration ($dir)" "$FAILURES")

@@ -557,9 +557,11 @@ def run_seed(parts, seed, seconds, keep, without=frozenset(), inbox=True,
         rtt = rng.choice([0, 0, 5, 20, 100])
         broker.cmd("rtt all %d" % rtt)
         # With slot faults the workload keeps the partitions it detaches
-        # (pg_partman's default): a partition dropped while the slot is
-        # lost makes a recovery halt, since its rows may be of events not
-        # yet published; a detached one's rows are looked at.
+        # (pg_partman's default), and detaches one only once its rows lie
+        # behind the recovery point, as a retention of days does: a
+        # partition dropped while the slot is lost, or detached with rows
+        # past the point, makes a recovery halt, since its rows may be of
+        # events not yet published.
         driver = Driver(pg, rng, agg, table == "partitioned", "chaos", clock,
                         without, key_prefix, hrng if hold else None,
                         keep_detached=bool(slot_kinds))

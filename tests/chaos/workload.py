@@ -194,7 +194,8 @@ class Driver:
     out (the random draws stay the same); hold_rng, in a hold_key run, a
     generator of its own that draws the bad rows (so the other draws stay
     the same); keep_detached, whether a detached partition is kept rather
-    than dropped."""
+    than dropped, and detached only once its rows lie behind outboxd's
+    recovery point (the runs with slot faults)."""
 
     def __init__(self, pg, rng, agg, partitioned, slot_name, clock,
                  without=frozenset(), key_prefix="k", hold_rng=None,
@@ -857,6 +858,22 @@ class Driver:
         self._note("%s gave up" % sql)
         return False
 
+    def _behind_the_point(self, part):
+        """Whether every row of partition part lies behind outboxd's
+        recovery point (deploy/README.md, "Retention": a detached
+        partition with rows past it makes a recovery halt)."""
+        try:
+            rows = self.pg.sql(
+                "SELECT NOT EXISTS (SELECT 1 FROM %s AS o, public.outboxd_slots AS s "
+                "WHERE s.slot_name = %%s AND mod(mod(o.xmin::text::bigint - "
+                "s.recovery_xid::text::bigint, 4294967296) + 4294967296, 4294967296) "
+                "< 2147483648) AND EXISTS (SELECT 1 FROM public.outboxd_slots WHERE "
+                "slot_name = %%s AND recovery_xid IS NOT NULL)" % part,
+                (self.slot_name, self.slot_name))
+        except psycopg2.Error:
+            return False
+        return bool(rows and rows[0][0])
+
     def _new_bucket(self, how):
         """A partition for bucket+1 becomes the current one: attached (an
         empty table, while transactions are open), created (nothing open),
@@ -913,6 +930,8 @@ class Driver:
                 row["confirmed_flush_lsn_int"] < self.bucket_last_lsn[b]:
             return
         part = "public.outbox_b%d" % b
+        if self.keep_detached and not self._behind_the_point(part):
+            return
         if self._autocommit_ddl("ALTER TABLE public.outbox DETACH PARTITION "
                                 "%s" % part):
             self.detached.add(b)
