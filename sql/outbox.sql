@@ -131,8 +131,10 @@ COMMENT ON COLUMN public.outbox.seq IS
 -- from the table's statistics) and when an event came as a logical message
 -- (messages_seen_at), and the outbox table's leaves with the point
 -- (recovery_leaves: one dropped since took its rows with it): a recovery
--- from the point cannot find those rows, so it halts instead (deploy/README.md, "Recovering from a lost or invalidated
--- slot"); clear the column once that no longer happens.
+-- from the point cannot find those rows, so it halts instead
+-- (deploy/README.md, "Recovering from a lost or invalidated slot"); clear
+-- the column once that no longer happens (deletes_seen_at together with
+-- deletes_counted).
 CREATE TABLE IF NOT EXISTS public.outboxd_slots (
     slot_name    text        PRIMARY KEY,
     created_at   timestamptz NOT NULL DEFAULT now(),

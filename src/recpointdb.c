@@ -26,30 +26,47 @@
 	"NOT EXISTS deletes_own bigint, ADD COLUMN IF NOT EXISTS deletes_seen_at timestamptz, "    \
 	"ADD COLUMN IF NOT EXISTS messages_seen_at timestamptz, ADD COLUMN IF NOT EXISTS "         \
 	"recovery_leaves oid[]"
-/* The rows deleted from the outbox table's leaves, as the cumulative
- * statistics count them (text; %L takes the schema's name, then the
- * table's). They count every DELETE, whoever ran it, and start again
- * from 0 after a crash and on a promoted standby. pg_partition_tree()
- * gives nothing for a table that is not partitioned. */
-#define DELETES_SQL                                                                                \
-	"(SELECT coalesce(sum(s.n_tup_del), 0)::text FROM (SELECT to_regclass(quote_ident(%L) || " \
-	"'.' || quote_ident(%L)) AS rel) AS o JOIN pg_stat_user_tables AS s ON s.relid = o.rel "   \
-	"OR s.relid IN (SELECT relid FROM pg_partition_tree(o.rel) WHERE isleaf))"
+/* The leaves of the outbox table now, as a subquery of their oids (%L
+ * takes the schema's name, then the table's): its pg_class rows of kind
+ * 'r' (the table itself when it is not partitioned: pg_partition_tree()
+ * gives nothing for such a table), less a partition whose detach is
+ * pending (an interrupted DETACH CONCURRENTLY: the table's scans no
+ * longer read it; PostgreSQL 15's pg_partition_tree() leaves it out
+ * already). */
+#define LEAVES_NOW_SQL                                                                             \
+	"(SELECT c.oid FROM (SELECT to_regclass(quote_ident(%L) || '.' || quote_ident(%L)) AS "    \
+	"rel) AS o JOIN pg_class AS c ON c.oid = o.rel OR c.oid IN (SELECT relid FROM "            \
+	"pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r' AND NOT EXISTS (SELECT 1 "   \
+	"FROM pg_inherits AS i WHERE i.inhrelid = c.oid AND i.inhdetachpending))"
+/* The tables a recovery judges (as LEAVES_NOW_SQL, with the row r): the
+ * leaves now, and those the point's candidate saw that were detached
+ * since (their deletes and truncations count as the others'). */
+#define LEAVES_JUDGED_SQL                                                                          \
+	"(" LEAVES_NOW_SQL " UNION SELECT x FROM unnest(r.recovery_leaves) AS x JOIN pg_class AS " \
+	"c ON c.oid = x)"
+/* The rows deleted from the tables of the subquery of oids leaves, as
+ * the cumulative statistics count them (text). They count every DELETE,
+ * whoever ran it, and start again from 0 after a crash and on a promoted
+ * standby. */
+#define DELETES_SQL(leaves)                                                                        \
+	"(SELECT coalesce(sum(n_tup_del), 0)::text FROM pg_stat_user_tables WHERE relid "          \
+	"IN " leaves ")"
 /* The deletes' columns set by a store, with the statistics' count (%L,
  * four times): the count and outboxd's own deletes (retention.h) are
- * kept from an epoch on, the first store or the one after the
- * statistics were found started again (a crash, a promotion, a reset);
- * when the statistics counted more deletes since than outboxd made,
- * someone else deletes rows. outboxd's own count is exact at once, the
- * statistics' lags (a session reports its counts within seconds), so
- * the lag never makes deletes look foreign. */
+ * kept from an epoch on: the first store, the one after the statistics
+ * were found started again (a crash, a promotion, a reset), or the one
+ * after an operator cleared deletes_counted with the note; when the
+ * statistics counted more deletes since than outboxd made, someone else
+ * deletes rows. outboxd's own count is exact at once, the statistics'
+ * lags (a session reports its counts within seconds), so the lag never
+ * makes deletes look foreign. */
 #define STORE_DELETES_SQL                                                                          \
 	"deletes_seen_at = CASE WHEN %L::bigint - deletes_counted > coalesce(deletes_own, 0) "     \
 	"THEN now() ELSE deletes_seen_at END, deletes_own = CASE WHEN deletes_counted IS NULL "    \
 	"OR %L::bigint < deletes_counted THEN 0 ELSE deletes_own END, deletes_counted = CASE "     \
 	"WHEN deletes_counted IS NULL OR %L::bigint < deletes_counted THEN %L::bigint ELSE "       \
 	"deletes_counted END"
-/* The leaves of the outbox table (text, as DELETES_SQL) whose storage was
+/* The tables a recovery judges (LEAVES_JUDGED_SQL) whose storage was
  * replaced by a transaction with an id past the point r.recovery_xid
  * (their pg_class row written since, relfilenode no longer the table's
  * first): TRUNCATE, which no statistics count as deletes, or a rewrite
@@ -57,18 +74,9 @@
  * NULL when none. A table made since the point still has its first
  * relfilenode. The window is exact while the point is (recpoint.h). */
 #define REWRITTEN_SQL                                                                              \
-	"(SELECT string_agg(c.relname, ', ') FROM (SELECT to_regclass(quote_ident(%L) || '.' || "  \
-	"quote_ident(%L)) AS rel) AS o JOIN pg_class AS c ON c.oid = o.rel OR c.oid IN (SELECT "   \
-	"relid FROM pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r' AND "             \
-	"c.relfilenode <> c.oid AND (c.xmin::text::bigint - r.recovery_xid::text::bigint %% "      \
+	"(SELECT string_agg(c.relname, ', ') FROM pg_class AS c WHERE c.oid IN " LEAVES_JUDGED_SQL \
+	" AND c.relfilenode <> c.oid AND (c.xmin::text::bigint - r.recovery_xid::text::bigint %% " \
 	"4294967296 + 4294967296) %% 4294967296 < 2147483648)"
-/* The leaves of the outbox table now (pg_class rows of kind 'r': the
- * table itself when it is not partitioned), as a subquery of their oids
- * (%L takes the schema's name, then the table's). */
-#define LEAVES_NOW_SQL                                                                             \
-	"(SELECT c.oid FROM (SELECT to_regclass(quote_ident(%L) || '.' || quote_ident(%L)) AS "    \
-	"rel) AS o JOIN pg_class AS c ON c.oid = o.rel OR c.oid IN (SELECT relid FROM "            \
-	"pg_partition_tree(o.rel) WHERE isleaf) WHERE c.relkind = 'r')"
 /* The leaves the point's candidate saw that are no longer leaves of the
  * outbox table (as LEAVES_NOW_SQL, with the row r; %s takes "NOT" for the
  * detached, "" for the dropped). A dropped one (no pg_class row: a
@@ -193,8 +201,9 @@ capture(ob_recpointdb *r, ob_pgconn *p, const ob_config *cfg)
 	    p, r->failing ? OB_LOG_DEBUG : OB_LOG_WARNING, "take a recovery point candidate", 5,
 	    &res,
 	    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, "
-	    "pg_current_wal_insert_lsn(), " DELETES_SQL ", coalesce(" STATS_RESET_SQL
-	    "::text, ''), ARRAY" LEAVES_NOW_SQL "::text",
+	    "pg_current_wal_insert_lsn(), " DELETES_SQL(
+		LEAVES_NOW_SQL) ", coalesce(" STATS_RESET_SQL "::text, ''), ARRAY" LEAVES_NOW_SQL
+				"::text",
 	    cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema, cfg->outbox.table_name);
 
 	if (ok && (sscanf(ob_pgres_value(res, 0, 0), "%llu", &xmin) != 1 ||
@@ -365,12 +374,14 @@ read_point(ob_pgconn *p, const ob_config *cfg, ob_pgres **res, char *line, size_
 		"date_trunc('second', r.recovery_at)::text, "
 		"date_trunc('second', now() - r.recovery_at)::text, "
 		"pg_snapshot_xmax(pg_current_snapshot())::text, r.recovery_system, " SYSTEM_SQL
-		", date_trunc('second', r.deletes_seen_at)::text, " DELETES_SQL
-		"::bigint - r.deletes_counted - coalesce(r.deletes_own, 0), "
-		"r.messages_seen_at IS NOT NULL, CASE WHEN " STATS_RESET_SQL
-		" > r.recovery_at THEN date_trunc('second', " STATS_RESET_SQL
-		")::text END, " REWRITTEN_SQL ", " DROPPED_SQL ", " DETACHED_SQL
-		" FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL " AS r ON r.slot_name = %L",
+		", date_trunc('second', r.deletes_seen_at)::text, " DELETES_SQL(
+		    LEAVES_JUDGED_SQL) "::bigint - r.deletes_counted - coalesce(r.deletes_own, 0), "
+				       "r.messages_seen_at IS NOT NULL, CASE WHEN " STATS_RESET_SQL
+				       " > r.recovery_at THEN date_trunc('second', " STATS_RESET_SQL
+				       ")::text END, " REWRITTEN_SQL ", " DROPPED_SQL
+				       ", " DETACHED_SQL
+				       " FROM (SELECT 1) AS one LEFT JOIN " TABLE_SQL
+				       " AS r ON r.slot_name = %L",
 		cfg->outbox.schema, cfg->outbox.table_name, cfg->outbox.schema,
 		cfg->outbox.table_name, cfg->outbox.schema, cfg->outbox.table_name, "",
 		cfg->outbox.schema, cfg->outbox.table_name, "NOT", cfg->outbox.schema,

@@ -45,7 +45,8 @@ ob_slotloss_recoverable(const ob_recovery_facts *f, char *why, size_t size)
 		    why, size,
 		    "rows of the outbox table are deleted by something other than outboxd "
 		    "(last seen at %s: an insert-then-delete outbox or a cleanup job), so rows "
-		    "of events not yet published may be gone",
+		    "of events not yet published may be gone (once they no longer are: UPDATE "
+		    "outboxd_slots SET deletes_seen_at = NULL, deletes_counted = NULL)",
 		    f->deletes_at);
 	else if (f->rewritten[0] != '\0')
 		snprintf(why, size,

@@ -54,6 +54,14 @@ prepare(const ob_config *cfg, ob_slot_loss loss, bool drop, const char *when, ob
 
 	if (st != OB_PG_OK)
 		return st;
+	/* A table it judges locked for long (an ALTER, a VACUUM FULL in an
+	 * open transaction) ends the attempt: the next comes after a
+	 * backoff, and a stop is heard between the two. */
+	if (!ob_pgsql_command(p, OB_LOG_WARNING, "bound the recovery's lock waits",
+			      "SET lock_timeout = '10s'")) {
+		st = OB_PG_RETRY;
+		goto done;
+	}
 	if ((st = ob_recpointdb_facts(p, cfg, f)) != OB_PG_OK)
 		goto done;
 	if (!ob_slotloss_recoverable(f, why, sizeof(why))) {

@@ -83,6 +83,15 @@ def expect_halt(c, d, consumer, topic, feed, gone, slot, *needles):
     assert c.slot(slot) is None
 
 
+def delete_counted(c, table, leaf, ids):
+    """Deletes the rows of ids from public.table, and waits until the
+    statistics count them in its leaf public.leaf."""
+    c.sql("DELETE FROM public.%s WHERE id = ANY(%%s::uuid[])" % table, (ids,))
+    wait_until(lambda: c.sql("SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = "
+                             "'public.%s'::regclass" % leaf)[0][0] >= len(ids),
+               20, 0.2, "the deletes counted")
+
+
 def test_deletes_hidden_by_a_statistics_reset_halt(own_cluster, broker, consumer,
                                                    outboxd_factory, slot_name, test_id):
     """Rows of events not yet published deleted, then the statistics reset
@@ -93,10 +102,7 @@ def test_deletes_hidden_by_a_statistics_reset_halt(own_cluster, broker, consumer
                                         "ar_%s" % test_id, 10)
     try:
         gone = unpublished(c, d, broker, feed, 5)
-        c.sql("DELETE FROM public.outbox WHERE id = ANY(%s::uuid[])", (gone,))
-        wait_until(lambda: c.sql("SELECT n_tup_del FROM pg_stat_user_tables WHERE "
-                                 "relid = 'public.outbox'::regclass")[0][0] >= 5,
-                   20, 0.2, "the deletes counted")
+        delete_counted(c, "outbox", "outbox", gone)
         c.sql("SELECT pg_stat_reset()")
         c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
         d.start()
@@ -636,10 +642,7 @@ def test_deletes_while_the_recovery_waits_for_its_snapshot_halt(own_cluster, bro
         c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
         d.start()
         d.wait_log(r"still waiting for the server.*running transactions", 30)
-        c.sql("DELETE FROM public.outbox WHERE id = ANY(%s::uuid[])", (gone,))
-        wait_until(lambda: c.sql("SELECT n_tup_del FROM pg_stat_user_tables WHERE "
-                                 "relid = 'public.outbox'::regclass")[0][0] >= 5,
-                   20, 0.2, "the deletes counted")
+        delete_counted(c, "outbox", "outbox", gone)
         blocker.rollback()
         expect_halt(c, d, consumer, topic, feed, gone, slot_name, "deleted")
     finally:
@@ -678,5 +681,105 @@ def test_a_huge_row_in_the_recovery_is_dead_lettered(own_cluster, broker, consum
         check_delivery(recs, feed.ids, exactly_once=False)
         dead = consumer.collect([dlq], 1, timeout=30, settle=1.5)
         assert [header(r, "id") for r in dead] == [big[0].encode()], dead
+    finally:
+        feed.close()
+
+
+def test_deletes_then_detach_halt(own_cluster, broker, consumer, outboxd_factory, slot_name,
+                                  test_id):
+    """Rows of events not yet published deleted from a partition, which is
+    then detached (empty: nothing past the point to find in it): its
+    deletes must still count, though it is no leaf any more."""
+    c, name, topic, d, feed = partitioned(own_cluster, broker, outboxd_factory, slot_name,
+                                          test_id, "pe")
+    try:
+        gone = unpublished_in_day0(c, d, broker, feed, slot_name)
+        delete_counted(c, name, name + "_d0", gone)
+        c.sql("ALTER TABLE public.%s DETACH PARTITION public.%s_d0" % (name, name))
+        d.start()
+        expect_halt(c, d, consumer, topic, feed, gone, slot_name, "5 rows")
+    finally:
+        feed.close()
+
+
+def test_detached_then_truncated_halts(own_cluster, broker, consumer, outboxd_factory,
+                                       slot_name, test_id):
+    """A partition detached with rows of events not yet published, then
+    truncated (archived elsewhere, say): a TRUNCATE counts as no deleted
+    row, and the detached table now holds nothing past the point."""
+    c, name, topic, d, feed = partitioned(own_cluster, broker, outboxd_factory, slot_name,
+                                          test_id, "pu")
+    try:
+        gone = unpublished_in_day0(c, d, broker, feed, slot_name)
+        c.sql("ALTER TABLE public.%s DETACH PARTITION public.%s_d0" % (name, name))
+        c.sql("TRUNCATE public.%s_d0" % name)
+        d.start()
+        expect_halt(c, d, consumer, topic, feed, gone, slot_name, "truncated")
+    finally:
+        feed.close()
+
+
+def test_detach_left_pending_halts(own_cluster, broker, consumer, outboxd_factory, slot_name,
+                                   test_id):
+    """DETACH PARTITION CONCURRENTLY cancelled in its second phase leaves
+    the partition pending: still in the partition tree, no longer read by
+    a scan of the table. With rows of events not yet published in it, the
+    recovery must halt as for a detached one."""
+    c, name, topic, d, feed = partitioned(own_cluster, broker, outboxd_factory, slot_name,
+                                          test_id, "pp")
+    holder = c.connect()
+    try:
+        gone = unpublished_in_day0(c, d, broker, feed, slot_name)
+        holder.autocommit = False
+        with holder.cursor() as cur:
+            cur.execute("SELECT 1 FROM public.%s LIMIT 1" % name)
+        detacher = c.connect()
+        try:
+            with detacher.cursor() as cur:
+                cur.execute("SET statement_timeout = '2s'")
+                cur.execute("ALTER TABLE public.%s DETACH PARTITION public.%s_d0 "
+                            "CONCURRENTLY" % (name, name))
+            raise AssertionError("the detach did not wait for the open transaction")
+        except psycopg2.extensions.QueryCanceledError:
+            pass
+        finally:
+            detacher.close()
+        holder.rollback()
+        assert c.sql("SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = "
+                     "'public.%s_d0'::regclass" % name) == [(True,)]
+        d.start()
+        expect_halt(c, d, consumer, topic, feed, gone, slot_name,
+                    "public.%s_d0 (detached, with rows past the point)" % name)
+    finally:
+        holder.close()
+        feed.close()
+
+
+def test_deletes_note_cleared_with_its_count(own_cluster, broker, consumer, outboxd_factory,
+                                             slot_name, test_id):
+    """A cleanup job deleted published rows once (the note is set); the
+    operator stops it and clears the note with its count, as the README
+    and the halt say: the note stays clear, `check` says a recovery would
+    be complete, and a slot lost afterwards is recovered."""
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        "an_%s" % test_id, 10)
+    try:
+        c.sql("DELETE FROM public.outbox WHERE id = %s::uuid", (feed.ids[0],))
+        wait_until(lambda: c.sql("SELECT deletes_seen_at IS NOT NULL FROM "
+                                 "public.outboxd_slots") == [(True,)], 60, 0.5,
+                   "the deletes noted")
+        c.sql("UPDATE public.outboxd_slots SET deletes_seen_at = NULL, deletes_counted = NULL")
+        feed.commit(2)
+        wait_until(lambda: c.sql("SELECT deletes_counted IS NOT NULL FROM "
+                                 "public.outboxd_slots") == [(True,)], 30, 0.5,
+                   "a point stored since")
+        feed.commit(2)
+        time.sleep(3 * INTERVAL + 1)
+        assert c.sql("SELECT deletes_seen_at FROM public.outboxd_slots") == [(None,)]
+        rc, out, _ = d.run_cmd(["check"])
+        assert "a recovery now would be complete" in out, out
+        drop_under(c, slot_name)
+        feed.commit(5)
+        recovered_all(d, consumer, topic, feed, "deletes note cleared")
     finally:
         feed.close()
