@@ -438,55 +438,59 @@ append_item(char *buf, size_t size, const char *item)
 
 /* Add to f->dropped each detached leaf of oids (space-separated, from
  * DETACHED_SQL) that may hold rows of events not yet published: one with
- * a row past the point, one this role may not read, or one whose reading
- * failed (logged). A detached leaf whose rows all lie before the point
- * held published events only: a partition rotation that keeps its tables
- * (pg_partman's retention_keep_table, by default) halts nothing. */
-static void
+ * a row past the point, one this role may not read, or one gone since.
+ * A detached leaf whose rows all lie before the point held published
+ * events only: a partition rotation that keeps its tables (pg_partman's
+ * retention_keep_table, by default) halts nothing. False (logged) when
+ * a query failed: a lock held on the table past the connection's
+ * lock_timeout, say; the judgment is then to be made again. */
+static bool
 judge_detached(ob_pgconn *p, const char *oids, ob_recovery_facts *f)
 {
 	char where[128], oid[16], item[160];
 	ob_pgres *res = NULL;
-	bool readable, past;
+	bool readable, past, ok = true;
 	int n = 0;
 
 	ob_recpoint_backlog_where(f->xid, where, sizeof(where));
-	for (; sscanf(oids, "%15s%n", oid, &n) == 1; oids += n) {
+	for (; ok && sscanf(oids, "%15s%n", oid, &n) == 1; oids += n) {
 		ob_pgres_free(res);
 		res = NULL;
-		if (!ob_pgsql_query_row(
-			p, OB_LOG_WARNING, "name a detached leaf", 2, &res,
-			"SELECT format('%%I.%%I', n.nspname, c.relname), "
-			"has_table_privilege(c.oid, 'SELECT') FROM pg_class AS c JOIN "
-			"pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = "
-			"%L::oid",
-			oid)) {
-			snprintf(item, sizeof(item), "oid %s", oid);
-			append_item(f->dropped, sizeof(f->dropped), item);
-			continue;
-		}
-		readable = ob_pgres_value(res, 0, 1)[0] == 't';
+		ok = ob_pgsql_query_rows(
+		    p, OB_LOG_WARNING, "name a detached leaf of the outbox table", 2, &res,
+		    "SELECT format('%%I.%%I', n.nspname, c.relname), has_table_privilege(c.oid, "
+		    "'SELECT') FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = "
+		    "c.relnamespace WHERE c.oid = %L::oid",
+		    oid);
+		if (!ok)
+			break;
 		past = true;
-		if (readable &&
-		    !ob_pgsql_query_true(p, &past, "SELECT EXISTS (SELECT 1 FROM %s WHERE %s)",
-					 ob_pgres_value(res, 0, 0), where))
-			readable = false;
-		if (!past)
-			continue;
-		snprintf(item, sizeof(item), "%s (detached, %s)", ob_pgres_value(res, 0, 0),
-			 readable ? "with rows past the point" : "which this role could not read");
-		append_item(f->dropped, sizeof(f->dropped), item);
+		readable = ob_pgres_rows(res) == 1 && ob_pgres_value(res, 0, 1)[0] == 't';
+		if (ob_pgres_rows(res) == 0)
+			snprintf(item, sizeof(item), "oid %s", oid);
+		else if (readable && !(ok = ob_pgsql_query_true(
+					   p, &past, "SELECT EXISTS (SELECT 1 FROM %s WHERE %s)",
+					   ob_pgres_value(res, 0, 0), where)))
+			break;
+		else
+			snprintf(item, sizeof(item), "%s (detached, %s)", ob_pgres_value(res, 0, 0),
+				 readable ? "with rows past the point"
+					  : "which this role may not read: GRANT SELECT on it");
+		if (past)
+			append_item(f->dropped, sizeof(f->dropped), item);
 	}
 	ob_pgres_free(res);
+	return ok;
 }
 
-/* facts_from() of res read on p, with its detached leaves judged. */
-static void
+/* facts_from() of res read on p, with its detached leaves judged; false
+ * (logged) when a query failed. */
+static bool
 facts_read(ob_pgconn *p, const ob_pgres *res, const ob_config *cfg, ob_recovery_facts *f)
 {
 	facts_from(res, cfg, f);
-	if (f->has_point && !ob_pgres_null(res, 0, COL_DETACHED))
-		judge_detached(p, ob_pgres_value(res, 0, COL_DETACHED), f);
+	return !f->has_point || ob_pgres_null(res, 0, COL_DETACHED) ||
+	       judge_detached(p, ob_pgres_value(res, 0, COL_DETACHED), f);
 }
 
 void
@@ -502,8 +506,8 @@ ob_recpointdb_facts(ob_pgconn *p, const ob_config *cfg, ob_recovery_facts *f)
 	char line[512];
 	ob_pg_status st = read_point(p, cfg, &res, line, sizeof(line));
 
-	if (st != OB_PG_RETRY)
-		facts_read(p, res, cfg, f);
+	if (st != OB_PG_RETRY && !facts_read(p, res, cfg, f))
+		st = OB_PG_RETRY;
 	ob_pgres_free(res);
 	return st == OB_PG_RETRY ? OB_PG_RETRY : OB_PG_OK;
 }
@@ -553,8 +557,10 @@ ob_recpointdb_describe(ob_pgconn *p, const ob_config *cfg, char *line, size_t si
 
 	if (res == NULL)
 		return st;
-	facts_read(p, res, cfg, &f);
-	if (ob_pgres_value(res, 0, COL_MARKED)[0] != 't')
+	if (!facts_read(p, res, cfg, &f)) {
+		snprintf(line, size, "could not read it (see the log)");
+		st = OB_PG_RETRY;
+	} else if (ob_pgres_value(res, 0, COL_MARKED)[0] != 't')
 		snprintf(line, size, "none: slot %s has no row in \"%s\"." OB_SLOTMARK_TABLE,
 			 cfg->pg.slot, cfg->outbox.schema);
 	else if (!f.has_point)

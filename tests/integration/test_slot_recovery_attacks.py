@@ -783,3 +783,28 @@ def test_deletes_note_cleared_with_its_count(own_cluster, broker, consumer, outb
         recovered_all(d, consumer, topic, feed, "deletes note cleared")
     finally:
         feed.close()
+
+
+def test_a_lock_on_a_detached_partition_does_not_stall_a_stop(
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+    """A partition detached with rows past the point, and an open
+    transaction holding an ACCESS EXCLUSIVE lock on it (an ALTER, a VACUUM
+    FULL of the archive): the recovery's look at it waits, but not for
+    ever: SIGTERM ends outboxd within the harness's 40 s."""
+    c, name, topic, d, feed = partitioned(own_cluster, broker, outboxd_factory, slot_name,
+                                          test_id, "pl")
+    holder = c.connect()
+    try:
+        unpublished_in_day0(c, d, broker, feed, slot_name)
+        c.sql("ALTER TABLE public.%s DETACH PARTITION public.%s_d0" % (name, name))
+        holder.autocommit = False
+        with holder.cursor() as cur:
+            cur.execute("LOCK public.%s_d0 IN ACCESS EXCLUSIVE MODE" % name)
+        d.start()
+        wait_until(lambda: c.sql("SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                                 "relation = 'public.%s_d0'::regclass" % name)[0][0] > 0,
+                   30, 0.2, "the recovery waiting for the lock")
+        assert d.stop() == 0, d.log_tail()
+    finally:
+        holder.close()
+        feed.close()
