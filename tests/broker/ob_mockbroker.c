@@ -264,18 +264,17 @@ reply_producers(const char *topic)
 }
 
 /* Moves the leadership of topic's partition to broker and tells the
- * sequence check (seqcheck.h), which takes the leader as unknown while it
- * moves: a request the mock cluster reads meanwhile may be answered by
- * either broker. */
+ * sequence check (seqcheck.h), which refuses the partition's batches while
+ * it moves: a request the mock cluster reads meanwhile may be answered by
+ * either broker. A move the mock cluster refused leaves the leader. */
 static rd_kafka_resp_err_t
 set_leader(struct broker_state *st, const char *topic, int32_t partition, int32_t broker)
 {
 	rd_kafka_resp_err_t err;
+	int32_t was = ob_seqcheck_set_leader(topic, partition, 0);
 
-	ob_seqcheck_set_leader(topic, partition, 0);
 	err = rd_kafka_mock_partition_set_leader(st->mcluster, topic, partition, broker);
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-		ob_seqcheck_set_leader(topic, partition, broker);
+	ob_seqcheck_set_leader(topic, partition, err == RD_KAFKA_RESP_ERR_NO_ERROR ? broker : was);
 	return err;
 }
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #define KAFKA_PRODUCE                    0
+#define ERR_NOT_LEADER_FOR_PARTITION     6
 #define ERR_OUT_OF_ORDER_SEQUENCE_NUMBER 45
 #define ERR_DUPLICATE_SEQUENCE_NUMBER    46
 #define RECENT_MAX                       5 /* Kafka keeps the last five */
@@ -382,6 +383,13 @@ recent_find(struct seq *s, int32_t base, int32_t count)
  * *acc says which of its producer's recent batches it is).
  * - An injected error is taken by the first batch to reach any broker (the
  *   mock cluster's own leader check comes after it).
+ * - A batch of a partition whose leadership is moving is refused unwritten
+ *   with NOT_LEADER_FOR_PARTITION, as Kafka answers during an election:
+ *   judged as if it reached the leader, it moved the sequence on while the
+ *   mock cluster, already moved, refused it; the batch behind it was then
+ *   written, and the producer took that as the refused one's success too
+ *   (librdkafka acknowledges earlier records implicitly), a loss no Kafka
+ *   broker causes.
  * - A batch sent to a broker known not to lead its partition is left to the
  *   mock cluster, which refuses it unwritten (NOT_LEADER_FOR_PARTITION), and
  *   does not move the sequence on: a batch behind it is then out of order,
@@ -415,7 +423,9 @@ judge_batch(const char *topic, int32_t partition, const uint8_t *b, int16_t inje
 	if (pid < 0 || base < 0)
 		return 0;
 	l = lead_get(topic, partition, false);
-	if (broker != 0 && l != NULL && l->broker != 0 && l->broker != broker)
+	if (l != NULL && l->broker == 0)
+		return ERR_NOT_LEADER_FOR_PARTITION;
+	if (broker != 0 && l != NULL && l->broker != broker)
 		return 0;
 	s = seq_get(topic, partition, pid, epoch);
 	if (base > s->next) {
@@ -1003,12 +1013,18 @@ ob_seqcheck_set_ports(const int *p, int n)
 	pthread_mutex_unlock(&lock);
 }
 
-void
+int32_t
 ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker)
 {
+	struct lead *l;
+	int32_t was;
+
 	pthread_mutex_lock(&lock);
-	lead_get(topic, partition, true)->broker = broker;
+	l = lead_get(topic, partition, true);
+	was = l->broker;
+	l->broker = broker;
 	pthread_mutex_unlock(&lock);
+	return was;
 }
 
 long

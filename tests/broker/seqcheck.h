@@ -29,7 +29,8 @@
  * after a leadership move: the check knows each partition's leader (set
  * with ob_seqcheck_set_leader) and the broker behind each connection (by
  * its port, ob_seqcheck_set_ports), and leaves a batch sent to a broker
- * that does not lead its partition to the mock cluster unjudged.
+ * that does not lead its partition to the mock cluster unjudged. While
+ * the leadership moves, it refuses the partition's batches itself.
  */
 
 #ifndef OB_SEQCHECK_H
@@ -50,9 +51,10 @@ void ob_seqcheck_clear_produce(void);
 void ob_seqcheck_set_ports(const int *ports, int n);
 
 /* The leader of topic's partition is broker (1..n); 0 while it is moving
- * (then the mock cluster's answer is not foreseen: a batch is judged as if
- * it reached the leader). */
-void ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker);
+ * (then the mock cluster's answer is not foreseen: a batch is refused with
+ * NOT_LEADER_FOR_PARTITION). Returns the leader it replaces (0: moving, or
+ * not known). */
+int32_t ob_seqcheck_set_leader(const char *topic, int32_t partition, int32_t broker);
 
 /* Batches refused as out of order so far. */
 long ob_seqcheck_refused(void);

@@ -486,6 +486,46 @@ class PgCluster:
         finally:
             conn.close()
 
+    def wait_sync_standby_armed(self, timeout=20.0):
+        """Waits until a commit with synchronous_commit = on waits for the
+        synchronous standby that synchronous_standby_names now names. A
+        commit reads the checkpointer's copy of that setting, which the
+        checkpointer takes from a pg_reload_conf() on its own time (a
+        commit made meanwhile returns at once: seen on a busy machine).
+        A probe commit shows it; its wait is then cancelled, which commits
+        it locally (it made a temporary table dropped at its commit: one
+        kept to the session's end would wait again there)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            conn = self.connect()
+            try:
+                cur = conn.cursor()
+                cur.execute("SET synchronous_commit = on")
+                cur.execute("SELECT pg_backend_pid()")
+                pid = cur.fetchone()[0]
+                probe = threading.Thread(
+                    target=cur.execute, args=("CREATE TEMP TABLE ob_sync_probe () ON COMMIT DROP",),
+                    daemon=True)
+                probe.start()
+                try:
+                    wait_until(lambda: not probe.is_alive() or self.sql(
+                        "SELECT wait_event = 'SyncRep' FROM pg_stat_activity "
+                        "WHERE pid = %s", (pid,)) == [(True,)],
+                        5, 0.02, "a probe commit ended or waits")
+                    armed = probe.is_alive()
+                finally:
+                    if probe.is_alive():
+                        self.sql("SELECT pg_cancel_backend(%s)", (pid,))
+                    probe.join(10)
+            finally:
+                conn.close()
+            if armed:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("commits do not wait for the synchronous "
+                                   "standby (waited %.1fs)" % timeout)
+            time.sleep(0.1)
+
     def run_file(self, path, dbname="postgres"):
         """Runs an SQL file with psql -v ON_ERROR_STOP=1; raises on error."""
         r = subprocess.run([_pg_client_bin("psql"), "-X", "-q", "-v",

@@ -124,13 +124,16 @@ class Feed:
 
 class Writer(threading.Thread):
     """A thread committing transactions of `rows` rows through a Feed every
-    `pause` seconds until the with-block ends (steady insert load)."""
+    `pause` seconds until the with-block ends (steady insert load); after
+    `most` transactions, when given, one a second (bounds what a slow
+    machine writes while the load goes on)."""
 
-    def __init__(self, feed, rows=5, pause=0.02):
+    def __init__(self, feed, rows=5, pause=0.02, most=None):
         super().__init__(daemon=True)
         self.feed = feed
         self.rows = rows
         self.pause = pause
+        self.most = most
         self.txns = 0
         self.error = None
         self._halt = threading.Event()
@@ -140,7 +143,8 @@ class Writer(threading.Thread):
             while not self._halt.is_set():
                 if self.feed.commit(self.rows):
                     self.txns += 1
-                self._halt.wait(self.pause)
+                slow = self.most is not None and self.txns >= self.most
+                self._halt.wait(1.0 if slow else self.pause)
         except BaseException as e:  # reported by __exit__
             self.error = e
 

@@ -270,6 +270,7 @@ def test_a_synchronous_standby_down_stalls_nothing(
     conn.autocommit = True
     ids, xids = [], []
     try:
+        c.wait_sync_standby_armed()
         cur = conn.cursor()
         cur.execute("SET synchronous_commit = local")
         for i in range(5):

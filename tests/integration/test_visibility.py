@@ -38,6 +38,7 @@ def standby_wait(pg):
     pg.sql("ALTER SYSTEM SET synchronous_commit = 'local'")
     pg.sql("SELECT pg_reload_conf()")
     try:
+        pg.wait_sync_standby_armed()
         yield
     finally:
         pg.sql("ALTER SYSTEM RESET synchronous_standby_names")
@@ -71,9 +72,11 @@ class WaitingCommit(threading.Thread):
 
     def wait_for_standby(self):
         """Waits until the COMMIT is in the WAL and waits for the standby."""
-        wait_until(lambda: self.pg.sql(
+        wait_until(lambda: not self.is_alive() or self.pg.sql(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
             [0][0] == 1, 20, 0.05, "a commit waits for the standby")
+        assert self.is_alive(), "the commit did not wait for the standby (%r)" % (
+            self.error,)
 
     def finish(self):
         self.join(30)
