@@ -449,22 +449,18 @@ keep_error(relay *r)
 }
 
 /* Count the kept server error (ob_error_repeat_note(): lost connections
- * and server shutdowns never count); one met OB_ERROR_REPEAT_LIMIT times
- * in a row with the stream no further on is not going away: false,
- * logged. */
-static bool
-note_server_error(relay *r)
+ * and server shutdowns never count): otherwise while it may go away; one
+ * met OB_ERROR_REPEAT_LIMIT times in a row with the stream no further on
+ * is not (ob_slotrecover_stuck()). */
+static ob_outcome
+note_server_error(relay *r, ob_outcome otherwise)
 {
 	int n = ob_error_repeat_note(&r->err_repeat, r->err_state, r->received);
 
 	if (n < OB_ERROR_REPEAT_LIMIT)
-		return true;
-	ob_log_lsn(OB_LOG_ERROR, r->received, NULL, 0,
-		   "the server failed %d times in a row at " OB_LSN_FMT
-		   " with the same error: %s (SQLSTATE %s); stopping: replication slot %s cannot "
-		   "get past it",
-		   n, OB_LSN_ARGS(r->received), r->err_msg, r->err_state, r->cfg->pg.slot);
-	return false;
+		return otherwise;
+	ob_error_repeat_reset(&r->err_repeat);
+	return ob_slotrecover_stuck(&r->cutover, r->err_state, r->err_msg, r->received, n);
 }
 
 /* While a query waits for the server: stay alive, keep serving delivery
@@ -572,7 +568,7 @@ run_connection(relay *r)
 	case OB_PG_OK:
 		break;
 	case OB_PG_RETRY:
-		return note_server_error(r) ? OB_OUTCOME_RETRY : OB_OUTCOME_HALT;
+		return note_server_error(r, OB_OUTCOME_RETRY);
 	case OB_PG_STANDBY:
 		return OB_OUTCOME_STANDBY;
 	case OB_PG_FATAL:
@@ -599,8 +595,8 @@ run_connection(relay *r)
 	if (out == OB_OUTCOME_LOST || out == OB_OUTCOME_REPRODUCE) {
 		keep_error(r);
 		disconnect(r, false);
-		if (out == OB_OUTCOME_LOST && !note_server_error(r))
-			out = OB_OUTCOME_HALT;
+		if (out == OB_OUTCOME_LOST)
+			out = note_server_error(r, out);
 	}
 	return out;
 }

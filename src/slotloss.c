@@ -6,16 +6,24 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "outboxd/recpoint.h"
 
-static const char *const loss_names[OB_SLOT_LOSS_KINDS] = {"", "missing", "invalidated",
-							   "promoted"};
+static const char *const loss_names[OB_SLOT_LOSS_KINDS] = {"", "missing", "invalidated", "promoted",
+							   "undecodable"};
 
 const char *
 ob_slot_loss_name(ob_slot_loss loss)
 {
 	return loss >= 0 && loss < OB_SLOT_LOSS_KINDS ? loss_names[loss] : "";
+}
+
+bool
+ob_slotloss_undecodable(const char *state, const char *msg)
+{
+	return strcmp(state, "XX000") == 0 && (strstr(msg, "could not map filenode") != NULL ||
+					       strstr(msg, "could not map filenumber") != NULL);
 }
 
 bool

@@ -32,6 +32,11 @@ loss_words(ob_slot_loss loss)
 		return "has been invalidated (wal_status lost)";
 	case OB_SLOT_LOSS_PROMOTED:
 		return "is missing on the promoted server";
+	case OB_SLOT_LOSS_UNDECODABLE:
+		return "cannot be decoded: its stream fails at the same change every time (a "
+		       "PostgreSQL bug of new slots: a relation given a new file while the slot "
+		       "was made, by a TRUNCATE or a new partition, is missing from the catalog "
+		       "view it rebuilt)";
 	case OB_SLOT_LOSS_MISSING:
 	case OB_SLOT_LOSS_NONE:
 	case OB_SLOT_LOSS_KINDS:
@@ -41,7 +46,9 @@ loss_words(ob_slot_loss loss)
 }
 
 /* Read the recovery point and judge it on a plain connection into *f,
- * and with drop, drop the invalidated slot it replaces. OB_PG_FATAL
+ * and with drop, drop the invalidated or undecodable slot it replaces
+ * (an unused one: a slot another process holds is left, and the cutover
+ * then finds it there). OB_PG_FATAL
  * (logged, saying when when is not "") when the table cannot prove
  * completeness; OB_PG_RETRY (logged) on a failed query. */
 static ob_pg_status
@@ -74,15 +81,16 @@ prepare(const ob_config *cfg, ob_slot_loss loss, bool drop, const char *when, ob
 	if (!drop)
 		goto done;
 	ob_runtime_crash_point("recovery-judged");
-	/* Only while it is still the invalidated one, and unused (17+ name
-	 * every invalidation: 18's idle timeout leaves wal_status be). */
-	if (loss == OB_SLOT_LOSS_INVALIDATED &&
-	    !ob_pgsql_query_row(p, OB_LOG_WARNING, "drop the invalidated slot", 1, &res,
-				"SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) "
-				"FROM pg_replication_slots AS s WHERE slot_name = %L AND "
-				"active_pid IS NULL AND (wal_status = 'lost' OR to_jsonb(s) ->> "
-				"'invalidation_reason' IS NOT NULL)) AS dropped",
-				cfg->pg.slot))
+	/* An invalidated one only while it still is (17+ name every
+	 * invalidation: 18's idle timeout leaves wal_status be). */
+	if ((loss == OB_SLOT_LOSS_INVALIDATED || loss == OB_SLOT_LOSS_UNDECODABLE) &&
+	    !ob_pgsql_query_row(
+		p, OB_LOG_WARNING, "drop the lost slot", 1, &res,
+		"SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) "
+		"FROM pg_replication_slots AS s WHERE slot_name = %L AND "
+		"active_pid IS NULL AND (%s OR wal_status = 'lost' OR to_jsonb(s) ->> "
+		"'invalidation_reason' IS NOT NULL)) AS dropped",
+		cfg->pg.slot, loss == OB_SLOT_LOSS_UNDECODABLE ? "true" : "false"))
 		st = OB_PG_RETRY;
 	ob_runtime_crash_point("recovery-prepared");
 done:
@@ -142,6 +150,27 @@ ob_slotrecover_run(ob_cutover *c)
 		"before the loss are duplicates)",
 		cfg->pg.slot, (double)(ob_mono_ms() - started) / 1000.0, c->published, f.xid);
 	return OB_OUTCOME_LOST;
+}
+
+ob_outcome
+ob_slotrecover_stuck(ob_cutover *c, const char *state, const char *msg, ob_lsn at, int times)
+{
+	bool undecodable = ob_slotloss_undecodable(state, msg);
+
+	if (undecodable && c->cfg->pg.recover_lost_slot) {
+		c->lost = OB_SLOT_LOSS_UNDECODABLE;
+		return ob_slotrecover_run(c);
+	}
+	ob_log_lsn(OB_LOG_ERROR, at, NULL, 0,
+		   "the server failed %d times in a row at " OB_LSN_FMT
+		   " with the same error: %s (SQLSTATE %s); stopping: replication slot %s cannot "
+		   "get past it%s",
+		   times, OB_LSN_ARGS(at), msg, state, c->cfg->pg.slot,
+		   undecodable ? " (a PostgreSQL bug of new slots: with postgres.on_slot_lost = "
+				 "recover, outboxd drops the slot and recovers it from the outbox "
+				 "table)"
+			       : "");
+	return OB_OUTCOME_HALT;
 }
 
 bool

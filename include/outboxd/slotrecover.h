@@ -30,6 +30,12 @@
  * why and the recovery by hand) when the table cannot prove completeness;
  * otherwise what the cutover's attempt ended with. */
 ob_outcome ob_slotrecover_run(ob_cutover *c);
+/* The stream failed times times in a row at position at with the server
+ * error state, msg: the recovery of an undecodable slot (slotloss.h) when
+ * postgres.on_slot_lost = recover (its outcome as ob_slotrecover_run());
+ * otherwise OB_OUTCOME_HALT, logged. */
+ob_outcome ob_slotrecover_stuck(ob_cutover *c, const char *state, const char *msg, ob_lsn at,
+				int times);
 /* During the recovery of c->recovering, once its backlog is acknowledged
  * and before the slot is made: whether the table still proves
  * completeness, judged again (rows deleted, a TRUNCATE, a reset of the

@@ -83,7 +83,23 @@ test_loss_names(void **state)
 	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_MISSING), "missing");
 	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_INVALIDATED), "invalidated");
 	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_PROMOTED), "promoted");
+	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_UNDECODABLE), "undecodable");
 	assert_string_equal(ob_slot_loss_name(OB_SLOT_LOSS_NONE), "");
+}
+
+/* The snapshot builder's bug, as 15 and as 16+ name it; nothing else. */
+static void
+test_undecodable(void **state)
+{
+	(void)state;
+	assert_true(ob_slotloss_undecodable(
+	    "XX000", "ERROR:  could not map filenode \"base/5/16477\" to relation OID"));
+	assert_true(ob_slotloss_undecodable(
+	    "XX000", "ERROR:  could not map filenumber \"base/5/16451\" to relation OID"));
+	assert_false(ob_slotloss_undecodable(
+	    "58P01", "ERROR:  could not map filenode \"base/5/16477\" to relation OID"));
+	assert_false(ob_slotloss_undecodable("XX000", "ERROR:  could not read block 0"));
+	assert_false(ob_slotloss_undecodable("", ""));
 }
 
 int
@@ -92,6 +108,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_judge),
 	    cmocka_unit_test(test_loss_names),
+	    cmocka_unit_test(test_undecodable),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
