@@ -10,6 +10,7 @@
 #include "outboxd/delivery.h"
 #include "outboxd/log.h"
 #include "outboxd/metrics.h"
+#include "outboxd/pgrepl.h"
 #include "outboxd/pgsql.h"
 #include "outboxd/recpoint.h"
 #include "outboxd/recpointdb.h"
@@ -45,6 +46,26 @@ loss_words(ob_slot_loss loss)
 	return "is missing while its marker row is there (dropped, or the database restored)";
 }
 
+/* An undecodable slot is found by the stream, on a hot standby too, whose
+ * read-only table holds no recovery (nor does its slot's marker): OB_PG_OK
+ * on a primary, OB_PG_FATAL (logged, naming the recovery by hand) on a
+ * standby, OB_PG_RETRY on a failed query. */
+static ob_pg_status
+on_primary(ob_pgconn *p, const ob_config *cfg, ob_slot_loss loss)
+{
+	bool standby = false;
+
+	if (!ob_pgrepl_in_recovery(p, &standby))
+		return OB_PG_RETRY;
+	if (!standby)
+		return OB_PG_OK;
+	ob_error(
+	    "replication slot %s %s on a hot standby, where outboxd recovers no slot; "
+	    "stopping. Drop it (SELECT pg_drop_replication_slot('%s')), then " OB_SLOTMARK_RECOVERY,
+	    cfg->pg.slot, loss_words(loss), cfg->pg.slot);
+	return OB_PG_FATAL;
+}
+
 /* Read the recovery point and judge it on a plain connection into *f,
  * and with drop, drop the invalidated or undecodable slot it replaces
  * (an unused one: a slot another process holds is left, and the cutover
@@ -69,12 +90,17 @@ prepare(const ob_config *cfg, ob_slot_loss loss, bool drop, const char *when, ob
 		st = OB_PG_RETRY;
 		goto done;
 	}
+	if (loss == OB_SLOT_LOSS_UNDECODABLE && (st = on_primary(p, cfg, loss)) != OB_PG_OK)
+		goto done;
 	if ((st = ob_recpointdb_facts(p, cfg, f)) != OB_PG_OK)
 		goto done;
 	if (!ob_slotloss_recoverable(f, why, sizeof(why))) {
 		ob_error("replication slot %s %s and cannot be recovered from the outbox table%s: "
-			 "%s; stopping. To recover by hand, " OB_SLOTMARK_RECOVERY,
-			 cfg->pg.slot, loss_words(loss), when, why);
+			 "%s; stopping. To recover by hand, %s" OB_SLOTMARK_RECOVERY,
+			 cfg->pg.slot, loss_words(loss), when, why,
+			 loss == OB_SLOT_LOSS_UNDECODABLE
+			     ? "drop it (pg_drop_replication_slot), then "
+			     : "");
 		st = OB_PG_FATAL;
 		goto done;
 	}

@@ -428,9 +428,25 @@ class PgCluster:
     # -- server control -----------------------------------------------------
 
     def start(self):
-        """Starts the server and waits until it accepts connections."""
-        self._run_server_cmd([_pg_bin("pg_ctl"), "-D", self.datadir,
-                              "-l", self.logfile, "-w", "-t", "60", "start"])
+        """Starts the server and waits until it accepts connections. At
+        the first start, a port taken since free_port() chose it (by
+        another test's server, or a client connection's ephemeral port:
+        seen when two test processes run side by side) is replaced by
+        another, up to three times; later starts keep the port, which
+        the tests' settings name."""
+        for attempt in range(4):
+            try:
+                self._run_server_cmd([_pg_bin("pg_ctl"), "-D", self.datadir,
+                                      "-l", self.logfile, "-w", "-t", "60", "start"])
+                break
+            except HarnessError as e:
+                if (getattr(self, "_started", False) or attempt == 3
+                        or "Address already in use" not in str(e)):
+                    raise
+                self.port = free_port()
+                with open(os.path.join(self.datadir, "postgresql.conf"), "a") as f:
+                    f.write("port = %d  # the first port was taken\n" % self.port)
+        self._started = True
         self.running = True
         wait_until(self._accepts, 30, 0.1, "postgres accepting connections")
         return self

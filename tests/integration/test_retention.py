@@ -14,7 +14,7 @@ from harness import free_port, wait_until
 from test_faults import (Feed, Writer, check_delivery, collect_all, scrape,
                          wait_streaming)
 from test_partitions import make_table
-from test_slot_recovery import RECOVERED, report
+from test_slot_recovery import RECOVERED, drop_slot, report
 from test_faults import make_topic, on_cluster
 from conftest import UNSET
 
@@ -56,7 +56,7 @@ def test_retention_deletes_only_published_rows(own_cluster, broker, consumer,
         before = deleted(port)
         wait_until(lambda: deleted(port) > before, 60, 0.05, "a deletion pass")
         d.kill9()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         w.wait_txns(20)
     left = c.sql("SELECT count(*) FROM public.outbox")[0][0]
     assert 0 < left < len(feed.ids), (left, len(feed.ids))

@@ -87,7 +87,7 @@ def test_a_dropped_slot_is_recovered(own_cluster, broker, consumer,
         feed.commit(10)
         time.sleep(INTERVAL + 1)
         d.kill9()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         feed.commit(10)
         assert broker.cmd("up all") == "ok"
         d.start()
@@ -240,7 +240,7 @@ def test_a_late_commit_with_a_low_id_is_recovered(own_cluster, broker,
             feed.commit(3)
         time.sleep(3 * INTERVAL)
         assert d.stop() == 0, d.log_tail()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         conn.commit()
         d.start()
         d.wait_log(RECOVERED, 90)
@@ -262,7 +262,7 @@ def test_kill9_during_a_recovery_loses_nothing(own_cluster, broker, consumer,
                                         "sk_%s" % test_id, 5)
     try:
         assert d.stop() == 0, d.log_tail()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         for _ in range(30):
             feed.commit(1000)
         d.start()
@@ -322,12 +322,17 @@ def test_kill9_at_every_step_of_a_recovery(own_cluster, broker, consumer,
         feed.close()
 
 
-def lose_slot(c, d, slot):
-    """kill -9 outboxd d, then drop its slot on c (once its walsender has
-    noticed the dead client and released it)."""
-    d.kill9()
+def drop_slot(c, slot):
+    """Drops slot on c once its walsender released it: after a kill -9 or
+    a stop it may take a moment to notice the client gone."""
     wait_until(lambda: not c.slot(slot)["active"], 30, 0.1, "slot %s released" % slot)
     c.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def lose_slot(c, d, slot):
+    """kill -9 outboxd d, then drop its slot on c."""
+    d.kill9()
+    drop_slot(c, slot)
 
 
 def fresh_slot(c, d, slot):
@@ -364,7 +369,7 @@ def test_what_cannot_be_proven_halts(own_cluster, broker, outboxd_factory,
         wait_point_past(c, slot_name, max(row_xids(c, feed.commit(5))))
         assert "a recovery now would be complete" in check_line(d)
         assert d.stop() == 0, d.log_tail()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         halt = start(c, outboxd_factory, postgres_on_slot_lost="halt")
         expect_exit(halt, 1, "does not exist, but outboxd created it")
 

@@ -30,8 +30,8 @@ import pytest
 from harness import wait_until
 from test_faults import (check_delivery, collect_all, expect_exit, id_counts,
                          make_topic, wait_streaming)
-from test_slot_recovery import (INTERVAL, RECOVERED, recoveries, report, start,
-                                streaming)
+from test_slot_recovery import (INTERVAL, RECOVERED, drop_slot, recoveries, report,
+                                start, streaming)
 
 HALTED = "cannot be recovered"
 
@@ -104,7 +104,7 @@ def test_deletes_hidden_by_a_statistics_reset_halt(own_cluster, broker, consumer
         gone = unpublished(c, d, broker, feed, 5)
         delete_counted(c, "outbox", "outbox", gone)
         c.sql("SELECT pg_stat_reset()")
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         d.start()
         expect_halt(c, d, consumer, topic, feed, gone, slot_name, "statistics")
     finally:
@@ -123,7 +123,7 @@ def test_deletes_not_reported_yet_halt(own_cluster, broker, consumer, outboxd_fa
     conn = None
     try:
         gone = unpublished(c, d, broker, feed, 5)
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         conn = c.connect()
         with conn.cursor() as cur:
             # The first statement's counts are reported as the session goes
@@ -148,7 +148,7 @@ def test_truncate_halts(own_cluster, broker, consumer, outboxd_factory, slot_nam
     try:
         gone = unpublished(c, d, broker, feed, 5)
         c.sql("TRUNCATE public.outbox")
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         d.start()
         expect_halt(c, d, consumer, topic, feed, gone, slot_name)
     finally:
@@ -175,7 +175,7 @@ def test_temporary_slot_invalidated_during_the_recovery(own_cluster, broker, con
                                         "av_%s" % test_id, 5, max_slot_wal_keep_size="'1MB'")
     try:
         assert d.stop() == 0, d.log_tail()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         for _ in range(4):
             feed.commit(500)
         assert broker.cmd("rtt all 400") == "ok"
@@ -216,7 +216,7 @@ def test_restart_with_create_slot_off_recovers(own_cluster, broker, consumer,
                                         "ac_%s" % test_id, 5)
     try:
         assert d.stop() == 0, d.log_tail()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         feed.commit(5)
         d2 = start(c, outboxd_factory, postgres_create_slot=False)
         assert recovered_or_halted(d2) == "recovered", d2.log_tail()
@@ -308,7 +308,7 @@ def unpublished_in_day0(c, d, broker, feed, slot):
     time.sleep(INTERVAL + 1)
     d.kill9()
     assert broker.cmd("up all") == "ok"
-    c.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+    drop_slot(c, slot)
     return ids
 
 
@@ -359,7 +359,7 @@ def test_partition_of_published_rows_detached_in_an_outage_is_no_loss(
         time.sleep(INTERVAL + 1)
         d.kill9()
         assert broker.cmd("up all") == "ok"
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         d.start()
         recovered_all(d, consumer, topic, feed, "published partition detached in an outage")
     finally:
@@ -376,7 +376,7 @@ def test_outbox_dropped_and_made_again_halts(own_cluster, broker, consumer, outb
                                         "ad_%s" % test_id, 10)
     try:
         gone = unpublished(c, d, broker, feed, 5)
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         c.sql("CREATE TABLE public.outbox_new (LIKE public.outbox INCLUDING ALL); "
               "DROP TABLE public.outbox; ALTER TABLE public.outbox_new RENAME TO outbox")
         d.start()
@@ -416,7 +416,7 @@ def dropped_while_stopped(c, d, slot, feed, rows, txns=1):
     """outboxd d stopped (SIGTERM), its slot dropped, then txns
     transactions of rows events each committed while no slot exists."""
     assert d.stop() == 0, d.log_tail()
-    c.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+    drop_slot(c, slot)
     for _ in range(txns):
         feed.commit(rows)
 
@@ -639,7 +639,7 @@ def test_deletes_while_the_recovery_waits_for_its_snapshot_halt(own_cluster, bro
         c.sql("CREATE TABLE held (i int)")
         blocker.autocommit = False
         blocker.cursor().execute("INSERT INTO held VALUES (1)")  # holds an xid
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         d.start()
         d.wait_log(r"still waiting for the server.*running transactions", 30)
         delete_counted(c, "outbox", "outbox", gone)
@@ -661,7 +661,7 @@ def test_a_huge_row_in_the_recovery_is_dead_lettered(own_cluster, broker, consum
                                         "ah_%s" % test_id, 5)
     try:
         assert d.stop() == 0, d.log_tail()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+        drop_slot(c, slot_name)
         dlq = "%s.outbox.dlq" % test_id
         broker.create_topic(dlq)
         feed.commit(3)

@@ -20,9 +20,11 @@ slot is consistent); U writes to the truncated table and an event."""
 
 import re
 
+from conftest import UNSET
 from harness import wait_until
-from test_faults import collect_all, check_delivery, wait_streaming
-from test_slot_recovery import RECOVERED, recoveries, report, streaming
+from test_faults import (Feed, collect_all, check_delivery, expect_exit, make_topic,
+                         on_cluster, wait_streaming)
+from test_slot_recovery import ENV, RECOVERED, drop_slot, recoveries, report, streaming
 
 
 def slot_creation_waits_for(c, xid):
@@ -51,32 +53,45 @@ class OpenTxn:
         self.conn.close()
 
 
-def test_a_new_slot_postgres_cannot_decode_is_recovered(
-        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
-    agg = "ud_%s" % test_id
-    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
-                                        agg, 10)
-    opened = []
+def make_undecodable(c, d, agg, feed):
+    """Starts outboxd d, whose cutover (a recovery, or its backlog) makes
+    a slot, with the bug's interleaving around it: the temporary slot
+    waits for A; B starts; T truncates public.ud_other and commits; A
+    commits; C writes an event; B commits; U writes to public.ud_other
+    and an event once the slot is made. Returns the ids of A and B."""
+    a = OpenTxn(c, agg)
+    b = None
     try:
-        c.sql("CREATE TABLE public.ud_other (v int)")
-        c.sql("INSERT INTO public.ud_other VALUES (0)")
-        d.stop()
-        c.sql("SELECT pg_drop_replication_slot(%s)", (slot_name,))
-        a = OpenTxn(c, agg)
-        opened.append(a)
         d.start()
         slot_creation_waits_for(c, a.xid)
         b = OpenTxn(c, agg)
-        opened.append(b)
         c.sql("TRUNCATE public.ud_other; INSERT INTO public.ud_other VALUES (1)")
         a.commit()
         slot_creation_waits_for(c, b.xid)
         feed.commit(1)
         b.commit()
         wait_until(lambda: "publishing the backlog" in d.log_text(), 60, 0.1,
-                   "the recovery's slot made")
+                   "the cutover's slot made")
         feed.commit(1, before=lambda cur: cur.execute(
             "INSERT INTO public.ud_other VALUES (2)"))
+        return [a.id, b.id]
+    finally:
+        for t in (a, b):
+            if t is not None and not t.conn.closed:
+                t.conn.close()
+
+
+def test_a_new_slot_postgres_cannot_decode_is_recovered(
+        own_cluster, broker, consumer, outboxd_factory, slot_name, test_id):
+    agg = "ud_%s" % test_id
+    c, topic, d, port, feed = streaming(own_cluster, broker, outboxd_factory, slot_name,
+                                        agg, 10)
+    try:
+        c.sql("CREATE TABLE public.ud_other (v int)")
+        c.sql("INSERT INTO public.ud_other VALUES (0)")
+        d.stop()
+        drop_slot(c, slot_name)
+        opened = make_undecodable(c, d, agg, feed)
         wait_until(lambda: len(re.findall(RECOVERED, d.log_text())) >= 2 or not d.running(),
                    120, 0.2, "a second recovery")
         assert d.running(), d.log_tail()
@@ -85,12 +100,42 @@ def test_a_new_slot_postgres_cannot_decode_is_recovered(
         assert recoveries(port, "missing") == 1
         wait_streaming(c, slot_name)
         feed.commit(5)
-        ids = feed.ids + [a.id, b.id]
+        ids = feed.ids + opened
         recs = collect_all(consumer, topic, ids, timeout=90)
         check_delivery(recs, ids, exactly_once=False)
         report("a new slot PostgreSQL cannot decode", ids, recs)
     finally:
-        for t in opened:
-            if not t.conn.closed:
-                t.conn.close()
+        feed.close()
+
+
+def test_a_first_slot_postgres_cannot_decode_halts(own_cluster, broker, outboxd_factory,
+                                                     slot_name, test_id):
+    """The first slot, made by a start with outbox.backlog_where, meets
+    the bug: no recovery point was stored yet (nothing was streamed), so
+    the table cannot prove what a recovery would need. outboxd halts,
+    saying the slot cannot be decoded, why it cannot be recovered and
+    that it is to be dropped first; the slot is left as it is."""
+    agg = "uf_%s" % test_id
+    c = own_cluster()
+    make_topic(broker, agg)
+    c.sql("CREATE TABLE public.ud_other (v int)")
+    c.sql("INSERT INTO public.ud_other VALUES (0)")
+    feed = Feed(c, agg)
+    try:
+        feed.commit(3)
+        d = outboxd_factory(on_cluster(c, outbox_backlog_where="true",
+                                       outbox_message_prefix=UNSET), start=False, env=ENV)
+        # A slow broker holds the backlog's acknowledgement, so that U
+        # commits before the slot is copied and its marker row written (a
+        # transaction the stream decodes before U otherwise: then the
+        # second session, started past it, decodes U).
+        assert broker.cmd("rtt all 1500") == "ok"
+        try:
+            make_undecodable(c, d, agg, feed)
+        finally:
+            assert broker.cmd("rtt all 0") == "ok"
+        expect_exit(d, 1, "cannot be decoded", "no recovery point was stored",
+                    "drop it (pg_drop_replication_slot)")
+        assert c.slot(slot_name) is not None
+    finally:
         feed.close()
