@@ -110,13 +110,15 @@ prepare(const ob_config *cfg, ob_slot_loss loss, bool drop, const char *when, ob
 	/* An invalidated one only while it still is (17+ name every
 	 * invalidation: 18's idle timeout leaves wal_status be). */
 	if ((loss == OB_SLOT_LOSS_INVALIDATED || loss == OB_SLOT_LOSS_UNDECODABLE) &&
-	    !ob_pgsql_query_row(
-		p, OB_LOG_WARNING, "drop the lost slot", 1, &res,
-		"SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) "
-		"FROM pg_replication_slots AS s WHERE slot_name = %L AND "
-		"active_pid IS NULL AND (%s OR wal_status = 'lost' OR to_jsonb(s) ->> "
-		"'invalidation_reason' IS NOT NULL)) AS dropped",
-		cfg->pg.slot, loss == OB_SLOT_LOSS_UNDECODABLE ? "true" : "false"))
+	    !ob_pgsql_query_row(p, OB_LOG_WARNING, "drop the lost slot", 1, &res,
+				"SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) "
+				"FROM pg_replication_slots AS s WHERE slot_name = %L AND "
+				"active_pid IS NULL AND %s) AS dropped",
+				cfg->pg.slot,
+				loss == OB_SLOT_LOSS_UNDECODABLE
+				    ? "true"
+				    : "(wal_status = 'lost' OR to_jsonb(s) ->> "
+				      "'invalidation_reason' IS NOT NULL)"))
 		st = OB_PG_RETRY;
 	ob_runtime_crash_point("recovery-prepared");
 done:

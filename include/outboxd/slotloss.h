@@ -33,8 +33,7 @@ typedef enum ob_slot_loss {
 	OB_SLOT_LOSS_MISSING,     /* gone while its marker row is there (dropped, a restore) */
 	OB_SLOT_LOSS_INVALIDATED, /* wal_status lost: max_slot_wal_keep_size, 18's idle timeout */
 	OB_SLOT_LOSS_PROMOTED,    /* gone on a server promoted while this process streamed */
-	OB_SLOT_LOSS_UNDECODABLE, /* fails at the same change every time (ob_slotloss_undecodable)
-				   */
+	OB_SLOT_LOSS_UNDECODABLE, /* its stream fails at one change (ob_slotloss_undecodable) */
 	OB_SLOT_LOSS_KINDS
 } ob_slot_loss;
 
@@ -76,9 +75,9 @@ typedef struct ob_recovery_facts {
  * being made, and had given a relation a new file (a TRUNCATE, a new
  * partition, a table rewrite); the first later change of that relation
  * before the builder's horizon passes it fails ("could not map filenode
- * ... to relation OID", XX000; "filenumber" from 16 on). Every session rebuilds the same view from
- * the same WAL, so the slot never gets past it: it is dead, and is
- * recovered as lost. The server's message must be in English (its
+ * ... to relation OID", XX000; "filenumber" from 16 on). Every session
+ * rebuilds the same view from the same WAL, so the slot never gets past
+ * it: it is dead, and is recovered as lost. The server's message must be in English (its
  * lc_messages); another language halts as any repeated error does. */
 bool ob_slotloss_undecodable(const char *state, const char *msg);
 
